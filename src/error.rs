@@ -1,0 +1,250 @@
+//! The one public error type.
+//!
+//! Variants name the failure, not the module, and carry the context a user needs to find it:
+//! the file, the field, the record index, the chunk and the byte offset. Corruption of bytes read
+//! from disk is always one of these values, never a panic.
+
+use std::path::PathBuf;
+
+/// The result type of every fallible zrecord operation.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in zrecord.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An operating-system I/O call failed.
+    #[error("I/O error on {path}: {op}: {source}")]
+    Io {
+        /// The file or directory the call was about.
+        path: PathBuf,
+        /// What was being done (`open`, `read`, `fdatasync`, ...).
+        op: &'static str,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// `meta.json` could not be parsed or failed its checksum.
+    #[error("corrupt metadata in {path}: {reason}")]
+    MetaCorrupt {
+        /// The metadata file.
+        path: PathBuf,
+        /// What was wrong.
+        reason: String,
+    },
+
+    /// `meta.json` names a format version this build does not understand.
+    #[error("{path}: unsupported format version {found} (this build reads version {supported})")]
+    UnsupportedVersion {
+        /// The metadata file.
+        path: PathBuf,
+        /// The version found on disk.
+        found: u32,
+        /// The version this build reads and writes.
+        supported: u32,
+    },
+
+    /// A file is shorter than the committed metadata says it must be.
+    #[error("{path} is truncated: committed size is {expected} bytes but the file has {actual}")]
+    Truncated {
+        /// The short file.
+        path: PathBuf,
+        /// The committed size in bytes.
+        expected: u64,
+        /// The size found.
+        actual: u64,
+    },
+
+    /// An offset-table entry (or patch-log entry) failed its checksum or holds impossible values.
+    #[error("corrupt offset entry in {path} at byte {offset} (field {field:?}, record {index}): {reason}")]
+    OffsetCorrupt {
+        /// The offset table or patch log.
+        path: PathBuf,
+        /// The field the table belongs to.
+        field: String,
+        /// The record index the entry describes (for a patch entry whose index is unreadable,
+        /// the entry's position in the log).
+        index: u64,
+        /// Byte offset of the entry within the file.
+        offset: u64,
+        /// What was wrong.
+        reason: String,
+    },
+
+    /// A record's stored bytes do not match the checksum in its offset entry.
+    #[error("checksum mismatch in {path} at byte {offset} (field {field:?}, record {index}): stored {expected:#010x}, computed {actual:#010x}")]
+    ChecksumMismatch {
+        /// The chunk file.
+        path: PathBuf,
+        /// The field.
+        field: String,
+        /// The record index.
+        index: u64,
+        /// Byte offset of the record within the chunk file.
+        offset: u64,
+        /// The checksum recorded in the offset entry.
+        expected: u32,
+        /// The checksum of the bytes read.
+        actual: u32,
+    },
+
+    /// A deflate record could not be decompressed to its recorded length.
+    #[error("cannot decompress record in {path} at byte {offset} (field {field:?}, record {index}): {reason}")]
+    Decompress {
+        /// The chunk file.
+        path: PathBuf,
+        /// The field.
+        field: String,
+        /// The record index.
+        index: u64,
+        /// Byte offset of the record within the chunk file.
+        offset: u64,
+        /// What was wrong.
+        reason: String,
+    },
+
+    /// A record index is not below the dataset's length.
+    #[error("record index {index} is out of range: the dataset has {len} records")]
+    IndexOutOfRange {
+        /// The index asked for.
+        index: u64,
+        /// The dataset's length.
+        len: u64,
+    },
+
+    /// A field name is not in the schema.
+    #[error("unknown field {field:?}")]
+    UnknownField {
+        /// The name asked for.
+        field: String,
+    },
+
+    /// A record gave the wrong number of fields.
+    #[error("a record must give {expected} fields (one per schema field), got {actual}")]
+    FieldCount {
+        /// The schema's field count.
+        expected: usize,
+        /// The number given.
+        actual: usize,
+    },
+
+    /// A field's bytes do not fit its dtype or item shape.
+    #[error("field {field:?}: {reason}")]
+    ShapeMismatch {
+        /// The field.
+        field: String,
+        /// What was expected and what was given.
+        reason: String,
+    },
+
+    /// The schema itself is invalid (duplicate or unsafe field names, no fields, ...).
+    #[error("invalid schema: {reason}")]
+    InvalidSchema {
+        /// What was wrong.
+        reason: String,
+    },
+
+    /// A record is larger than the format's 16 MiB − 1 limit (a u24 physical length).
+    #[error("field {field:?}: record of {len} bytes exceeds the limit of {max} bytes")]
+    RecordTooLarge {
+        /// The field.
+        field: String,
+        /// The record's length in bytes.
+        len: u64,
+        /// The largest allowed length.
+        max: u64,
+    },
+
+    /// A chunk would grow past the largest offset the format can address (2^40 bytes),
+    /// or past the configured chunk size for a single record.
+    #[error("chunk {chunk} would grow to {size} bytes, past the limit of {max} bytes")]
+    ChunkTooLarge {
+        /// The chunk id.
+        chunk: u32,
+        /// The size it would reach.
+        size: u64,
+        /// The limit.
+        max: u64,
+    },
+
+    /// Every chunk id the format can express (u16) is in use.
+    #[error("no free chunk id: a dataset holds at most {max} chunks")]
+    TooManyChunks {
+        /// The largest number of chunks.
+        max: u32,
+    },
+
+    /// The dataset has more records than an index can hold.
+    #[error("dataset would exceed {max} records")]
+    TooManyRecords {
+        /// The largest number of records.
+        max: u64,
+    },
+
+    /// Another writer holds the dataset's lock.
+    #[error("{path}: another writer holds this dataset (lock file is busy)")]
+    WriterBusy {
+        /// The lock file.
+        path: PathBuf,
+    },
+
+    /// An earlier I/O failure (typically a failed fsync) made this writer's state unknowable.
+    /// Every call after it returns this error; reopen the dataset to recover the last commit.
+    #[error("writer is poisoned by an earlier failure ({cause}); reopen the dataset to recover the last commit")]
+    Poisoned {
+        /// The first failure.
+        cause: String,
+    },
+
+    /// The path already holds something and cannot be created as a dataset.
+    #[error("{path} already exists and is not empty")]
+    AlreadyExists {
+        /// The path.
+        path: PathBuf,
+    },
+
+    /// A configuration value is out of range or inconsistent (a pipeline stage, a writer option).
+    #[error("invalid configuration: {reason}")]
+    InvalidConfig {
+        /// What was wrong.
+        reason: String,
+    },
+
+    /// A checkpoint cannot be resumed here: it was taken on another dataset generation, with
+    /// another configuration, or it is malformed. Resuming anyway would silently drift.
+    #[error("cannot resume from this checkpoint: {reason}")]
+    ResumeMismatch {
+        /// What differs.
+        reason: String,
+    },
+
+    /// A typed view was asked for with the wrong element type.
+    #[error("field {field:?} has dtype {dtype}, not {requested}")]
+    DtypeMismatch {
+        /// The field.
+        field: String,
+        /// The field's dtype.
+        dtype: String,
+        /// The type asked for.
+        requested: String,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>, op: &'static str, source: std::io::Error) -> Self {
+        Error::Io { path: path.into(), op, source }
+    }
+
+    /// True if the error means bytes on disk are damaged (as opposed to a usage or I/O error).
+    pub fn is_corruption(&self) -> bool {
+        matches!(
+            self,
+            Error::MetaCorrupt { .. }
+                | Error::Truncated { .. }
+                | Error::OffsetCorrupt { .. }
+                | Error::ChecksumMismatch { .. }
+                | Error::Decompress { .. }
+        )
+    }
+}

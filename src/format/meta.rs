@@ -1,0 +1,261 @@
+//! `meta.json`: the commit point of a dataset.
+//!
+//! The file is one JSON object, the envelope `{"meta":{...},"crc32c":N}`, where `N` is the
+//! CRC32C of the exact bytes of the `meta` value as they appear in the file. The body carries the
+//! format version, the commit generation, the record count, the chunk list with committed sizes,
+//! and each field's schema and offset-table cursor. See `docs/FORMAT.md`.
+
+use super::dtype::{Codec, DType};
+use super::{FORMAT_VERSION, MAX_CHUNKS, MAX_CHUNK_BYTES};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+/// The committed state of a dataset.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Meta {
+    /// Always `"zrecord"`.
+    pub format: String,
+    /// The format version ([`FORMAT_VERSION`]).
+    pub version: u32,
+    /// Incremented by every commit.
+    pub generation: u64,
+    /// Number of records.
+    pub len: u64,
+    /// Size at which a chunk is sealed and a fresh one started.
+    pub chunk_size_bytes: u64,
+    /// The fields, in schema order.
+    pub fields: Vec<FieldMeta>,
+    /// Every chunk referenced by some live record (and possibly a few that are not), with the
+    /// committed size: bytes past it are not part of the dataset.
+    pub chunks: Vec<ChunkMeta>,
+}
+
+/// A field's schema and the cursor of its offset table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FieldMeta {
+    /// The field's name: 1–64 characters of `[A-Za-z0-9_-]`.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Fixed item shape, if any: every present record is exactly `product(shape)` items.
+    pub shape: Option<Vec<u64>>,
+    /// Codec for new records.
+    pub codec: Codec,
+    /// The field's offset table and patch log.
+    pub table: TableMeta,
+}
+
+/// Which offset table and patch log hold a field's entries, and how much of each is committed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableMeta {
+    /// The table generation: the files are `<field>.<generation>.offsets` and
+    /// `<field>.<generation>.patches`.
+    pub generation: u64,
+    /// Committed entries in the offsets file.
+    pub table_len: u64,
+    /// Committed entries in the patch log.
+    pub patch_len: u64,
+}
+
+/// A chunk file and its committed size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChunkMeta {
+    /// The chunk id: the file is `chunk/<id>.zr`.
+    pub id: u16,
+    /// Committed size in bytes.
+    pub size: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EnvelopeIn<'a> {
+    #[serde(borrow)]
+    meta: &'a RawValue,
+    crc32c: u32,
+}
+
+#[derive(Deserialize)]
+struct VersionOnly {
+    format: String,
+    version: u32,
+}
+
+/// Why a `meta.json` could not be decoded.
+#[derive(Debug, PartialEq, Eq)]
+pub enum MetaError {
+    /// Unparseable, failed its checksum, or inconsistent.
+    Corrupt(String),
+    /// A well-formed file of another format version.
+    Version(u32),
+}
+
+impl Meta {
+    /// Encodes the envelope: the bytes written to `meta.json`.
+    pub fn encode(&self) -> Vec<u8> {
+        // Serialising plain data structs to JSON cannot fail; the fallback keeps this panic-free.
+        let body = serde_json::to_string(self).unwrap_or_default();
+        let crc = crc32c::crc32c(body.as_bytes());
+        let mut out = Vec::with_capacity(body.len() + 32);
+        out.extend_from_slice(b"{\"meta\":");
+        out.extend_from_slice(body.as_bytes());
+        out.extend_from_slice(format!(",\"crc32c\":{crc}}}\n").as_bytes());
+        debug_assert!(serde_json::from_slice::<EnvelopeIn<'_>>(&out).is_ok(), "envelope must parse");
+        out
+    }
+
+    /// Decodes and checks `meta.json` bytes.
+    pub fn decode(bytes: &[u8]) -> Result<Meta, MetaError> {
+        let env: EnvelopeIn<'_> = serde_json::from_slice(bytes)
+            .map_err(|e| MetaError::Corrupt(format!("not a zrecord metadata envelope: {e}")))?;
+        let body = env.meta.get();
+        let crc = crc32c::crc32c(body.as_bytes());
+        if crc != env.crc32c {
+            return Err(MetaError::Corrupt(format!(
+                "checksum mismatch: stored {:#010x}, computed {crc:#010x}",
+                env.crc32c
+            )));
+        }
+        let v: VersionOnly = serde_json::from_str(body)
+            .map_err(|e| MetaError::Corrupt(format!("no format/version: {e}")))?;
+        if v.format != "zrecord" {
+            return Err(MetaError::Corrupt(format!("format is {:?}, not \"zrecord\"", v.format)));
+        }
+        if v.version != FORMAT_VERSION {
+            return Err(MetaError::Version(v.version));
+        }
+        let meta: Meta =
+            serde_json::from_str(body).map_err(|e| MetaError::Corrupt(e.to_string()))?;
+        meta.validate().map_err(MetaError::Corrupt)?;
+        Ok(meta)
+    }
+
+    /// Checks the invariants every committed meta satisfies.
+    pub fn validate(&self) -> Result<(), String> {
+        validate_fields(self.fields.iter().map(|f| (f.name.as_str(), f.dtype, f.shape.as_deref())))?;
+        if self.chunk_size_bytes == 0 || self.chunk_size_bytes > MAX_CHUNK_BYTES {
+            return Err(format!("chunk_size_bytes {} out of range", self.chunk_size_bytes));
+        }
+        if self.chunks.len() > MAX_CHUNKS as usize {
+            return Err(format!("{} chunks, more than {MAX_CHUNKS}", self.chunks.len()));
+        }
+        let mut ids: Vec<u16> = self.chunks.iter().map(|c| c.id).collect();
+        ids.sort_unstable();
+        if ids.windows(2).any(|w| matches!(w, [a, b] if a == b)) {
+            return Err("duplicate chunk id".to_string());
+        }
+        if let Some(c) = self.chunks.iter().find(|c| c.size > MAX_CHUNK_BYTES || u32::from(c.id) >= MAX_CHUNKS) {
+            return Err(format!("chunk {} out of range", c.id));
+        }
+        for f in &self.fields {
+            // Every index below len must be covered by the table or a patch.
+            if f.table.table_len < self.len && f.table.patch_len < self.len - f.table.table_len {
+                return Err(format!(
+                    "field {:?}: table of {} entries and {} patches cannot cover {} records",
+                    f.name, f.table.table_len, f.table.patch_len, self.len
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Index of the field named `name`.
+    pub fn field_index(&self, name: &str) -> Option<usize> {
+        self.fields.iter().position(|f| f.name == name)
+    }
+}
+
+/// Checks field names (unique, 1–64 of `[A-Za-z0-9_-]`) and shapes (no overflow).
+pub fn validate_fields<'a>(
+    fields: impl Iterator<Item = (&'a str, DType, Option<&'a [u64]>)>,
+) -> Result<(), String> {
+    let mut seen = std::collections::HashSet::new();
+    for (name, dtype, shape) in fields {
+        let ok = !name.is_empty()
+            && name.len() <= 64
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !ok {
+            return Err(format!(
+                "field name {name:?} must be 1-64 characters of A-Z, a-z, 0-9, '_' or '-'"
+            ));
+        }
+        if !seen.insert(name) {
+            return Err(format!("duplicate field name {name:?}"));
+        }
+        if let Some(shape) = shape {
+            let items = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d));
+            if items.and_then(|n| n.checked_mul(dtype.item_bytes())).is_none() {
+                return Err(format!("field {name:?}: shape {shape:?} overflows"));
+            }
+        }
+    }
+    if seen.is_empty() {
+        return Err("a dataset needs at least one field".to_string());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Meta {
+        Meta {
+            format: "zrecord".into(),
+            version: FORMAT_VERSION,
+            generation: 3,
+            len: 10,
+            chunk_size_bytes: 1 << 20,
+            fields: vec![FieldMeta {
+                name: "image".into(),
+                dtype: DType::F32,
+                shape: Some(vec![2, 3]),
+                codec: Codec::Deflate,
+                table: TableMeta { generation: 1, table_len: 10, patch_len: 2 },
+            }],
+            chunks: vec![ChunkMeta { id: 0, size: 100 }, ChunkMeta { id: 5, size: 7 }],
+        }
+    }
+
+    #[test]
+    fn meta_round_trips() {
+        let m = sample();
+        assert_eq!(Meta::decode(&m.encode()).unwrap(), m);
+    }
+
+    #[test]
+    fn every_bit_flip_and_truncation_is_an_error() {
+        let b = sample().encode();
+        for bit in 0..b.len() * 8 {
+            let mut d = b.clone();
+            d[bit / 8] ^= 1 << (bit % 8);
+            // A flip in the trailing newline is harmless whitespace; everything else must fail.
+            if bit / 8 == b.len() - 1 && (d[bit / 8] as char).is_ascii_whitespace() {
+                continue;
+            }
+            assert!(Meta::decode(&d).is_err(), "flip of bit {bit} not detected");
+        }
+        for n in 0..b.len() - 1 {
+            assert!(Meta::decode(&b[..n]).is_err(), "truncation to {n} not detected");
+        }
+    }
+
+    #[test]
+    fn unknown_version_is_refused_by_number() {
+        let mut m = sample();
+        m.version = 99;
+        assert_eq!(Meta::decode(&m.encode()), Err(MetaError::Version(99)));
+    }
+
+    #[test]
+    fn bad_field_names_are_refused() {
+        for bad in ["", "a/b", "..", "x y", &"n".repeat(65)] {
+            assert!(validate_fields([(bad, DType::U8, None)].into_iter()).is_err(), "{bad:?}");
+        }
+        assert!(validate_fields([("a", DType::U8, None), ("a", DType::U8, None)].into_iter()).is_err());
+        assert!(validate_fields([("a", DType::F64, Some(&[u64::MAX, 2][..]))].into_iter()).is_err());
+    }
+}

@@ -1,0 +1,9 @@
+//! zrecord: a record store and data loader for ML training.
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
+pub mod error;
+pub mod format;
+pub mod pipeline;
+
+pub use error::{Error, Result};
+pub use format::dtype::{Codec, DType};

@@ -1,0 +1,1 @@
+//! The loader pipeline: sampler → shard → bucket → batch → prefetch → collate.
