@@ -21,7 +21,10 @@ impl Deflater {
     /// A compressor at `level` (1 = fastest … 12 = smallest; out-of-range levels are clamped).
     pub fn new(level: i32) -> Self {
         let lvl = CompressionLvl::new(level.clamp(1, 12)).unwrap_or_default();
-        Deflater { compressor: Compressor::new(lvl), scratch: Vec::new() }
+        Deflater {
+            compressor: Compressor::new(lvl),
+            scratch: Vec::new(),
+        }
     }
 
     /// Encodes `data` for a field whose codec is `codec`: returns the codec actually used and the
@@ -42,13 +45,18 @@ impl Deflater {
 /// Decompresses a deflate record into `out`, which must be exactly the record's logical length:
 /// the output can never exceed it (no decompression bombs), and a stream that decodes to any
 /// other length is an error.
-pub fn inflate(decompressor: &mut Decompressor, stored: &[u8], out: &mut [u8]) -> Result<(), String> {
+pub fn inflate(
+    decompressor: &mut Decompressor,
+    stored: &[u8],
+    out: &mut [u8],
+) -> Result<(), String> {
     match decompressor.deflate_decompress(stored, out) {
         Ok(n) if n == out.len() => Ok(()),
         Ok(n) => Err(format!("decoded {n} bytes, the entry says {}", out.len())),
-        Err(DecompressionError::InsufficientSpace) => {
-            Err(format!("stream decodes to more than the recorded {} bytes", out.len()))
-        }
+        Err(DecompressionError::InsufficientSpace) => Err(format!(
+            "stream decodes to more than the recorded {} bytes",
+            out.len()
+        )),
         Err(DecompressionError::BadData) => Err("invalid deflate stream".to_string()),
     }
 }
@@ -103,7 +111,10 @@ mod tests {
         assert!(inflate(&mut dec, &[0xff; 16], &mut small).is_err());
         for n in 0..stored.len() {
             let mut out = vec![0u8; data.len()];
-            assert!(inflate(&mut dec, &stored[..n], &mut out).is_err(), "truncation to {n}");
+            assert!(
+                inflate(&mut dec, &stored[..n], &mut out).is_err(),
+                "truncation to {n}"
+            );
         }
     }
 }

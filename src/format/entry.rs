@@ -59,8 +59,14 @@ impl Entry {
     /// these limits with typed errors before it builds an entry, so this is a bug, not bad input.
     pub fn encode(&self, index: u64) -> [u8; ENTRY_BYTES] {
         assert!(self.offset < MAX_CHUNK_BYTES, "offset exceeds u40");
-        assert!(u64::from(self.physical_len) <= MAX_RECORD_BYTES, "length exceeds u24");
-        assert!(u64::from(self.logical_len) <= MAX_RECORD_BYTES, "length exceeds u24");
+        assert!(
+            u64::from(self.physical_len) <= MAX_RECORD_BYTES,
+            "length exceeds u24"
+        );
+        assert!(
+            u64::from(self.logical_len) <= MAX_RECORD_BYTES,
+            "length exceeds u24"
+        );
         let mut b = [0u8; ENTRY_BYTES];
         let off = self.offset.to_le_bytes();
         let plen = self.physical_len.to_le_bytes();
@@ -111,7 +117,10 @@ impl Entry {
     /// Structural checks that hold for every valid entry.
     fn check(&self) -> Result<(), String> {
         if u64::from(self.logical_len) > MAX_RECORD_BYTES {
-            return Err(format!("logical length {} exceeds the record limit", self.logical_len));
+            return Err(format!(
+                "logical length {} exceeds the record limit",
+                self.logical_len
+            ));
         }
         match self.codec {
             Codec::Raw if self.physical_len != self.logical_len => Err(format!(
@@ -184,7 +193,10 @@ mod tests {
         for bit in 0..ENTRY_BYTES * 8 {
             let mut d = b;
             d[bit / 8] ^= 1 << (bit % 8);
-            assert!(Entry::decode(7, &d).is_err(), "flip of bit {bit} not detected");
+            assert!(
+                Entry::decode(7, &d).is_err(),
+                "flip of bit {bit} not detected"
+            );
         }
     }
 

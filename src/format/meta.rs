@@ -103,7 +103,10 @@ impl Meta {
         out.extend_from_slice(b"{\"meta\":");
         out.extend_from_slice(body.as_bytes());
         out.extend_from_slice(format!(",\"crc32c\":{crc}}}\n").as_bytes());
-        debug_assert!(serde_json::from_slice::<EnvelopeIn<'_>>(&out).is_ok(), "envelope must parse");
+        debug_assert!(
+            serde_json::from_slice::<EnvelopeIn<'_>>(&out).is_ok(),
+            "envelope must parse"
+        );
         out
     }
 
@@ -122,7 +125,10 @@ impl Meta {
         let v: VersionOnly = serde_json::from_str(body)
             .map_err(|e| MetaError::Corrupt(format!("no format/version: {e}")))?;
         if v.format != "zrecord" {
-            return Err(MetaError::Corrupt(format!("format is {:?}, not \"zrecord\"", v.format)));
+            return Err(MetaError::Corrupt(format!(
+                "format is {:?}, not \"zrecord\"",
+                v.format
+            )));
         }
         if v.version != FORMAT_VERSION {
             return Err(MetaError::Version(v.version));
@@ -135,27 +141,41 @@ impl Meta {
 
     /// Checks the invariants every committed meta satisfies.
     pub fn validate(&self) -> Result<(), String> {
-        validate_fields(self.fields.iter().map(|f| (f.name.as_str(), f.dtype, f.shape.as_deref())))?;
+        validate_fields(
+            self.fields
+                .iter()
+                .map(|f| (f.name.as_str(), f.dtype, f.shape.as_deref())),
+        )?;
         if self.chunk_size_bytes == 0 || self.chunk_size_bytes > MAX_CHUNK_BYTES {
-            return Err(format!("chunk_size_bytes {} out of range", self.chunk_size_bytes));
+            return Err(format!(
+                "chunk_size_bytes {} out of range",
+                self.chunk_size_bytes
+            ));
         }
         if self.chunks.len() > MAX_CHUNKS as usize {
-            return Err(format!("{} chunks, more than {MAX_CHUNKS}", self.chunks.len()));
+            return Err(format!(
+                "{} chunks, more than {MAX_CHUNKS}",
+                self.chunks.len()
+            ));
         }
         let mut ids: Vec<u16> = self.chunks.iter().map(|c| c.id).collect();
         ids.sort_unstable();
         if ids.windows(2).any(|w| matches!(w, [a, b] if a == b)) {
             return Err("duplicate chunk id".to_string());
         }
-        if let Some(c) = self.chunks.iter().find(|c| c.size > MAX_CHUNK_BYTES || u32::from(c.id) >= MAX_CHUNKS) {
+        if let Some(c) = self
+            .chunks
+            .iter()
+            .find(|c| c.size > MAX_CHUNK_BYTES || u32::from(c.id) >= MAX_CHUNKS)
+        {
             return Err(format!("chunk {} out of range", c.id));
         }
         for f in &self.fields {
-            // Every index below len must be covered by the table or a patch.
-            if f.table.table_len < self.len && f.table.patch_len < self.len - f.table.table_len {
+            // Patches only ever replace entries below table_len, so the table covers len.
+            if f.table.table_len < self.len {
                 return Err(format!(
-                    "field {:?}: table of {} entries and {} patches cannot cover {} records",
-                    f.name, f.table.table_len, f.table.patch_len, self.len
+                    "field {:?}: table of {} entries cannot cover {} records",
+                    f.name, f.table.table_len, self.len
                 ));
             }
         }
@@ -176,7 +196,9 @@ pub fn validate_fields<'a>(
     for (name, dtype, shape) in fields {
         let ok = !name.is_empty()
             && name.len() <= 64
-            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
         if !ok {
             return Err(format!(
                 "field name {name:?} must be 1-64 characters of A-Z, a-z, 0-9, '_' or '-'"
@@ -187,7 +209,10 @@ pub fn validate_fields<'a>(
         }
         if let Some(shape) = shape {
             let items = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d));
-            if items.and_then(|n| n.checked_mul(dtype.item_bytes())).is_none() {
+            if items
+                .and_then(|n| n.checked_mul(dtype.item_bytes()))
+                .is_none()
+            {
                 return Err(format!("field {name:?}: shape {shape:?} overflows"));
             }
         }
@@ -214,7 +239,11 @@ mod tests {
                 dtype: DType::F32,
                 shape: Some(vec![2, 3]),
                 codec: Codec::Deflate,
-                table: TableMeta { generation: 1, table_len: 10, patch_len: 2 },
+                table: TableMeta {
+                    generation: 1,
+                    table_len: 10,
+                    patch_len: 2,
+                },
             }],
             chunks: vec![ChunkMeta { id: 0, size: 100 }, ChunkMeta { id: 5, size: 7 }],
         }
@@ -239,7 +268,10 @@ mod tests {
             assert!(Meta::decode(&d).is_err(), "flip of bit {bit} not detected");
         }
         for n in 0..b.len() - 1 {
-            assert!(Meta::decode(&b[..n]).is_err(), "truncation to {n} not detected");
+            assert!(
+                Meta::decode(&b[..n]).is_err(),
+                "truncation to {n} not detected"
+            );
         }
     }
 
@@ -253,9 +285,16 @@ mod tests {
     #[test]
     fn bad_field_names_are_refused() {
         for bad in ["", "a/b", "..", "x y", &"n".repeat(65)] {
-            assert!(validate_fields([(bad, DType::U8, None)].into_iter()).is_err(), "{bad:?}");
+            assert!(
+                validate_fields([(bad, DType::U8, None)].into_iter()).is_err(),
+                "{bad:?}"
+            );
         }
-        assert!(validate_fields([("a", DType::U8, None), ("a", DType::U8, None)].into_iter()).is_err());
-        assert!(validate_fields([("a", DType::F64, Some(&[u64::MAX, 2][..]))].into_iter()).is_err());
+        assert!(
+            validate_fields([("a", DType::U8, None), ("a", DType::U8, None)].into_iter()).is_err()
+        );
+        assert!(
+            validate_fields([("a", DType::F64, Some(&[u64::MAX, 2][..]))].into_iter()).is_err()
+        );
     }
 }

@@ -1,0 +1,87 @@
+//! File-system calls used by the commit protocol, with errors that name the path.
+
+use crate::error::{Error, Result};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+/// Opens a file read-only.
+pub fn open_read(path: &Path) -> Result<File> {
+    File::open(path).map_err(|e| Error::io(path, "open", e))
+}
+
+/// Opens an existing file for reading and writing.
+pub fn open_rw(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| Error::io(path, "open", e))
+}
+
+/// Creates a new file for reading and writing; fails if it exists.
+pub fn create_new(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| Error::io(path, "create", e))
+}
+
+/// The size of an open file.
+pub fn file_len(file: &File, path: &Path) -> Result<u64> {
+    Ok(file
+        .metadata()
+        .map_err(|e| Error::io(path, "stat", e))?
+        .len())
+}
+
+/// Writes all of `buf` at `offset`; a short write is retried until complete or an error.
+pub fn write_all_at(file: &File, path: &Path, buf: &[u8], offset: u64) -> Result<()> {
+    file.write_all_at(buf, offset)
+        .map_err(|e| Error::io(path, "write", e))
+}
+
+/// Reads exactly `buf.len()` bytes at `offset`.
+pub fn read_exact_at(file: &File, path: &Path, buf: &mut [u8], offset: u64) -> Result<()> {
+    file.read_exact_at(buf, offset)
+        .map_err(|e| Error::io(path, "read", e))
+}
+
+/// `fdatasync(2)`: the file's data (and the size it needs) is durable.
+pub fn sync_data(file: &File, path: &Path) -> Result<()> {
+    file.sync_data()
+        .map_err(|e| Error::io(path, "fdatasync", e))
+}
+
+/// `fsync(2)` of a directory: entries created, renamed or removed in it are durable.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(dir, "fsync directory", e))
+}
+
+/// Truncates a file to `len` bytes.
+pub fn set_len(file: &File, path: &Path, len: u64) -> Result<()> {
+    file.set_len(len)
+        .map_err(|e| Error::io(path, "truncate", e))
+}
+
+/// Replaces `path` atomically with `bytes`: write `tmp`, fsync it, rename over `path`, fsync
+/// the directory. Readers see either the old or the new content, never a mix; after a crash,
+/// `path` holds one of the two.
+pub fn replace_atomically(dir: &Path, tmp: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(tmp)
+        .map_err(|e| Error::io(tmp, "create", e))?;
+    f.write_all(bytes).map_err(|e| Error::io(tmp, "write", e))?;
+    f.sync_all().map_err(|e| Error::io(tmp, "fsync", e))?;
+    drop(f);
+    std::fs::rename(tmp, path).map_err(|e| Error::io(path, "rename", e))?;
+    sync_dir(dir)
+}

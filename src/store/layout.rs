@@ -1,0 +1,88 @@
+//! File names inside a dataset directory.
+
+use std::path::{Path, PathBuf};
+
+/// The commit point.
+pub const META: &str = "meta.json";
+/// The file a commit writes before renaming it over [`META`].
+pub const META_TMP: &str = "meta.json.tmp";
+/// The writer's exclusive lock.
+pub const LOCK: &str = "writer.lock";
+/// The directory of chunk files.
+pub const CHUNK_DIR: &str = "chunk";
+
+/// `dir/meta.json`.
+pub fn meta(dir: &Path) -> PathBuf {
+    dir.join(META)
+}
+
+/// `dir/chunk`.
+pub fn chunk_dir(dir: &Path) -> PathBuf {
+    dir.join(CHUNK_DIR)
+}
+
+/// `dir/chunk/<id>.zr`, the id zero-padded to five digits.
+pub fn chunk(dir: &Path, id: u16) -> PathBuf {
+    dir.join(CHUNK_DIR).join(format!("{id:05}.zr"))
+}
+
+/// Parses a chunk file name back into its id.
+pub fn parse_chunk(name: &str) -> Option<u16> {
+    let stem = name.strip_suffix(".zr")?;
+    if stem.len() != 5 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    stem.parse().ok()
+}
+
+/// `dir/<field>.<generation>.offsets`.
+pub fn table(dir: &Path, field: &str, generation: u64) -> PathBuf {
+    dir.join(format!("{field}.{generation}.offsets"))
+}
+
+/// `dir/<field>.<generation>.patches`.
+pub fn patches(dir: &Path, field: &str, generation: u64) -> PathBuf {
+    dir.join(format!("{field}.{generation}.patches"))
+}
+
+/// True for a name that looks like an offset table or patch log (`*.<digits>.offsets|patches`).
+pub fn is_table_file(name: &str) -> bool {
+    let Some(rest) = name
+        .strip_suffix(".offsets")
+        .or_else(|| name.strip_suffix(".patches"))
+    else {
+        return false;
+    };
+    match rest.rsplit_once('.') {
+        Some((field, gen)) => {
+            !field.is_empty() && !gen.is_empty() && gen.bytes().all(|b| b.is_ascii_digit())
+        }
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_names_round_trip() {
+        for id in [0u16, 7, 65_534] {
+            let p = chunk(Path::new("/d"), id);
+            let name = p.file_name().unwrap().to_str().unwrap();
+            assert_eq!(parse_chunk(name), Some(id));
+        }
+        assert_eq!(parse_chunk("1.zr"), None);
+        assert_eq!(parse_chunk("00001.zr.tmp"), None);
+        assert_eq!(parse_chunk("99999.zr"), None);
+    }
+
+    #[test]
+    fn table_names_are_recognised() {
+        assert!(is_table_file("image.0.offsets"));
+        assert!(is_table_file("a.b.12.patches"));
+        assert!(!is_table_file("meta.json"));
+        assert!(!is_table_file(".3.offsets"));
+        assert!(!is_table_file("x.offsets"));
+    }
+}

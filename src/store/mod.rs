@@ -1,0 +1,9 @@
+//! The storage engine on top of `format/` and `io/`: datasets, snapshots, the writer and its
+//! commit protocol.
+
+pub mod batch;
+pub mod dataset;
+pub(crate) mod layout;
+pub mod schema;
+pub mod snapshot;
+pub mod writer;

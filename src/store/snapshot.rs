@@ -1,0 +1,347 @@
+//! A committed, immutable view of a dataset: its meta, its offset tables and its chunk files.
+//!
+//! A snapshot opens every file its meta names and then re-reads `meta.json`; if the meta changed
+//! in between it starts again, so the files it holds are exactly the ones that commit named.
+//! Committed bytes are never overwritten or truncated, so a snapshot stays valid while writers
+//! commit new generations, and files that later commits drop stay readable through the open
+//! descriptors and mappings the snapshot holds.
+
+use crate::error::{Error, Result};
+use crate::format::codec;
+use crate::format::dtype::Codec;
+use crate::format::entry::{decode_patch, Entry, ENTRY_BYTES, PATCH_BYTES};
+use crate::format::meta::{FieldMeta, Meta, MetaError};
+use crate::format::FORMAT_VERSION;
+use crate::io::{fs, mmap::Mapping};
+use crate::store::layout;
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// One field's committed offset table and patch overlay.
+#[derive(Debug)]
+pub(crate) struct FieldTable {
+    pub(crate) meta: FieldMeta,
+    pub(crate) table_path: PathBuf,
+    pub(crate) map: Mapping,
+    pub(crate) patches: HashMap<u64, Entry>,
+}
+
+impl FieldTable {
+    /// Opens, checks and maps the committed prefix of a field's table and reads its patch log.
+    pub(crate) fn load(dir: &Path, meta: &FieldMeta) -> Result<FieldTable> {
+        let t = meta.table;
+        let table_path = layout::table(dir, &meta.name, t.generation);
+        let file = fs::open_read(&table_path)?;
+        let want = t.table_len.saturating_mul(ENTRY_BYTES as u64);
+        check_len(&file, &table_path, want)?;
+        let map = Mapping::new(&file, &table_path, want)?;
+        map.advise_random();
+
+        let patch_path = layout::patches(dir, &meta.name, t.generation);
+        let pfile = fs::open_read(&patch_path)?;
+        let pwant = t.patch_len.saturating_mul(PATCH_BYTES as u64);
+        check_len(&pfile, &patch_path, pwant)?;
+        let mut buf = vec![0u8; usize::try_from(pwant).unwrap_or(usize::MAX)];
+        fs::read_exact_at(&pfile, &patch_path, &mut buf, 0)?;
+        let mut patches = HashMap::with_capacity(buf.len() / PATCH_BYTES);
+        for (i, raw) in buf.chunks_exact(PATCH_BYTES).enumerate() {
+            let pos = (i * PATCH_BYTES) as u64;
+            let corrupt = |index, reason| Error::OffsetCorrupt {
+                path: patch_path.clone(),
+                field: meta.name.clone(),
+                index,
+                offset: pos,
+                reason,
+            };
+            let (index, entry) = decode_patch(raw).map_err(|r| corrupt(i as u64, r))?;
+            if index >= t.table_len {
+                return Err(corrupt(
+                    index,
+                    format!(
+                        "patches index {index} past the table's {} entries",
+                        t.table_len
+                    ),
+                ));
+            }
+            patches.insert(index, entry);
+        }
+        Ok(FieldTable {
+            meta: meta.clone(),
+            table_path,
+            map,
+            patches,
+        })
+    }
+
+    /// The entry of record `index` (< table_len), checked.
+    pub(crate) fn entry(&self, index: u64) -> Result<Entry> {
+        if let Some(e) = self.patches.get(&index) {
+            return Ok(*e);
+        }
+        let start = index.saturating_mul(ENTRY_BYTES as u64);
+        let raw = usize::try_from(start)
+            .ok()
+            .and_then(|s| self.map.bytes().get(s..s + ENTRY_BYTES))
+            .ok_or_else(|| self.corrupt(index, "index past the committed table".to_string()))?;
+        Entry::decode(index, raw).map_err(|reason| self.corrupt(index, reason))
+    }
+
+    pub(crate) fn corrupt(&self, index: u64, reason: String) -> Error {
+        Error::OffsetCorrupt {
+            path: self.table_path.clone(),
+            field: self.meta.name.clone(),
+            index,
+            offset: index.saturating_mul(ENTRY_BYTES as u64),
+            reason,
+        }
+    }
+}
+
+/// A chunk file and its committed size.
+#[derive(Debug)]
+pub(crate) struct ChunkFile {
+    pub(crate) path: PathBuf,
+    pub(crate) file: File,
+    pub(crate) size: u64,
+}
+
+/// A committed, immutable view of a dataset. Cheap to clone through `Arc`; `Send + Sync`.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub(crate) dir: PathBuf,
+    pub(crate) meta: Meta,
+    pub(crate) tables: Vec<FieldTable>,
+    /// Indexed by chunk id.
+    pub(crate) chunks: Vec<Option<Arc<ChunkFile>>>,
+}
+
+fn check_len(file: &File, path: &Path, want: u64) -> Result<()> {
+    let have = fs::file_len(file, path)?;
+    if have < want {
+        return Err(Error::Truncated {
+            path: path.to_path_buf(),
+            expected: want,
+            actual: have,
+        });
+    }
+    Ok(())
+}
+
+/// Reads and decodes `dir/meta.json`, returning the bytes too.
+pub(crate) fn read_meta(dir: &Path) -> Result<(Vec<u8>, Meta)> {
+    let path = layout::meta(dir);
+    let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, "read", e))?;
+    let meta = Meta::decode(&bytes).map_err(|e| match e {
+        MetaError::Corrupt(reason) => Error::MetaCorrupt {
+            path: path.clone(),
+            reason,
+        },
+        MetaError::Version(found) => Error::UnsupportedVersion {
+            path: path.clone(),
+            found,
+            supported: FORMAT_VERSION,
+        },
+    })?;
+    Ok((bytes, meta))
+}
+
+impl Snapshot {
+    /// Opens the dataset's current commit.
+    pub(crate) fn load(dir: &Path) -> Result<Snapshot> {
+        let mut attempt = 0;
+        loop {
+            let (bytes, meta) = read_meta(dir)?;
+            let opened = Snapshot::open_files(dir, meta);
+            // The files are the ones this meta named only if the meta did not change meanwhile.
+            let unchanged = read_meta(dir).map(|(b, _)| b == bytes).unwrap_or(false);
+            match opened {
+                Ok(s) if unchanged => return Ok(s),
+                Err(e) if unchanged || attempt >= 16 => return Err(e),
+                Ok(s) if attempt >= 16 => return Ok(s),
+                _ => attempt += 1,
+            }
+        }
+    }
+
+    fn open_files(dir: &Path, meta: Meta) -> Result<Snapshot> {
+        let tables = meta
+            .fields
+            .iter()
+            .map(|f| FieldTable::load(dir, f))
+            .collect::<Result<Vec<_>>>()?;
+        let max_id = meta
+            .chunks
+            .iter()
+            .map(|c| usize::from(c.id) + 1)
+            .max()
+            .unwrap_or(0);
+        let mut chunks: Vec<Option<Arc<ChunkFile>>> = vec![None; max_id];
+        for c in &meta.chunks {
+            let path = layout::chunk(dir, c.id);
+            let file = fs::open_read(&path)?;
+            check_len(&file, &path, c.size)?;
+            if let Some(slot) = chunks.get_mut(usize::from(c.id)) {
+                *slot = Some(Arc::new(ChunkFile {
+                    path,
+                    file,
+                    size: c.size,
+                }));
+            }
+        }
+        Ok(Snapshot {
+            dir: dir.to_path_buf(),
+            meta,
+            tables,
+            chunks,
+        })
+    }
+
+    /// The dataset directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The committed metadata.
+    pub fn meta(&self) -> &Meta {
+        &self.meta
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> u64 {
+        self.meta.len
+    }
+
+    /// True if the dataset has no records.
+    pub fn is_empty(&self) -> bool {
+        self.meta.len == 0
+    }
+
+    /// The commit generation this snapshot shows.
+    pub fn generation(&self) -> u64 {
+        self.meta.generation
+    }
+
+    /// Index of the field named `name`.
+    pub fn field_index(&self, name: &str) -> Result<usize> {
+        self.meta
+            .field_index(name)
+            .ok_or_else(|| Error::UnknownField {
+                field: name.to_string(),
+            })
+    }
+
+    /// The checked offset entry of `field` for record `index`: in range, intact, and pointing
+    /// inside a committed chunk.
+    pub(crate) fn entry(&self, field: usize, index: u64) -> Result<Entry> {
+        if index >= self.meta.len {
+            return Err(Error::IndexOutOfRange {
+                index,
+                len: self.meta.len,
+            });
+        }
+        let table = self.table(field)?;
+        let e = table.entry(index)?;
+        if e.physical_len > 0 {
+            let chunk = self.chunk(e.chunk);
+            match chunk {
+                None => {
+                    return Err(table.corrupt(
+                        index,
+                        format!("names chunk {}, which the meta does not list", e.chunk),
+                    ))
+                }
+                Some(c) if e.end() > c.size => {
+                    return Err(table.corrupt(
+                        index,
+                        format!(
+                            "record ends at byte {} past chunk {}'s committed {} bytes",
+                            e.end(),
+                            e.chunk,
+                            c.size
+                        ),
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(e)
+    }
+
+    /// Length of record `index` of `field` after decoding, from the offset table alone.
+    pub fn record_len(&self, field: usize, index: u64) -> Result<u64> {
+        Ok(u64::from(self.entry(field, index)?.logical_len))
+    }
+
+    pub(crate) fn table(&self, field: usize) -> Result<&FieldTable> {
+        self.tables.get(field).ok_or_else(|| Error::UnknownField {
+            field: format!("#{field}"),
+        })
+    }
+
+    pub(crate) fn chunk(&self, id: u16) -> Option<&Arc<ChunkFile>> {
+        self.chunks.get(usize::from(id)).and_then(Option::as_ref)
+    }
+
+    /// Reads, checks and decodes one record into `out` (exactly its logical length).
+    pub(crate) fn read_into(
+        &self,
+        field: usize,
+        index: u64,
+        e: &Entry,
+        out: &mut [u8],
+    ) -> Result<()> {
+        if e.physical_len == 0 {
+            return Ok(());
+        }
+        let table = self.table(field)?;
+        let chunk = self.chunk(e.chunk).ok_or_else(|| {
+            table.corrupt(
+                index,
+                format!("names chunk {}, which the meta does not list", e.chunk),
+            )
+        })?;
+        let name = || table.meta.name.clone();
+        let check = |stored: &[u8]| {
+            let actual = crc32c::crc32c(stored);
+            if actual == e.data_crc {
+                Ok(())
+            } else {
+                Err(Error::ChecksumMismatch {
+                    path: chunk.path.clone(),
+                    field: name(),
+                    index,
+                    offset: e.offset,
+                    expected: e.data_crc,
+                    actual,
+                })
+            }
+        };
+        match e.codec {
+            Codec::Raw => {
+                fs::read_exact_at(&chunk.file, &chunk.path, out, e.offset)?;
+                check(out)
+            }
+            Codec::Deflate => {
+                let mut stored = vec![0u8; e.physical_len as usize];
+                fs::read_exact_at(&chunk.file, &chunk.path, &mut stored, e.offset)?;
+                check(&stored)?;
+                DECOMPRESSOR
+                    .with(|d| codec::inflate(&mut d.borrow_mut(), &stored, out))
+                    .map_err(|reason| Error::Decompress {
+                        path: chunk.path.clone(),
+                        field: name(),
+                        index,
+                        offset: e.offset,
+                        reason,
+                    })
+            }
+        }
+    }
+}
+
+thread_local! {
+    static DECOMPRESSOR: std::cell::RefCell<libdeflater::Decompressor> =
+        std::cell::RefCell::new(libdeflater::Decompressor::new());
+}
