@@ -130,6 +130,8 @@ pub struct Writer {
     /// Chunks sealed since the last commit, still to be synced.
     sealed: Vec<(PathBuf, File)>,
     created_chunk_file: bool,
+    /// Where the search for a free chunk id starts.
+    next_chunk_hint: u32,
     deflater: Deflater,
     poisoned: Option<String>,
 }
@@ -229,6 +231,7 @@ impl Writer {
             active: None,
             sealed: Vec::new(),
             created_chunk_file: false,
+            next_chunk_hint: 0,
             poisoned: None,
         })
     }
@@ -509,10 +512,13 @@ impl Writer {
                 return Ok(());
             }
         }
+        // The lowest free id at or after the last one taken, wrapping: O(1) amortised.
         let id = (0..MAX_CHUNKS)
+            .map(|k| (self.next_chunk_hint + k) % MAX_CHUNKS)
             .filter_map(|i| u16::try_from(i).ok())
             .find(|i| !self.chunks.contains_key(i))
             .ok_or(Error::TooManyChunks { max: MAX_CHUNKS })?;
+        self.next_chunk_hint = (u32::from(id) + 1) % MAX_CHUNKS;
         let path = layout::chunk(&self.dir, id);
         let file = fs::create_new(&path)?;
         self.created_chunk_file = true;

@@ -1,0 +1,231 @@
+//! Any sequence of append / modify / delete / commit / reopen / get / gather leaves the dataset
+//! equal, byte for byte, to a plain `Vec<Vec<u8>>`-per-field model of its last commit.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use proptest::prelude::*;
+use proptest::sample::Index;
+use std::path::Path;
+use zrecord::{Codec, DType, Dataset, Error, Field, Schema, Writer, WriterConfig};
+
+const CHUNK: u64 = 8192;
+const MAX: usize = (1 << 24) - 1;
+
+type Rec = Vec<Vec<u8>>;
+
+/// A record size drawn from the interesting places: empty, tiny, around a page, around the chunk
+/// size, and the largest record the format allows.
+fn size() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        20 => Just(0usize),
+        20 => Just(1usize),
+        30 => 2usize..300,
+        20 => 4095usize..=4097,
+        15 => (CHUNK as usize - 40)..=(CHUNK as usize + 40),
+        1 => Just(MAX),
+    ]
+}
+
+/// Bytes of `len`, compressible or not depending on `seed`.
+fn bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    if seed % 2 == 0 {
+        return (0..len).map(|i| (i as u64 % 17 ^ seed) as u8).collect();
+    }
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Append(usize, u64, usize, u64),
+    Modify(Index, bool, usize, u64),
+    ModifyRecord(Index, usize, u64),
+    Delete(Index),
+    Commit,
+    Reopen,
+    Get(Index),
+    Gather(Vec<Index>),
+    GetOutOfRange,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        30 => (size(), any::<u64>(), size(), any::<u64>()).prop_map(|(a, b, c, d)| Op::Append(a, b, c, d)),
+        8 => (any::<Index>(), any::<bool>(), size(), any::<u64>()).prop_map(|(i, f, s, x)| Op::Modify(i, f, s, x)),
+        4 => (any::<Index>(), size(), any::<u64>()).prop_map(|(i, s, x)| Op::ModifyRecord(i, s, x)),
+        10 => any::<Index>().prop_map(Op::Delete),
+        10 => Just(Op::Commit),
+        3 => Just(Op::Reopen),
+        6 => any::<Index>().prop_map(Op::Get),
+        6 => prop::collection::vec(any::<Index>(), 0..20).prop_map(Op::Gather),
+        1 => Just(Op::GetOutOfRange),
+    ]
+}
+
+fn schema() -> Schema {
+    Schema::new()
+        .field(Field::new("a", DType::Bytes).codec(Codec::Deflate))
+        .field(Field::new("b", DType::U8))
+        .chunk_size_bytes(CHUNK)
+}
+
+fn check_all(dir: &Path, model: &[Rec]) {
+    let ds = Dataset::open(dir).unwrap();
+    assert_eq!(ds.len(), model.len() as u64);
+    for (i, rec) in model.iter().enumerate() {
+        let got = ds.get(i as u64).unwrap();
+        assert_eq!(got.len(), 2);
+        for f in 0..2 {
+            assert!(
+                got[f][..] == rec[f][..],
+                "record {i} field {f}: {} vs {} bytes",
+                got[f].len(),
+                rec[f].len()
+            );
+        }
+    }
+}
+
+fn run(ops: Vec<Op>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ds");
+    let mut w = Writer::create(
+        &dir,
+        &schema(),
+        WriterConfig {
+            deflate_level: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let ds = Dataset::open(&dir).unwrap();
+    let mut committed: Vec<Rec> = Vec::new();
+    let mut working: Vec<Rec> = Vec::new();
+    for op in ops {
+        match op {
+            Op::Append(s1, x1, s2, x2) => {
+                let rec = vec![bytes(s1, x1), bytes(s2, x2)];
+                assert_eq!(w.append(&rec).unwrap(), working.len() as u64);
+                working.push(rec);
+            }
+            Op::Modify(i, f, s, x) => {
+                if working.is_empty() {
+                    assert!(matches!(
+                        w.modify(0, "a", b"x"),
+                        Err(Error::IndexOutOfRange { .. })
+                    ));
+                    continue;
+                }
+                let i = i.index(working.len());
+                let data = bytes(s, x);
+                w.modify(i as u64, if f { "a" } else { "b" }, &data)
+                    .unwrap();
+                working[i][usize::from(!f)] = data;
+            }
+            Op::ModifyRecord(i, s, x) => {
+                if working.is_empty() {
+                    continue;
+                }
+                let i = i.index(working.len());
+                let rec = vec![bytes(s, x), bytes(s / 2, x ^ 1)];
+                w.modify_record(i as u64, &rec).unwrap();
+                working[i] = rec;
+            }
+            Op::Delete(i) => {
+                if working.is_empty() {
+                    assert!(matches!(w.delete(0), Err(Error::IndexOutOfRange { .. })));
+                    continue;
+                }
+                let i = i.index(working.len());
+                w.delete(i as u64).unwrap();
+                working.swap_remove(i);
+            }
+            Op::Commit => {
+                w.commit().unwrap();
+                committed = working.clone();
+                assert!(ds.refresh().unwrap());
+                assert_eq!(ds.len(), committed.len() as u64);
+            }
+            Op::Reopen => {
+                drop(w);
+                check_all(&dir, &committed);
+                w = Writer::open(
+                    &dir,
+                    WriterConfig {
+                        deflate_level: 1,
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
+                working = committed.clone();
+            }
+            Op::Get(i) => {
+                if committed.is_empty() {
+                    continue;
+                }
+                let i = i.index(committed.len());
+                let got = ds.get(i as u64).unwrap();
+                assert!(
+                    got[0][..] == committed[i][0][..] && got[1][..] == committed[i][1][..],
+                    "get {i}"
+                );
+            }
+            Op::Gather(idx) => {
+                if committed.is_empty() {
+                    continue;
+                }
+                let idx: Vec<u64> = idx
+                    .iter()
+                    .map(|i| i.index(committed.len()) as u64)
+                    .collect();
+                let b = ds.gather_blocking(&idx).unwrap();
+                assert_eq!(b.len(), idx.len());
+                for (r, &i) in idx.iter().enumerate() {
+                    for f in 0..2 {
+                        let got = b.get(r, f).unwrap();
+                        assert!(
+                            got == &committed[i as usize][f][..],
+                            "gather slot {r} index {i} field {f}"
+                        );
+                        assert_eq!(got.as_ptr() as usize % 64, 0);
+                    }
+                }
+            }
+            Op::GetOutOfRange => {
+                let n = committed.len() as u64;
+                assert!(
+                    matches!(ds.get(n), Err(Error::IndexOutOfRange { index, len }) if index == n && len == n)
+                );
+                assert!(matches!(
+                    ds.gather_blocking(&[0, n]),
+                    Err(Error::IndexOutOfRange { .. })
+                ));
+            }
+        }
+    }
+    w.commit().unwrap();
+    drop(w);
+    check_all(&dir, &working);
+}
+
+fn cases() -> u32 {
+    std::env::var("ZRECORD_MODEL_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), max_shrink_iters: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn store_matches_model(ops in prop::collection::vec(op(), 1..200)) {
+        run(ops);
+    }
+}
