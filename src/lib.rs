@@ -1,4 +1,35 @@
 //! zrecord: a record store and data loader for ML training.
+//!
+//! A dataset is a directory of append-only chunk files, one checksummed offset table per field,
+//! and a `meta.json` commit point (see `docs/FORMAT.md`). One [`Writer`] appends, modifies,
+//! deletes and commits crash-safely; any number of readers ([`Dataset`]) read random records in
+//! batches, in the caller's order, every record checked against its CRC32C.
+//!
+//! ```
+//! use zrecord::{Codec, DType, Dataset, Field, Schema, Writer, WriterConfig};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let tmp = tempfile::tempdir()?;
+//! let dir = tmp.path().join("train.zr");
+//! let schema = Schema::new()
+//!     .field(Field::new("tokens", DType::U32).codec(Codec::Deflate))
+//!     .field(Field::new("label", DType::I64).shape(vec![]));
+//!
+//! let mut writer = Writer::create(&dir, &schema, WriterConfig::default())?;
+//! for i in 0..100u32 {
+//!     let tokens: Vec<u8> = (0..i).flat_map(|t| t.to_le_bytes()).collect();
+//!     writer.append(&[&tokens[..], &i64::from(i % 3).to_le_bytes()[..]])?;
+//! }
+//! writer.commit()?; // durable from here: data, offsets, meta.json, each fsynced in order
+//! drop(writer);
+//!
+//! let ds = Dataset::open(&dir)?;
+//! let batch = ds.gather_blocking(&[42, 7, 99])?; // results in caller order
+//! assert_eq!(batch.typed::<u32>(0, 0)?.len(), 42);
+//! assert_eq!(batch.typed::<i64>(2, 1)?, &[0]);
+//! # Ok(())
+//! # }
+//! ```
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod error;

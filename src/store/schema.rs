@@ -118,7 +118,7 @@ pub(crate) fn check_record(field: &FieldMeta, data: &[u8]) -> Result<()> {
         return Ok(());
     }
     let item = field.dtype.item_bytes();
-    if len % item != 0 {
+    if !len.is_multiple_of(item) {
         return Err(Error::ShapeMismatch {
             field: field.name.clone(),
             reason: format!(

@@ -127,8 +127,11 @@ pub struct Writer {
     /// Working chunk sizes: committed sizes plus bytes appended since.
     chunks: BTreeMap<u16, u64>,
     active: Option<ActiveChunk>,
-    /// Chunks sealed since the last commit, still to be synced.
-    sealed: Vec<(PathBuf, File)>,
+    /// Chunks sealed since the last commit, still to be synced. Their descriptors are closed at
+    /// sealing (a writer may seal thousands of chunks between commits); commit reopens each to
+    /// `fdatasync` it, which flushes the file's dirty pages whichever descriptor wrote them, and
+    /// since Linux 4.16 reports a writeback error no descriptor has seen yet.
+    sealed: Vec<PathBuf>,
     created_chunk_file: bool,
     /// Where the search for a free chunk id starts.
     next_chunk_hint: u32,
@@ -496,7 +499,7 @@ impl Writer {
     fn roll_over(&mut self) -> Result<()> {
         if let Some(mut a) = self.active.take() {
             flush(&mut a)?;
-            self.sealed.push((a.path, a.file));
+            self.sealed.push(a.path);
         } else if let Some((&id, &size)) = self.chunks.iter().next_back() {
             if size < self.meta.chunk_size_bytes {
                 let path = layout::chunk(&self.dir, id);
@@ -547,8 +550,8 @@ impl Writer {
             flush(a)?;
             fs::sync_data(&a.file, &a.path)?;
         }
-        for (path, file) in self.sealed.drain(..) {
-            fs::sync_data(&file, &path)?;
+        for path in self.sealed.drain(..) {
+            fs::sync_data(&fs::open_read(&path)?, &path)?;
         }
         if self.created_chunk_file {
             fs::sync_dir(&layout::chunk_dir(&self.dir))?;
