@@ -41,8 +41,10 @@ pub use format::dtype::{Codec, DType};
 pub mod io;
 pub mod store;
 
-pub use store::batch::{Batch, Element};
+pub use io::Backend;
+pub use store::batch::{Batch, Element, ReadOptions};
 pub use store::dataset::Dataset;
+pub use store::dataset::GatherFuture;
 pub use store::schema::{Field, Schema};
 pub use store::snapshot::Snapshot;
 pub use store::writer::{Writer, WriterConfig};

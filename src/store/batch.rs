@@ -1,8 +1,12 @@
 //! Gathered records: one owned slab per batch, every slot 64-byte aligned, in caller order.
 
 use crate::error::{Error, Result};
-use crate::format::dtype::DType;
-use crate::store::snapshot::Snapshot;
+use crate::format::codec;
+use crate::format::dtype::{Codec, DType};
+use crate::format::entry::Entry;
+use crate::io::job::{IoJob, Piece, ReadOp};
+use crate::io::{self, Backend};
+use crate::store::snapshot::{Snapshot, DECOMPRESSOR};
 use bytes::Bytes;
 use std::sync::Arc;
 
@@ -21,19 +25,14 @@ macro_rules! element {
 element!(u8 => U8, i8 => I8, u16 => U16, i16 => I16, u32 => U32, i32 => I32, u64 => U64, i64 => I64,
          half::f16 => F16, half::bf16 => Bf16, f32 => F32, f64 => F64);
 
-#[derive(Clone, Copy, Debug)]
-struct Slot {
-    start: usize,
-    len: usize,
-}
-
 /// Records gathered from a snapshot: `len()` records × `fields().len()` fields, in the order the
-/// indices were given. Dropping the batch frees its memory; a [`Bytes`] from
-/// [`Batch::bytes`] keeps the slab alive on its own.
+/// indices were given. Each value is a [`Bytes`]: a 64-byte-aligned slot of the batch's one
+/// slab, or a zero-copy slice of a chunk mapping (raw records served by the mmap path).
+/// Dropping the batch frees its memory; a [`Bytes`] from [`Batch::bytes`] keeps its slab or
+/// mapping alive on its own.
 #[derive(Clone, Debug)]
 pub struct Batch {
-    slab: Bytes,
-    slots: Vec<Slot>,
+    values: Vec<Bytes>,
     indices: Vec<u64>,
     fields: Arc<[(String, DType)]>,
 }
@@ -69,26 +68,23 @@ impl Batch {
             })
     }
 
-    fn slot(&self, record: usize, field: usize) -> Option<Slot> {
+    fn value(&self, record: usize, field: usize) -> Option<&Bytes> {
         if field >= self.fields.len() {
             return None;
         }
-        self.slots
+        self.values
             .get(record.checked_mul(self.fields.len())?.checked_add(field)?)
-            .copied()
     }
 
     /// The bytes of `field` (a position in [`Batch::fields`]) of the `record`-th record, or
     /// `None` if either is out of range. An absent record is an empty slice.
     pub fn get(&self, record: usize, field: usize) -> Option<&[u8]> {
-        let s = self.slot(record, field)?;
-        self.slab.get(s.start..s.start + s.len)
+        self.value(record, field).map(|b| &b[..])
     }
 
-    /// Like [`Batch::get`], as a zero-copy [`Bytes`] that keeps the slab alive.
+    /// Like [`Batch::get`], as a zero-copy [`Bytes`] that keeps the slab (or mapping) alive.
     pub fn bytes(&self, record: usize, field: usize) -> Option<Bytes> {
-        let s = self.slot(record, field)?;
-        Some(self.slab.slice(s.start..s.start + s.len))
+        self.value(record, field).cloned()
     }
 
     /// A typed view of a record, checked against the field's dtype.
@@ -119,46 +115,112 @@ impl Batch {
 
     /// Consumes the batch into one [`Bytes`] per field per record (zero-copy).
     pub fn into_records(self) -> Vec<Vec<Bytes>> {
-        let nf = self.fields.len();
-        (0..self.len())
-            .map(|r| (0..nf).filter_map(|f| self.bytes(r, f)).collect())
-            .collect()
+        let nf = self.fields.len().max(1);
+        let mut out = Vec::with_capacity(self.indices.len());
+        let mut values = self.values.into_iter();
+        for _ in 0..self.indices.len() {
+            out.push(values.by_ref().take(nf).collect());
+        }
+        out
+    }
+
+    /// Total bytes of all values.
+    pub fn total_bytes(&self) -> usize {
+        self.values.iter().map(Bytes::len).sum()
     }
 }
 
-/// Reads `indices` × `fields` from `snap` into one aligned slab, in caller order. Every index is
-/// checked; every record's checksum is verified.
-pub(crate) fn gather(snap: &Snapshot, indices: &[u64], fields: &[usize]) -> Result<Batch> {
-    let mut entries = Vec::with_capacity(indices.len() * fields.len());
-    let mut slots = Vec::with_capacity(entries.capacity());
-    let mut total = 0usize;
-    for &index in indices {
-        for &f in fields {
-            let e = snap.entry(f, index)?;
-            let len = e.logical_len as usize;
-            slots.push(Slot { start: total, len });
-            total += len.next_multiple_of(SLOT_ALIGN);
-            entries.push(e);
+/// How a dataset reads records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReadOptions {
+    /// Which backend serves reads (`ZRECORD_IO` overrides it). Default [`Backend::Auto`].
+    pub backend: Backend,
+    /// Verify every record's CRC32C on every read. Default true; turning it off trades the
+    /// detection of damaged bytes for a little speed (see docs/BENCHMARKS.md).
+    pub verify_checksums: bool,
+    /// Read chunks with `O_DIRECT` (for datasets much larger than RAM: no page-cache pollution,
+    /// no double copy). Aligned ranges are read into a staging buffer and sliced afterwards.
+    /// Never uses the mmap path. Default false.
+    pub direct_io: bool,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions {
+            backend: Backend::Auto,
+            verify_checksums: true,
+            direct_io: false,
         }
     }
-    // Over-allocate by one alignment unit and start the slots where the buffer is aligned.
-    let mut buf = vec![0u8; total + SLOT_ALIGN];
-    let pad = buf.as_ptr().align_offset(SLOT_ALIGN).min(SLOT_ALIGN);
-    for s in &mut slots {
-        s.start += pad;
+}
+
+impl ReadOptions {
+    /// The default options with `backend`.
+    pub fn with_backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
+        self
     }
-    let mut i = 0;
+
+    /// The options with checksum verification on or off.
+    pub fn with_verify_checksums(mut self, verify: bool) -> Self {
+        self.verify_checksums = verify;
+        self
+    }
+
+    /// The options with `O_DIRECT` reads on or off.
+    pub fn with_direct_io(mut self, direct: bool) -> Self {
+        self.direct_io = direct;
+        self
+    }
+}
+
+/// Records probed with `mincore` per batch by [`Backend::Auto`].
+const PROBES: usize = 8;
+/// Largest coalesced read.
+const MAX_OP_BYTES: usize = 1 << 20;
+/// Most records in one coalesced read.
+const MAX_OP_PIECES: usize = 256;
+/// Alignment of `O_DIRECT` offsets, lengths and buffers.
+const DIRECT_ALIGN: usize = 4096;
+
+/// One value to produce.
+struct Want {
+    field: usize,
+    index: u64,
+    e: Entry,
+}
+
+/// Reads `indices` × `fields` from `snap` in caller order, through the backend `opts` and
+/// `ZRECORD_IO` select. Every index is checked; every record's checksum is verified unless
+/// `opts` turns it off.
+pub(crate) fn gather(
+    snap: &Snapshot,
+    indices: &[u64],
+    fields: &[usize],
+    opts: &ReadOptions,
+) -> Result<Batch> {
+    let mut wants = Vec::with_capacity(indices.len().saturating_mul(fields.len()));
     for &index in indices {
-        for &f in fields {
-            let (Some(e), Some(s)) = (entries.get(i), slots.get(i)) else {
-                break;
-            };
-            if let Some(out) = buf.get_mut(s.start..s.start + s.len) {
-                snap.read_into(f, index, e, out)?;
-            }
-            i += 1;
+        for &field in fields {
+            let e = snap.entry(field, index)?;
+            wants.push(Want { field, index, e });
         }
     }
+    let backend = io::effective_backend(opts.backend);
+    let mapped = !opts.direct_io
+        && match backend {
+            Backend::Mmap => true,
+            Backend::Auto => resident(snap, &wants),
+            _ => false,
+        };
+    let values = match mapped {
+        true => match gather_mapped(snap, &wants, opts)? {
+            Some(v) => v,
+            None => gather_io(snap, &wants, opts, backend)?,
+        },
+        false => gather_io(snap, &wants, opts, backend)?,
+    };
     let names: Arc<[(String, DType)]> = fields
         .iter()
         .filter_map(|&f| {
@@ -168,9 +230,355 @@ pub(crate) fn gather(snap: &Snapshot, indices: &[u64], fields: &[usize]) -> Resu
         })
         .collect();
     Ok(Batch {
-        slab: Bytes::from(buf),
-        slots,
+        values,
         indices: indices.to_vec(),
         fields: names,
     })
+}
+
+/// True if a sample of the batch's records is in the page cache: the batch is served from the
+/// mapping. One cold record among them sends the whole batch to the I/O backend.
+fn resident(snap: &Snapshot, wants: &[Want]) -> bool {
+    let present: Vec<&Want> = wants.iter().filter(|w| w.e.physical_len > 0).collect();
+    let step = present.len().div_ceil(PROBES).max(1);
+    present.iter().step_by(step).all(|w| {
+        snap.chunk(w.e.chunk)
+            .and_then(|c| c.map())
+            .is_some_and(|m| m.resident(w.e.offset, w.e.physical_len as usize))
+    })
+}
+
+/// A 64-byte-aligned slab with one slot per length, and the slot starts.
+fn slab(lens: impl Iterator<Item = usize>, align: usize) -> (Vec<u8>, Vec<usize>) {
+    let mut starts = Vec::new();
+    let mut total = 0usize;
+    for len in lens {
+        starts.push(total);
+        total += len.next_multiple_of(align);
+    }
+    let buf = vec![0u8; total + align];
+    let pad = buf.as_ptr().align_offset(align).min(align);
+    for s in &mut starts {
+        *s += pad;
+    }
+    (buf, starts)
+}
+
+fn checksum(snap: &Snapshot, w: &Want, stored: &[u8]) -> Result<()> {
+    let actual = crc32c::crc32c(stored);
+    if actual == w.e.data_crc {
+        return Ok(());
+    }
+    Err(Error::ChecksumMismatch {
+        path: chunk_path(snap, w),
+        field: field_name(snap, w),
+        index: w.index,
+        offset: w.e.offset,
+        expected: w.e.data_crc,
+        actual,
+    })
+}
+
+fn chunk_path(snap: &Snapshot, w: &Want) -> std::path::PathBuf {
+    snap.chunk(w.e.chunk)
+        .map(|c| c.path().to_path_buf())
+        .unwrap_or_default()
+}
+
+fn field_name(snap: &Snapshot, w: &Want) -> String {
+    snap.tables
+        .get(w.field)
+        .map(|t| t.meta.name.clone())
+        .unwrap_or_default()
+}
+
+/// Inflates `stored` into exactly `out.len()` bytes.
+fn inflate(snap: &Snapshot, w: &Want, stored: &[u8], out: &mut [u8]) -> Result<()> {
+    DECOMPRESSOR
+        .with(|d| codec::inflate(&mut d.borrow_mut(), stored, out))
+        .map_err(|reason| Error::Decompress {
+            path: chunk_path(snap, w),
+            field: field_name(snap, w),
+            index: w.index,
+            offset: w.e.offset,
+            reason,
+        })
+}
+
+fn missing_chunk(snap: &Snapshot, w: &Want) -> Error {
+    match snap.table(w.field) {
+        Ok(t) => t.corrupt(
+            w.index,
+            format!("names chunk {}, which the meta does not list", w.e.chunk),
+        ),
+        Err(e) => e,
+    }
+}
+
+/// The mmap path: raw records are zero-copy slices of the chunk mappings; deflate records are
+/// inflated from the mapping into a slab. `None` if a chunk cannot be mapped.
+fn gather_mapped(
+    snap: &Snapshot,
+    wants: &[Want],
+    opts: &ReadOptions,
+) -> Result<Option<Vec<Bytes>>> {
+    let inflated = |w: &Want| w.e.codec == Codec::Deflate && w.e.physical_len > 0;
+    let (mut buf, starts) = slab(
+        wants
+            .iter()
+            .filter(|w| inflated(w))
+            .map(|w| w.e.logical_len as usize),
+        SLOT_ALIGN,
+    );
+    let mut values = Vec::with_capacity(wants.len());
+    let mut slots = starts.iter();
+    let mut deflated = Vec::new(); // (value position, start, len)
+    for (pos, w) in wants.iter().enumerate() {
+        if w.e.physical_len == 0 {
+            values.push(Bytes::new());
+            continue;
+        }
+        let chunk = snap
+            .chunk(w.e.chunk)
+            .ok_or_else(|| missing_chunk(snap, w))?;
+        let Some(map) = chunk.map() else {
+            return Ok(None);
+        };
+        let (start, end) = (w.e.offset as usize, w.e.end() as usize);
+        if end > map.bytes().len() {
+            return Err(missing_chunk(snap, w));
+        }
+        let stored = map.bytes().slice(start..end);
+        if opts.verify_checksums {
+            checksum(snap, w, &stored)?;
+        }
+        match w.e.codec {
+            Codec::Raw => values.push(stored),
+            Codec::Deflate => {
+                let at = slots.next().copied().unwrap_or(0);
+                let len = w.e.logical_len as usize;
+                let out = buf
+                    .get_mut(at..at + len)
+                    .ok_or_else(|| missing_chunk(snap, w))?;
+                inflate(snap, w, &stored, out)?;
+                deflated.push((pos, at, len));
+                values.push(Bytes::new());
+            }
+        }
+    }
+    if !deflated.is_empty() {
+        let slab = Bytes::from(buf);
+        for (pos, at, len) in deflated {
+            if let Some(v) = values.get_mut(pos) {
+                *v = slab.slice(at..at + len);
+            }
+        }
+    }
+    Ok(Some(values))
+}
+
+/// Where a record's stored bytes land: its output slot (raw, buffered) or the staging buffer.
+#[derive(Clone, Copy)]
+struct Landing {
+    staged: bool,
+    at: usize,
+}
+
+fn set(landing: &mut [Landing], i: usize, l: Landing) {
+    if let Some(slot) = landing.get_mut(i) {
+        *slot = l;
+    }
+}
+
+/// The I/O path: positioned reads through io_uring or the pread pool, sorted by (chunk,
+/// offset) and coalesced, straight into the output slots where no transformation is needed.
+fn gather_io(
+    snap: &Snapshot,
+    wants: &[Want],
+    opts: &ReadOptions,
+    backend: Backend,
+) -> Result<Vec<Bytes>> {
+    let (out, starts) = slab(wants.iter().map(|w| w.e.logical_len as usize), SLOT_ALIGN);
+    let mut order: Vec<usize> = (0..wants.len())
+        .filter(|&i| wants.get(i).is_some_and(|w| w.e.physical_len > 0))
+        .collect();
+    order.sort_unstable_by_key(|&i| wants.get(i).map(|w| (w.e.chunk, w.e.offset)));
+
+    let mut job = IoJob::default();
+    let mut landing = vec![
+        Landing {
+            staged: false,
+            at: 0
+        };
+        wants.len()
+    ];
+    let mut staging_len = 0usize;
+    let mut current: Option<(u16, bool)> = None; // (chunk, direct) of the last file pushed
+    let mut op_end = 0u64; // file offset where the last op ends
+    for &i in &order {
+        let Some(w) = wants.get(i) else { continue };
+        let chunk = snap
+            .chunk(w.e.chunk)
+            .ok_or_else(|| missing_chunk(snap, w))?;
+        let direct_file = if opts.direct_io { chunk.direct() } else { None };
+        let direct = direct_file.is_some();
+        if current != Some((w.e.chunk, direct)) {
+            job.files
+                .push(Arc::clone(direct_file.unwrap_or(&chunk.file)));
+            current = Some((w.e.chunk, direct));
+            op_end = u64::MAX;
+        }
+        let file = job.files.len() - 1;
+        let len = w.e.physical_len as usize;
+        if direct {
+            // Aligned span around the record; extend the previous op if the spans touch.
+            let a = DIRECT_ALIGN as u64;
+            let start = w.e.offset / a * a;
+            let end = w.e.end().next_multiple_of(a);
+            let extend = job.ops.last().is_some_and(|op| {
+                op.file == file && start <= op_end && (end - op.offset) as usize <= MAX_OP_BYTES
+            }) && op_end != u64::MAX;
+            if extend {
+                if let (Some(op), Some(p)) = (job.ops.last_mut(), job.pieces.last_mut()) {
+                    if end > op_end {
+                        let grow = (end - op_end) as usize;
+                        p.len += grow;
+                        staging_len += grow;
+                        op_end = end;
+                    }
+                    op.need = op.need.max((w.e.end() - op.offset) as usize);
+                    set(
+                        &mut landing,
+                        i,
+                        Landing {
+                            staged: true,
+                            at: p.at + (w.e.offset - op.offset) as usize,
+                        },
+                    );
+                }
+            } else {
+                let span = (end - start) as usize;
+                job.pieces.push(Piece {
+                    buf: 1,
+                    at: staging_len,
+                    len: span,
+                });
+                job.ops.push(ReadOp {
+                    file,
+                    offset: start,
+                    need: (w.e.end() - start) as usize,
+                    pieces: job.pieces.len() - 1..job.pieces.len(),
+                });
+                set(
+                    &mut landing,
+                    i,
+                    Landing {
+                        staged: true,
+                        at: staging_len + (w.e.offset - start) as usize,
+                    },
+                );
+                staging_len += span;
+                op_end = end;
+            }
+            continue;
+        }
+        let staged = w.e.codec == Codec::Deflate;
+        let at = if staged {
+            let at = staging_len;
+            staging_len += len.next_multiple_of(SLOT_ALIGN);
+            at
+        } else {
+            starts.get(i).copied().unwrap_or(0)
+        };
+        set(&mut landing, i, Landing { staged, at });
+        let piece = Piece {
+            buf: usize::from(staged),
+            at,
+            len,
+        };
+        let extend = op_end == w.e.offset
+            && job.ops.last().is_some_and(|op| {
+                op.file == file && op.pieces.len() < MAX_OP_PIECES && op.need + len <= MAX_OP_BYTES
+            });
+        job.pieces.push(piece);
+        let n = job.pieces.len();
+        match (extend, job.ops.last_mut()) {
+            (true, Some(op)) => {
+                op.pieces.end = n;
+                op.need += len;
+            }
+            _ => job.ops.push(ReadOp {
+                file,
+                offset: w.e.offset,
+                need: len,
+                pieces: n - 1..n,
+            }),
+        }
+        op_end = w.e.end();
+    }
+
+    // Buffers: the output slab, and the staging buffer aligned for O_DIRECT when used.
+    let align = if opts.direct_io {
+        DIRECT_ALIGN
+    } else {
+        SLOT_ALIGN
+    };
+    let staging = vec![0u8; staging_len + if staging_len > 0 { align } else { 0 }];
+    let pad = staging.as_ptr().align_offset(align).min(align);
+    if staging_len > 0 {
+        for p in job.pieces.iter_mut().filter(|p| p.buf == 1) {
+            p.at += pad;
+        }
+        for l in landing.iter_mut().filter(|l| l.staged) {
+            l.at += pad;
+        }
+    }
+    job.bufs = vec![out, staging];
+    if !job.ops.is_empty() {
+        let exec = io::executor(backend)?;
+        job = exec.run(job)?;
+    }
+    let mut bufs = std::mem::take(&mut job.bufs).into_iter();
+    let mut out = bufs.next().unwrap_or_default();
+    let staging = bufs.next().unwrap_or_default();
+
+    // Check, inflate, copy out of staging.
+    for (i, w) in wants.iter().enumerate() {
+        let (Some(l), Some(&slot)) = (landing.get(i), starts.get(i)) else {
+            continue;
+        };
+        if w.e.physical_len == 0 {
+            continue;
+        }
+        let plen = w.e.physical_len as usize;
+        let llen = w.e.logical_len as usize;
+        if !l.staged {
+            let stored = out
+                .get(l.at..l.at + plen)
+                .ok_or_else(|| missing_chunk(snap, w))?;
+            if opts.verify_checksums {
+                checksum(snap, w, stored)?;
+            }
+            continue;
+        }
+        let stored = staging
+            .get(l.at..l.at + plen)
+            .ok_or_else(|| missing_chunk(snap, w))?;
+        if opts.verify_checksums {
+            checksum(snap, w, stored)?;
+        }
+        let dst = out
+            .get_mut(slot..slot + llen)
+            .ok_or_else(|| missing_chunk(snap, w))?;
+        match w.e.codec {
+            Codec::Deflate => inflate(snap, w, stored, dst)?,
+            Codec::Raw => dst.copy_from_slice(stored),
+        }
+    }
+    let slab = Bytes::from(out);
+    Ok(wants
+        .iter()
+        .zip(&starts)
+        .map(|(w, &s)| slab.slice(s..s + w.e.logical_len as usize))
+        .collect())
 }

@@ -1,7 +1,7 @@
 //! `Dataset`: a read handle on the latest commit it opened or refreshed to.
 
 use crate::error::{Error, Result};
-use crate::store::batch::{self, Batch};
+use crate::store::batch::{self, Batch, ReadOptions};
 use crate::store::schema::Schema;
 use crate::store::snapshot::Snapshot;
 use crate::store::writer::{Writer, WriterConfig};
@@ -16,6 +16,7 @@ use std::sync::{Arc, RwLock};
 pub struct Dataset {
     dir: PathBuf,
     current: RwLock<Arc<Snapshot>>,
+    opts: ReadOptions,
 }
 
 impl Dataset {
@@ -33,12 +34,30 @@ impl Dataset {
     /// Opens the dataset at `path` read-only, at its latest commit. Opening maps the offset
     /// tables and reads the patch logs; it reads no record data.
     pub fn open(path: impl AsRef<Path>) -> Result<Dataset> {
+        Dataset::open_with(path, ReadOptions::default())
+    }
+
+    /// Opens the dataset at `path` read-only with the given read options (backend, checksum
+    /// verification, `O_DIRECT`).
+    pub fn open_with(path: impl AsRef<Path>, opts: ReadOptions) -> Result<Dataset> {
         let dir = path.as_ref().to_path_buf();
         let snap = Snapshot::load(&dir)?;
         Ok(Dataset {
             dir,
             current: RwLock::new(Arc::new(snap)),
+            opts,
         })
+    }
+
+    /// The read options this handle uses.
+    pub fn read_options(&self) -> ReadOptions {
+        self.opts
+    }
+
+    /// The backend reads really use: the configured one after `ZRECORD_IO`, with `Uring`
+    /// replaced by `Psync` where io_uring cannot be set up.
+    pub fn backend(&self) -> crate::Backend {
+        crate::io::effective_backend(self.opts.backend)
     }
 
     /// Moves this handle to the latest commit. Returns true if it changed. Snapshots already
@@ -94,55 +113,132 @@ impl Dataset {
 
     /// Reads every field of record `index` (blocking; checksums verified).
     pub fn get(&self, index: u64) -> Result<Vec<Bytes>> {
-        self.snapshot().get(index)
+        let snap = self.snapshot();
+        let fields: Vec<usize> = (0..snap.tables.len()).collect();
+        let b = batch::gather(&snap, &[index], &fields, &self.opts)?;
+        Ok(b.into_records().into_iter().next().unwrap_or_default())
     }
 
     /// Reads one field of record `index` (blocking; checksum verified).
     pub fn get_field(&self, index: u64, field: &str) -> Result<Bytes> {
-        self.snapshot().get_field(index, field)
+        let snap = self.snapshot();
+        let f = snap.field_index(field)?;
+        let b = batch::gather(&snap, &[index], &[f], &self.opts)?;
+        b.bytes(0, 0).ok_or(Error::IndexOutOfRange {
+            index,
+            len: snap.len(),
+        })
     }
 
-    /// Reads every field of `indices`, in that order (blocking; checksums verified).
+    /// Reads every field of `indices`, in that order, blocking the calling thread (do not call
+    /// it on an async runtime's worker thread; use [`Dataset::gather`] there).
     pub fn gather_blocking(&self, indices: &[u64]) -> Result<Batch> {
-        self.snapshot().gather_blocking(indices)
+        let snap = self.snapshot();
+        let fields: Vec<usize> = (0..snap.tables.len()).collect();
+        batch::gather(&snap, indices, &fields, &self.opts)
     }
 
-    /// Reads the named fields of `indices`, in that order (blocking; checksums verified).
+    /// Reads the named fields of `indices`, in that order, blocking the calling thread.
     pub fn gather_fields_blocking(&self, indices: &[u64], fields: &[&str]) -> Result<Batch> {
-        self.snapshot().gather_fields_blocking(indices, fields)
+        let snap = self.snapshot();
+        let fields = fields
+            .iter()
+            .map(|f| snap.field_index(f))
+            .collect::<Result<Vec<_>>>()?;
+        batch::gather(&snap, indices, &fields, &self.opts)
+    }
+
+    /// Reads every field of `indices`, in that order, without blocking the caller: the reads,
+    /// checksums and decompression run on zrecord's worker and ring threads. Works on any
+    /// executor (tokio current-thread or multi-thread, or none: it is a plain future).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future abandons the result, never the memory: reads already submitted
+    /// complete into buffers the I/O thread owns, which are freed after their completions are
+    /// reaped. Nothing else is affected; the same indices can be gathered again.
+    pub fn gather(&self, indices: &[u64]) -> GatherFuture {
+        let snap = self.snapshot();
+        let fields: Vec<usize> = (0..snap.tables.len()).collect();
+        GatherFuture::spawn(snap, indices.to_vec(), Ok(fields), self.opts)
+    }
+
+    /// Reads the named fields of `indices`, in that order, without blocking the caller.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`Dataset::gather`]: dropping the future loses nothing but the result.
+    pub fn gather_fields(&self, indices: &[u64], fields: &[&str]) -> GatherFuture {
+        let snap = self.snapshot();
+        let fields = fields
+            .iter()
+            .map(|f| snap.field_index(f))
+            .collect::<Result<Vec<_>>>();
+        GatherFuture::spawn(snap, indices.to_vec(), fields, self.opts)
+    }
+}
+
+/// The result of [`Dataset::gather`]: resolves to the batch once the worker thread is done.
+/// `Send + 'static`: it can be moved into spawned tasks.
+#[derive(Debug)]
+#[must_use = "futures do nothing unless polled; the gather runs either way, but its result is lost"]
+pub struct GatherFuture {
+    rx: futures::channel::oneshot::Receiver<Result<Batch>>,
+}
+
+impl GatherFuture {
+    fn spawn(
+        snap: Arc<Snapshot>,
+        indices: Vec<u64>,
+        fields: Result<Vec<usize>>,
+        opts: ReadOptions,
+    ) -> GatherFuture {
+        let (tx, rx) = futures::channel::oneshot::channel();
+        match fields {
+            Err(e) => {
+                let _ = tx.send(Err(e));
+            }
+            Ok(fields) => crate::io::pool::spawn(move || {
+                if tx.is_canceled() {
+                    return;
+                }
+                let _ = tx.send(batch::gather(&snap, &indices, &fields, &opts));
+            }),
+        }
+        GatherFuture { rx }
+    }
+}
+
+impl std::future::Future for GatherFuture {
+    type Output = Result<Batch>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<Batch>> {
+        std::pin::Pin::new(&mut self.rx).poll(cx).map(|r| {
+            r.unwrap_or_else(|_| {
+                Err(Error::Io {
+                    path: PathBuf::new(),
+                    op: "gather",
+                    source: std::io::Error::other("the worker thread stopped before answering"),
+                })
+            })
+        })
     }
 }
 
 impl Snapshot {
-    /// Reads every field of record `index`.
+    /// Reads every field of record `index` (default read options).
     pub fn get(&self, index: u64) -> Result<Vec<Bytes>> {
         let fields: Vec<usize> = (0..self.tables.len()).collect();
-        let b = batch::gather(self, &[index], &fields)?;
+        let b = batch::gather(self, &[index], &fields, &ReadOptions::default())?;
         Ok(b.into_records().into_iter().next().unwrap_or_default())
     }
 
-    /// Reads one field of record `index`.
-    pub fn get_field(&self, index: u64, field: &str) -> Result<Bytes> {
-        let f = self.field_index(field)?;
-        let b = batch::gather(self, &[index], &[f])?;
-        b.bytes(0, 0).ok_or(Error::IndexOutOfRange {
-            index,
-            len: self.len(),
-        })
-    }
-
-    /// Reads every field of `indices`, in that order.
-    pub fn gather_blocking(&self, indices: &[u64]) -> Result<Batch> {
+    /// Reads every field of `indices`, in that order, with `opts`, blocking the calling thread.
+    pub fn gather_with(&self, indices: &[u64], opts: &ReadOptions) -> Result<Batch> {
         let fields: Vec<usize> = (0..self.tables.len()).collect();
-        batch::gather(self, indices, &fields)
-    }
-
-    /// Reads the named fields of `indices`, in that order.
-    pub fn gather_fields_blocking(&self, indices: &[u64], fields: &[&str]) -> Result<Batch> {
-        let fields = fields
-            .iter()
-            .map(|f| self.field_index(f))
-            .collect::<Result<Vec<_>>>()?;
-        batch::gather(self, indices, &fields)
+        batch::gather(self, indices, &fields, opts)
     }
 }

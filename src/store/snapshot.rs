@@ -7,17 +7,17 @@
 //! descriptors and mappings the snapshot holds.
 
 use crate::error::{Error, Result};
-use crate::format::codec;
-use crate::format::dtype::Codec;
 use crate::format::entry::{decode_patch, Entry, ENTRY_BYTES, PATCH_BYTES};
 use crate::format::meta::{FieldMeta, Meta, MetaError};
 use crate::format::FORMAT_VERSION;
+use crate::io::job::ReadFile;
+use crate::io::mmap::SharedMap;
 use crate::io::{fs, mmap::Mapping};
 use crate::store::layout;
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// One field's committed offset table and patch overlay.
 #[derive(Debug)]
@@ -99,12 +99,58 @@ impl FieldTable {
     }
 }
 
-/// A chunk file and its committed size.
+/// A chunk file and its committed size, with its mapping and O_DIRECT descriptor made on
+/// first use.
 #[derive(Debug)]
 pub(crate) struct ChunkFile {
-    pub(crate) path: PathBuf,
-    pub(crate) file: File,
+    pub(crate) file: Arc<ReadFile>,
     pub(crate) size: u64,
+    map: OnceLock<Option<SharedMap>>,
+    direct: OnceLock<Option<Arc<ReadFile>>>,
+}
+
+impl ChunkFile {
+    pub(crate) fn path(&self) -> &Path {
+        &self.file.path
+    }
+
+    /// The mapping of the committed prefix, or `None` if mapping failed (reported once per
+    /// chunk; reads then go through the I/O backend).
+    pub(crate) fn map(&self) -> Option<&SharedMap> {
+        self.map
+            .get_or_init(|| match SharedMap::new(&self.file.file, &self.file.path, self.size) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot map chunk; reading it through the I/O backend");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    /// The chunk opened with `O_DIRECT`, or `None` where the file system refuses it.
+    pub(crate) fn direct(&self) -> Option<&Arc<ReadFile>> {
+        self.direct
+            .get_or_init(|| {
+                use std::os::unix::fs::OpenOptionsExt;
+                match std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_DIRECT)
+                    .open(&self.file.path)
+                {
+                    Ok(file) => Some(Arc::new(ReadFile {
+                        file,
+                        path: self.file.path.clone(),
+                    })),
+                    Err(e) => {
+                        tracing::warn!(path = %self.file.path.display(), error = %e,
+                            "O_DIRECT is refused; reading this chunk through the page cache");
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
 }
 
 /// A committed, immutable view of a dataset. Cheap to clone through `Arc`; `Send + Sync`.
@@ -184,9 +230,10 @@ impl Snapshot {
             check_len(&file, &path, c.size)?;
             if let Some(slot) = chunks.get_mut(usize::from(c.id)) {
                 *slot = Some(Arc::new(ChunkFile {
-                    path,
-                    file,
+                    file: Arc::new(ReadFile { file, path }),
                     size: c.size,
+                    map: OnceLock::new(),
+                    direct: OnceLock::new(),
                 }));
             }
         }
@@ -283,65 +330,9 @@ impl Snapshot {
     pub(crate) fn chunk(&self, id: u16) -> Option<&Arc<ChunkFile>> {
         self.chunks.get(usize::from(id)).and_then(Option::as_ref)
     }
-
-    /// Reads, checks and decodes one record into `out` (exactly its logical length).
-    pub(crate) fn read_into(
-        &self,
-        field: usize,
-        index: u64,
-        e: &Entry,
-        out: &mut [u8],
-    ) -> Result<()> {
-        if e.physical_len == 0 {
-            return Ok(());
-        }
-        let table = self.table(field)?;
-        let chunk = self.chunk(e.chunk).ok_or_else(|| {
-            table.corrupt(
-                index,
-                format!("names chunk {}, which the meta does not list", e.chunk),
-            )
-        })?;
-        let name = || table.meta.name.clone();
-        let check = |stored: &[u8]| {
-            let actual = crc32c::crc32c(stored);
-            if actual == e.data_crc {
-                Ok(())
-            } else {
-                Err(Error::ChecksumMismatch {
-                    path: chunk.path.clone(),
-                    field: name(),
-                    index,
-                    offset: e.offset,
-                    expected: e.data_crc,
-                    actual,
-                })
-            }
-        };
-        match e.codec {
-            Codec::Raw => {
-                fs::read_exact_at(&chunk.file, &chunk.path, out, e.offset)?;
-                check(out)
-            }
-            Codec::Deflate => {
-                let mut stored = vec![0u8; e.physical_len as usize];
-                fs::read_exact_at(&chunk.file, &chunk.path, &mut stored, e.offset)?;
-                check(&stored)?;
-                DECOMPRESSOR
-                    .with(|d| codec::inflate(&mut d.borrow_mut(), &stored, out))
-                    .map_err(|reason| Error::Decompress {
-                        path: chunk.path.clone(),
-                        field: name(),
-                        index,
-                        offset: e.offset,
-                        reason,
-                    })
-            }
-        }
-    }
 }
 
 thread_local! {
-    static DECOMPRESSOR: std::cell::RefCell<libdeflater::Decompressor> =
+    pub(crate) static DECOMPRESSOR: std::cell::RefCell<libdeflater::Decompressor> =
         std::cell::RefCell::new(libdeflater::Decompressor::new());
 }

@@ -1,0 +1,73 @@
+//! Worker threads for async gathers: everything a gather does that may block (offset-table
+//! page faults, waiting for the ring, checksums, inflate, mmap page faults) runs here, never on
+//! the caller's async runtime.
+
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Mutex, OnceLock};
+
+type Task = Box<dyn FnOnce() + Send + 'static>;
+
+struct Pool {
+    tx: Mutex<Sender<Task>>,
+}
+
+fn pool() -> Option<&'static Pool> {
+    static POOL: OnceLock<Option<Pool>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Task>();
+        let rx = std::sync::Arc::new(Mutex::new(rx));
+        let threads = std::thread::available_parallelism()
+            .map_or(2, std::num::NonZeroUsize::get)
+            .clamp(2, 16)
+            * 2;
+        let mut started = 0;
+        for i in 0..threads {
+            let rx = std::sync::Arc::clone(&rx);
+            let spawned = std::thread::Builder::new()
+                .name(format!("zrecord-worker-{i}"))
+                .spawn(move || loop {
+                    let task = match rx.lock() {
+                        Ok(r) => r.recv(),
+                        Err(_) => return,
+                    };
+                    match task {
+                        Ok(task) => task(),
+                        Err(_) => return,
+                    }
+                });
+            if spawned.is_ok() {
+                started += 1;
+            }
+        }
+        (started > 0).then(|| Pool { tx: Mutex::new(tx) })
+    })
+    .as_ref()
+}
+
+/// Runs `task` on a worker thread. If no worker thread could be started, runs it on a fresh
+/// thread (and if even that fails, on the caller's thread: correct, if not asynchronous).
+pub fn spawn(task: impl FnOnce() + Send + 'static) {
+    let task: Task = Box::new(task);
+    let task = match pool() {
+        Some(p) => match p.tx.lock() {
+            Ok(tx) => match tx.send(task) {
+                Ok(()) => return,
+                Err(mpsc::SendError(t)) => t,
+            },
+            Err(_) => task,
+        },
+        None => task,
+    };
+    let slot = std::sync::Arc::new(Mutex::new(Some(task)));
+    let theirs = std::sync::Arc::clone(&slot);
+    let spawned = std::thread::Builder::new().spawn(move || {
+        if let Some(t) = theirs.lock().ok().and_then(|mut g| g.take()) {
+            t();
+        }
+    });
+    if spawned.is_err() {
+        if let Some(t) = slot.lock().ok().and_then(|mut g| g.take()) {
+            t();
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! The fallback backend: `preadv(2)` on a pool of threads, for machines where io_uring cannot
+//! be set up (seccomp, `kernel.io_uring_disabled`, old kernels).
+//!
+//! The calling thread works through the job's ops itself and wakes pool threads to share them
+//! when the job is large enough for the wake-ups to pay off; on cold data the pool gives a
+//! queue depth of up to `threads + 1`.
+
+use super::job::{eof_error, IoJob, JobError, Piece};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// Ops per woken helper: below this, a wake-up costs more than the reads it shares.
+const OPS_PER_HELPER: usize = 4;
+
+/// A pool of pread threads.
+#[derive(Debug)]
+pub struct PsyncPool {
+    tx: Mutex<Sender<Arc<Shared>>>,
+    threads: usize,
+}
+
+/// A job being worked on by the caller and some helpers.
+struct Shared {
+    job: IoJob,
+    /// The job's buffers, taken out of `job` by the caller (which keeps them alive and
+    /// untouched until every op has finished).
+    bases: Vec<*mut u8>,
+    next: AtomicUsize,
+    failed: AtomicBool,
+    state: Mutex<State>,
+    cv: Condvar,
+}
+
+// SAFETY: `bases` point into buffers owned by the caller of `PsyncPool::run`, which does not
+// touch it and keeps it alive until every op has been finished (counted in `state.done`); the
+// ops write disjoint pieces (checked by `IoJob::validate` plus the planner's construction), so
+// sharing the pointer across threads is sound.
+unsafe impl Send for Shared {}
+// SAFETY: as above; every other field is Sync.
+unsafe impl Sync for Shared {}
+
+#[derive(Default)]
+struct State {
+    done: usize,
+    error: Option<JobError>,
+}
+
+impl PsyncPool {
+    /// Starts `threads` helper threads.
+    pub fn new(threads: usize) -> std::io::Result<PsyncPool> {
+        let (tx, rx) = mpsc::channel::<Arc<Shared>>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..threads {
+            let rx = Arc::clone(&rx);
+            std::thread::Builder::new()
+                .name(format!("zrecord-pread-{i}"))
+                .spawn(move || helper(&rx))?;
+        }
+        Ok(PsyncPool {
+            tx: Mutex::new(tx),
+            threads,
+        })
+    }
+
+    /// Executes every read of `job`, blocking until all have finished.
+    pub fn run(&self, mut job: IoJob) -> Result<IoJob, JobError> {
+        job.validate().map_err(|e| JobError::new(&job, 0, e))?;
+        let n = job.ops.len();
+        let mut bufs = std::mem::take(&mut job.bufs);
+        let shared = Arc::new(Shared {
+            job,
+            bases: bufs.iter_mut().map(|b| b.as_mut_ptr()).collect(),
+            next: AtomicUsize::new(0),
+            failed: AtomicBool::new(false),
+            state: Mutex::new(State::default()),
+            cv: Condvar::new(),
+        });
+        let helpers = (n / OPS_PER_HELPER).min(self.threads);
+        if helpers > 0 {
+            if let Ok(tx) = self.tx.lock() {
+                for _ in 0..helpers {
+                    let _ = tx.send(Arc::clone(&shared));
+                }
+            }
+        }
+        work(&shared);
+        // Wait until every op is finished: helpers may still be writing into `buf`.
+        let mut st = lock(&shared.state);
+        while st.done < n {
+            st = match shared.cv.wait(st) {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+        }
+        let error = st.error.take();
+        drop(st);
+        match Arc::try_unwrap(shared) {
+            Ok(s) => {
+                let mut job = s.job;
+                job.bufs = bufs;
+                match error {
+                    Some(e) => Err(e),
+                    None => Ok(job),
+                }
+            }
+            // A helper still holds the Arc but has no op left to run (all `n` are done): the job
+            // cannot be reclaimed without waiting for it, so rebuild the result from the buffer.
+            Err(s) => match error {
+                Some(e) => Err(e),
+                None => Ok(IoJob {
+                    files: s.job.files.clone(),
+                    ops: s.job.ops.clone(),
+                    pieces: s.job.pieces.clone(),
+                    bufs,
+                }),
+            },
+        }
+    }
+}
+
+fn lock(m: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+fn helper(rx: &Mutex<Receiver<Arc<Shared>>>) {
+    loop {
+        let next = match rx.lock() {
+            Ok(r) => r.recv(),
+            Err(_) => return,
+        };
+        match next {
+            Ok(shared) => work(&shared),
+            Err(_) => return,
+        }
+    }
+}
+
+/// Claims and runs ops until none are left.
+fn work(s: &Shared) {
+    let n = s.job.ops.len();
+    loop {
+        let i = s.next.fetch_add(1, Ordering::Relaxed);
+        if i >= n {
+            return;
+        }
+        let result = if s.failed.load(Ordering::Relaxed) {
+            Ok(())
+        } else {
+            run_op(s, i)
+        };
+        let mut st = lock(&s.state);
+        if let Err(e) = result {
+            s.failed.store(true, Ordering::Relaxed);
+            if st.error.is_none() {
+                st.error = Some(JobError::new(&s.job, i, e));
+            }
+        }
+        st.done += 1;
+        if st.done == n {
+            s.cv.notify_all();
+        }
+    }
+}
+
+/// Reads op `i` completely, retrying short reads and `EINTR`.
+fn run_op(s: &Shared, i: usize) -> std::io::Result<()> {
+    let (Some(op), Some(file)) = (
+        s.job.ops.get(i),
+        s.job.ops.get(i).and_then(|o| s.job.files.get(o.file)),
+    ) else {
+        return Ok(());
+    };
+    let pieces: &[Piece] = s.job.pieces.get(op.pieces.clone()).unwrap_or_default();
+    let mut iovs: Vec<libc::iovec> = pieces
+        .iter()
+        .map(|p| libc::iovec {
+            // `wrapping_add` computes the address only; `validate` checked it is in bounds.
+            iov_base: s
+                .bases
+                .get(p.buf)
+                .map_or(std::ptr::null_mut(), |b| b.wrapping_add(p.at))
+                .cast(),
+            iov_len: p.len,
+        })
+        .collect();
+    let mut first = 0usize;
+    let mut done = 0usize;
+    while done < op.need {
+        let Some(rest) = iovs.get(first..) else {
+            break;
+        };
+        let count = rest.len().min(1024) as libc::c_int;
+        let offset = op.offset + done as u64;
+        // SAFETY: every iovec points into the caller's buffer, inside bounds (`IoJob::validate`)
+        // and disjoint from every other op's pieces; the buffer outlives this call (the caller
+        // waits for all ops). The descriptor is kept open by `s.job.files`.
+        let r = unsafe { libc::preadv(file.fd(), rest.as_ptr(), count, offset as libc::off_t) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if r == 0 {
+            return Err(eof_error(done, op.need));
+        }
+        let mut n = r as usize;
+        done += n;
+        // Advance the scatter list past the bytes that landed.
+        while n > 0 {
+            let Some(v) = iovs.get_mut(first) else { break };
+            if n >= v.iov_len {
+                n -= v.iov_len;
+                first += 1;
+            } else {
+                v.iov_base = v.iov_base.cast::<u8>().wrapping_add(n).cast();
+                v.iov_len -= n;
+                n = 0;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,417 @@
+//! The io_uring backend: one ring thread, fed by a bounded channel, that keeps many reads of
+//! many jobs in flight under an ops and bytes budget.
+//!
+//! The thread blocks in `recv` when it has nothing in flight and in `submit_and_wait(1)` when it
+//! has; it never spins. Each job is answered once, when its last read has completed. A job
+//! whose caller has gone away (its future dropped) is still driven to completion and only then
+//! freed: the kernel may be writing into its buffer until its completion is reaped.
+
+use super::job::{eof_error, IoJob, JobError, Piece};
+use io_uring::{opcode, types, IoUring};
+use std::collections::VecDeque;
+use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
+
+/// Submission queue entries (the completion queue gets twice as many).
+const RING_ENTRIES: u32 = 256;
+/// Reads in flight at most: a virtio disk here needed ~128 for full throughput.
+const MAX_OPS_IN_FLIGHT: usize = 256;
+/// Bytes in flight at most, across jobs.
+const MAX_BYTES_IN_FLIGHT: usize = 64 << 20;
+
+type Reply = SyncSender<Result<IoJob, JobError>>;
+
+struct Request {
+    job: IoJob,
+    reply: Reply,
+}
+
+/// A handle on the ring thread.
+#[derive(Debug)]
+pub struct Ring {
+    tx: SyncSender<Request>,
+    /// The setup flags the ring ended up with, for the one-time report.
+    pub flags: &'static str,
+}
+
+impl Ring {
+    /// Starts the ring thread, trying setup flags from the most to the least capable: a kernel
+    /// that rejects a flag with `EINVAL` gets the ring without it. Fails if io_uring cannot be
+    /// used at all (`ENOSYS`, `EPERM` from seccomp or `kernel.io_uring_disabled`, no `READV`).
+    pub fn start() -> std::io::Result<Ring> {
+        let (tx, rx) = mpsc::sync_channel::<Request>(64);
+        let (ready_tx, ready_rx) = mpsc::sync_channel::<std::io::Result<&'static str>>(1);
+        std::thread::Builder::new()
+            .name("zrecord-uring".into())
+            .spawn(move || {
+                // The ring is built on the thread that submits to it (SINGLE_ISSUER requires it).
+                match build() {
+                    Ok((ring, flags)) => {
+                        let _ = ready_tx.send(Ok(flags));
+                        Driver::new(ring).run(&rx);
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                    }
+                }
+            })?;
+        let flags = ready_rx
+            .recv()
+            .map_err(|_| std::io::Error::other("io_uring thread exited during setup"))??;
+        Ok(Ring { tx, flags })
+    }
+
+    /// Executes every read of `job`, blocking until all have completed.
+    pub fn run(&self, job: IoJob) -> Result<IoJob, JobError> {
+        let (reply, rx) = mpsc::sync_channel(1);
+        let gone = |job: &IoJob| {
+            JobError::new(
+                job,
+                0,
+                std::io::Error::other("the io_uring thread has stopped"),
+            )
+        };
+        if let Err(mpsc::SendError(req)) = self.tx.send(Request { job, reply }) {
+            return Err(gone(&req.job));
+        }
+        rx.recv().unwrap_or_else(|_| Err(gone(&IoJob::default())))
+    }
+}
+
+fn build() -> std::io::Result<(IoUring, &'static str)> {
+    type Make = fn() -> std::io::Result<IoUring>;
+    let attempts: [(&'static str, Make); 3] = [
+        ("coop_taskrun+single_issuer", || {
+            IoUring::builder()
+                .setup_coop_taskrun()
+                .setup_single_issuer()
+                .build(RING_ENTRIES)
+        }),
+        ("coop_taskrun", || {
+            IoUring::builder().setup_coop_taskrun().build(RING_ENTRIES)
+        }),
+        ("none", || IoUring::new(RING_ENTRIES)),
+    ];
+    let mut last = std::io::Error::from_raw_os_error(libc::EINVAL);
+    for (flags, make) in attempts {
+        match make() {
+            Ok(ring) => {
+                let mut probe = io_uring::Probe::new();
+                ring.submitter().register_probe(&mut probe)?;
+                if !probe.is_supported(opcode::Readv::CODE)
+                    || !probe.is_supported(opcode::Read::CODE)
+                {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::Unsupported,
+                        "the kernel's io_uring lacks READ/READV",
+                    ));
+                }
+                return Ok((ring, flags));
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => last = e,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last)
+}
+
+/// A job on the ring thread.
+struct Active {
+    job: IoJob,
+    reply: Option<Reply>,
+    /// One iovec per piece, built once; a short read advances the op's first iovec in place.
+    iovs: Vec<libc::iovec>,
+    /// Bytes landed per op.
+    progress: Vec<usize>,
+    /// Ops not yet finished (queued, in flight, or waiting to be resubmitted).
+    unfinished: usize,
+    in_flight: usize,
+    error: Option<JobError>,
+}
+
+// SAFETY: the raw pointers in `iovs` point into `job.bufs`, which `Active` owns; moving an
+// `Active` between threads moves the owner with them.
+unsafe impl Send for Active {}
+
+struct Driver {
+    ring: IoUring,
+    jobs: Vec<Option<Active>>,
+    free: Vec<usize>,
+    /// (job slot, op) ready to submit, in arrival order.
+    queue: VecDeque<(usize, usize)>,
+    ops_in_flight: usize,
+    bytes_in_flight: usize,
+}
+
+impl Driver {
+    fn new(ring: IoUring) -> Driver {
+        Driver {
+            ring,
+            jobs: Vec::new(),
+            free: Vec::new(),
+            queue: VecDeque::new(),
+            ops_in_flight: 0,
+            bytes_in_flight: 0,
+        }
+    }
+
+    fn run(mut self, rx: &Receiver<Request>) {
+        let mut open = true;
+        loop {
+            if self.ops_in_flight == 0 && self.queue.is_empty() {
+                if !open {
+                    return;
+                }
+                // Idle: block until work arrives (or every handle is gone).
+                match rx.recv() {
+                    Ok(req) => self.admit(req),
+                    Err(_) => return,
+                }
+            }
+            while open {
+                match rx.try_recv() {
+                    Ok(req) => self.admit(req),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => open = false,
+                }
+            }
+            self.fill();
+            if self.ops_in_flight == 0 {
+                continue;
+            }
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+                Err(e) => {
+                    // The ring itself failed: nothing in flight can be trusted to complete.
+                    // Fail every job; their memory stays owned by this thread, which parks
+                    // forever rather than free buffers the kernel may still write.
+                    tracing::error!(error = %e, "io_uring submit failed; the ring thread stops");
+                    for a in self.jobs.iter_mut().flatten() {
+                        if let Some(reply) = a.reply.take() {
+                            let _ = reply.send(Err(JobError::new(
+                                &a.job,
+                                0,
+                                std::io::Error::new(e.kind(), e.to_string()),
+                            )));
+                        }
+                    }
+                    loop {
+                        std::thread::park();
+                    }
+                }
+            }
+            self.reap();
+        }
+    }
+
+    fn admit(&mut self, req: Request) {
+        let Request { mut job, reply } = req;
+        if let Err(e) = job.validate() {
+            let _ = reply.send(Err(JobError::new(&job, 0, e)));
+            return;
+        }
+        if job.ops.is_empty() {
+            let _ = reply.send(Ok(job));
+            return;
+        }
+        let bases: Vec<*mut u8> = job.bufs.iter_mut().map(|b| b.as_mut_ptr()).collect();
+        let iovs = job
+            .pieces
+            .iter()
+            .map(|p: &Piece| libc::iovec {
+                iov_base: bases
+                    .get(p.buf)
+                    .map_or(std::ptr::null_mut(), |b| b.wrapping_add(p.at))
+                    .cast(),
+                iov_len: p.len,
+            })
+            .collect();
+        let n = job.ops.len();
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.jobs.push(None);
+            self.jobs.len() - 1
+        });
+        self.queue.extend((0..n).map(|op| (slot, op)));
+        if let Some(s) = self.jobs.get_mut(slot) {
+            *s = Some(Active {
+                job,
+                reply: Some(reply),
+                iovs,
+                progress: vec![0; n],
+                unfinished: n,
+                in_flight: 0,
+                error: None,
+            });
+        }
+    }
+
+    /// Pushes queued ops into the submission queue within the budgets.
+    fn fill(&mut self) {
+        while self.ops_in_flight < MAX_OPS_IN_FLIGHT
+            && (self.bytes_in_flight < MAX_BYTES_IN_FLIGHT || self.ops_in_flight == 0)
+        {
+            let Some((slot, op)) = self.queue.pop_front() else {
+                return;
+            };
+            let Some(a) = self.jobs.get_mut(slot).and_then(Option::as_mut) else {
+                continue;
+            };
+            if a.error.is_some() {
+                // The job already failed: count the op as finished without reading.
+                a.unfinished -= 1;
+                self.finish_if_done(slot);
+                continue;
+            }
+            let Some((entry, len)) = sqe(a, slot, op) else {
+                a.unfinished -= 1;
+                self.finish_if_done(slot);
+                continue;
+            };
+            // SAFETY: the entry names memory owned by `self.jobs[slot]` (the job's buffer and
+            // iovec array), which is not freed, moved out or resized until the op's completion
+            // is reaped (`finish_if_done` runs only when `in_flight == 0`).
+            let pushed = unsafe { self.ring.submission().push(&entry) };
+            if pushed.is_err() {
+                // The queue is full: submit what is there, then try again.
+                self.queue.push_front((slot, op));
+                if let Err(e) = self.ring.submit() {
+                    tracing::warn!(error = %e, "io_uring submit failed while draining a full queue");
+                }
+                if self.ring.submission().is_full() {
+                    return;
+                }
+                continue;
+            }
+            a.in_flight += 1;
+            self.ops_in_flight += 1;
+            self.bytes_in_flight += len;
+        }
+    }
+
+    fn reap(&mut self) {
+        let cqes: Vec<(u64, i32)> = self
+            .ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
+        for (data, res) in cqes {
+            let slot = (data >> 32) as usize;
+            let op = (data & 0xffff_ffff) as usize;
+            self.ops_in_flight = self.ops_in_flight.saturating_sub(1);
+            let Some(a) = self.jobs.get_mut(slot).and_then(Option::as_mut) else {
+                continue;
+            };
+            a.in_flight -= 1;
+            let (need, total) = match a.job.ops.get(op) {
+                Some(o) => (o.need, a.job.op_len(o)),
+                None => (0, 0),
+            };
+            let done_before = a.progress.get(op).copied().unwrap_or(0);
+            self.bytes_in_flight = self
+                .bytes_in_flight
+                .saturating_sub(total - done_before.min(total));
+            let finished = if res < 0 {
+                let errno = -res;
+                if errno == libc::EINTR || errno == libc::EAGAIN {
+                    self.queue.push_back((slot, op));
+                    false
+                } else {
+                    if a.error.is_none() {
+                        a.error = Some(JobError::new(
+                            &a.job,
+                            op,
+                            std::io::Error::from_raw_os_error(errno),
+                        ));
+                    }
+                    true
+                }
+            } else if res == 0 {
+                if done_before < need && a.error.is_none() {
+                    a.error = Some(JobError::new(&a.job, op, eof_error(done_before, need)));
+                }
+                true
+            } else {
+                let done = done_before + res as usize;
+                if let Some(p) = a.progress.get_mut(op) {
+                    *p = done;
+                }
+                if done >= need {
+                    true
+                } else {
+                    // Short read: resubmit the rest.
+                    self.queue.push_front((slot, op));
+                    false
+                }
+            };
+            if finished {
+                a.unfinished -= 1;
+                self.finish_if_done(slot);
+            }
+        }
+    }
+
+    /// Answers and frees a job once none of its ops is queued or in flight.
+    fn finish_if_done(&mut self, slot: usize) {
+        let done =
+            matches!(self.jobs.get(slot), Some(Some(a)) if a.unfinished == 0 && a.in_flight == 0);
+        if !done {
+            return;
+        }
+        if let Some(a) = self.jobs.get_mut(slot).and_then(Option::take) {
+            self.free.push(slot);
+            let result = match a.error {
+                Some(e) => Err(e),
+                None => Ok(a.job),
+            };
+            if let Some(reply) = a.reply {
+                // The caller may have gone away; the job is freed here either way, after its
+                // last completion.
+                let _ = reply.send(result);
+            }
+        }
+    }
+}
+
+/// Builds the submission entry for the rest of op `op` of job `a` (in slot `slot`): a `READ` for
+/// a single remaining piece, a `READV` otherwise. Returns the entry and the bytes it asks for.
+fn sqe(a: &mut Active, slot: usize, op: usize) -> Option<(io_uring::squeue::Entry, usize)> {
+    let o = a.job.ops.get(op)?;
+    let file = a.job.files.get(o.file)?;
+    let done = a.progress.get(op).copied().unwrap_or(0);
+    // Find the first piece not yet fully read and advance its iovec past the landed bytes.
+    let mut skip = done;
+    let mut first = o.pieces.start;
+    for (i, p) in a.job.pieces.get(o.pieces.clone())?.iter().enumerate() {
+        if skip < p.len {
+            first = o.pieces.start + i;
+            break;
+        }
+        skip -= p.len;
+        first = o.pieces.start + i + 1;
+    }
+    if first >= o.pieces.end {
+        return None;
+    }
+    let piece = *a.job.pieces.get(first)?;
+    let base = a.job.bufs.get_mut(piece.buf)?.as_mut_ptr();
+    let v = a.iovs.get_mut(first)?;
+    v.iov_base = base.wrapping_add(piece.at + skip).cast();
+    v.iov_len = piece.len - skip;
+    let (first_base, first_len) = (v.iov_base, v.iov_len);
+    let rest = a.iovs.get(first..o.pieces.end)?;
+    let len: usize = rest.iter().map(|v| v.iov_len).sum();
+    let user_data = ((slot as u64) << 32) | op as u64;
+    let fd = types::Fd(file.fd());
+    let offset = o.offset + done as u64;
+    let entry = if rest.len() == 1 {
+        opcode::Read::new(fd, first_base.cast(), first_len as u32)
+            .offset(offset)
+            .build()
+    } else {
+        opcode::Readv::new(fd, rest.as_ptr(), rest.len() as u32)
+            .offset(offset)
+            .build()
+    };
+    Some((entry.user_data(user_data), len))
+}
