@@ -1,6 +1,11 @@
 //! Every read backend (io_uring, pread pool, mmap, auto), with and without O_DIRECT and checksum
 //! verification, returns the same bytes for the same batch: the expected ones.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::needless_range_loop
+)]
 
 use zrecord::{Backend, Codec, DType, Dataset, Field, ReadOptions, Schema, Writer, WriterConfig};
 
