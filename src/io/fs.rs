@@ -85,3 +85,23 @@ pub fn replace_atomically(dir: &Path, tmp: &Path, path: &Path, bytes: &[u8]) -> 
     std::fs::rename(tmp, path).map_err(|e| Error::io(path, "rename", e))?;
     sync_dir(dir)
 }
+
+/// Drops a file's pages from the page cache (`posix_fadvise(POSIX_FADV_DONTNEED)`), so the
+/// next reads come from the device. Dirty pages are written back first (`fdatasync`), since the
+/// kernel does not drop dirty pages.
+pub fn evict(path: &Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let f = File::open(path).map_err(|e| Error::io(path, "open", e))?;
+    f.sync_data().map_err(|e| Error::io(path, "fdatasync", e))?;
+    // SAFETY: posix_fadvise only reads its integer arguments; `f` is an open descriptor for the
+    // duration of the call.
+    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if r != 0 {
+        return Err(Error::io(
+            path,
+            "posix_fadvise",
+            std::io::Error::from_raw_os_error(r),
+        ));
+    }
+    Ok(())
+}

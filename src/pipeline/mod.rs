@@ -1,1 +1,62 @@
 //! The loader pipeline: sampler → shard → bucket → batch → prefetch → collate.
+//!
+//! ```text
+//! Sampler ─► Shard ─► Bucket ─► Batch        index side: pure functions of (epoch, position)
+//!                                  │
+//!            Prefetch: N worker threads, worker w runs global items base + w + k·N:
+//!            IndexBatch ─► Source::gather ─► transform ─► bounded queue (worker_queue_size)
+//!                                  │
+//!            merge (Strict round-robin | BestEffort bounded lead) ─► consumer buffer
+//!                                  │
+//!                          Loader::next().await          (collate: pad_stack in the transform)
+//! ```
+//!
+//! # Stages
+//!
+//! Every index-side stage ([`Sampler`], [`Shard`], [`Bucket`], [`Batch`]) implements [`Stage`]:
+//! a deterministic, seekable function from `(epoch, position)` to an item, composable by hand
+//! (`sampler.shard(..)?.bucket(..)?.batch(..)?.prefetch(..)?`). Because every stage is such a
+//! function — the bucket derives its sorted buffer from `(seed, epoch, buffer index)` and
+//! rebuilds it on demand — the state of a whole chain is a cursor, `(epoch, position)`: a
+//! [`Cursor`] streams any stage (a [`futures::Stream`], or an iterator through
+//! [`Cursor::into_iter`]) with a serde [`CursorState`], and seeking is O(1) (one bucket buffer
+//! at most).
+//!
+//! # Loader
+//!
+//! [`Loader`] composes the usual chain over a [`Source`] (a [`crate::Dataset`], a pinned
+//! [`DatasetSource`], a [`MemorySource`], or your own). [`Loader::state`] is a small serde
+//! [`LoaderState`] — source generation, configuration fingerprint, next worker, per-worker
+//! consumed counts and positions — and [`LoaderBuilder::resume`] continues exactly after the last
+//! consumed batch. Under the default strict merge the stream is the same whatever the worker
+//! count, and equals a sequential pass over [`LoaderBuilder::index_chain`].
+//!
+//! # Collate
+//!
+//! [`pad_stack`] / [`pad_stack_field`] pad variable-length 1-D records into one buffer with
+//! lengths and an attention mask; [`pooling_mask`] derives first/last/all token masks.
+
+pub mod batch;
+pub mod bucket;
+pub mod collate;
+pub mod loader;
+pub mod prefetch;
+mod queue;
+pub mod sampler;
+pub mod shard;
+pub mod source;
+pub mod stage;
+pub mod state;
+
+pub use batch::{Batch, BatchConfig, IndexBatch};
+pub use bucket::{Bucket, BucketConfig, BucketKey};
+pub use collate::{
+    pad_stack, pad_stack_field, pooling_mask, PadConfig, PadSide, PaddedBatch, PoolingType,
+};
+pub use loader::{IndexChain, Loader, LoaderBuilder, LoaderConfig};
+pub use prefetch::{identity, LoaderBatch, MergePolicy, Prefetch, PrefetchConfig, Transform};
+pub use sampler::{Sampler, SamplerConfig, SamplerMode};
+pub use shard::{Shard, ShardConfig, ShardMode};
+pub use source::{DatasetSource, MemorySource, Source};
+pub use stage::{describe, Cursor, CursorIter, CursorState, Sample, Stage};
+pub use state::{LoaderState, Position, PrefetchState, WorkerState, LOADER_STATE_VERSION};

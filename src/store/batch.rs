@@ -5,6 +5,7 @@ use crate::format::codec;
 use crate::format::dtype::{Codec, DType};
 use crate::format::entry::Entry;
 use crate::io::job::{IoJob, Piece, ReadOp};
+use crate::io::mmap::SharedMap;
 use crate::io::{self, Backend};
 use crate::store::snapshot::{Snapshot, DECOMPRESSOR};
 use bytes::Bytes;
@@ -317,25 +318,18 @@ fn missing_chunk(snap: &Snapshot, w: &Want) -> Error {
 
 /// The mmap path: raw records are zero-copy slices of the chunk mappings; deflate records are
 /// inflated from the mapping into a slab. `None` if a chunk cannot be mapped.
+///
+/// A raw record whose place in the chunk is not aligned to its dtype's item size is copied into
+/// the slab instead, so typed views work on every value.
 fn gather_mapped(
     snap: &Snapshot,
     wants: &[Want],
     opts: &ReadOptions,
 ) -> Result<Option<Vec<Bytes>>> {
-    let inflated = |w: &Want| w.e.codec == Codec::Deflate && w.e.physical_len > 0;
-    let (mut buf, starts) = slab(
-        wants
-            .iter()
-            .filter(|w| inflated(w))
-            .map(|w| w.e.logical_len as usize),
-        SLOT_ALIGN,
-    );
-    let mut values = Vec::with_capacity(wants.len());
-    let mut slots = starts.iter();
-    let mut deflated = Vec::new(); // (value position, start, len)
-    for (pos, w) in wants.iter().enumerate() {
+    let mut maps: Vec<Option<&SharedMap>> = Vec::with_capacity(wants.len());
+    for w in wants {
         if w.e.physical_len == 0 {
-            values.push(Bytes::new());
+            maps.push(None);
             continue;
         }
         let chunk = snap
@@ -343,6 +337,41 @@ fn gather_mapped(
             .ok_or_else(|| missing_chunk(snap, w))?;
         let Some(map) = chunk.map() else {
             return Ok(None);
+        };
+        maps.push(Some(map));
+    }
+    let item = |w: &Want| {
+        snap.tables
+            .get(w.field)
+            .map_or(1, |t| t.meta.dtype.item_bytes() as usize)
+    };
+    let copied: Vec<bool> = wants
+        .iter()
+        .zip(&maps)
+        .map(|(w, m)| {
+            m.is_some_and(|m| {
+                w.e.codec == Codec::Deflate
+                    || !(m.bytes().as_ptr() as usize)
+                        .wrapping_add(w.e.offset as usize)
+                        .is_multiple_of(item(w))
+            })
+        })
+        .collect();
+    let (mut buf, starts) = slab(
+        wants
+            .iter()
+            .zip(&copied)
+            .filter(|(_, &c)| c)
+            .map(|(w, _)| w.e.logical_len as usize),
+        SLOT_ALIGN,
+    );
+    let mut values = Vec::with_capacity(wants.len());
+    let mut slots = starts.iter();
+    let mut filled = Vec::new(); // (value position, start, len) of slab values
+    for (pos, (w, map)) in wants.iter().zip(&maps).enumerate() {
+        let Some(map) = map else {
+            values.push(Bytes::new());
+            continue;
         };
         let (start, end) = (w.e.offset as usize, w.e.end() as usize);
         if end > map.bytes().len() {
@@ -352,23 +381,25 @@ fn gather_mapped(
         if opts.verify_checksums {
             checksum(snap, w, &stored)?;
         }
-        match w.e.codec {
-            Codec::Raw => values.push(stored),
-            Codec::Deflate => {
-                let at = slots.next().copied().unwrap_or(0);
-                let len = w.e.logical_len as usize;
-                let out = buf
-                    .get_mut(at..at + len)
-                    .ok_or_else(|| missing_chunk(snap, w))?;
-                inflate(snap, w, &stored, out)?;
-                deflated.push((pos, at, len));
-                values.push(Bytes::new());
-            }
+        if !copied.get(pos).copied().unwrap_or(false) {
+            values.push(stored);
+            continue;
         }
+        let at = slots.next().copied().unwrap_or(0);
+        let len = w.e.logical_len as usize;
+        let out = buf
+            .get_mut(at..at + len)
+            .ok_or_else(|| missing_chunk(snap, w))?;
+        match w.e.codec {
+            Codec::Deflate => inflate(snap, w, &stored, out)?,
+            Codec::Raw => out.copy_from_slice(&stored),
+        }
+        filled.push((pos, at, len));
+        values.push(Bytes::new());
     }
-    if !deflated.is_empty() {
+    if !filled.is_empty() {
         let slab = Bytes::from(buf);
-        for (pos, at, len) in deflated {
+        for (pos, at, len) in filled {
             if let Some(v) = values.get_mut(pos) {
                 *v = slab.slice(at..at + len);
             }

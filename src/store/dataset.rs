@@ -241,4 +241,19 @@ impl Snapshot {
         let fields: Vec<usize> = (0..self.tables.len()).collect();
         batch::gather(self, indices, &fields, opts)
     }
+
+    /// Reads the named fields of `indices`, in that order, with `opts`, blocking the calling
+    /// thread.
+    pub fn gather_fields_with(
+        &self,
+        indices: &[u64],
+        fields: &[&str],
+        opts: &ReadOptions,
+    ) -> Result<Batch> {
+        let fields = fields
+            .iter()
+            .map(|f| self.field_index(f))
+            .collect::<Result<Vec<_>>>()?;
+        batch::gather(self, indices, &fields, opts)
+    }
 }

@@ -1,0 +1,186 @@
+//! Batching: consecutive items of each epoch grouped into batches of record indices.
+//!
+//! Batches never straddle epochs: the last batch of an epoch holds the remainder
+//! (`epoch_len mod batch_size` items) or, with `drop_last`, is dropped. Gathering the records of a
+//! batch is the prefetch stage's work; a batch here is only indices.
+
+use serde::{Deserialize, Serialize};
+
+use super::stage::{Sample, Stage};
+use crate::{Error, Result};
+
+/// Configuration of a [`Batch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchConfig {
+    /// Items per batch. Default: 32.
+    pub batch_size: u64,
+    /// Drop the last, short batch of every epoch. Default: false.
+    pub drop_last: bool,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        Self {
+            batch_size: 32,
+            drop_last: false,
+        }
+    }
+}
+
+/// One batch of samples: what the index side hands to the prefetch workers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexBatch {
+    /// The epoch.
+    pub epoch: u64,
+    /// The batch's position within the epoch.
+    pub position: u64,
+    /// The samples, in order.
+    pub samples: Vec<Sample>,
+}
+
+impl IndexBatch {
+    /// The record indices, in order.
+    pub fn indices(&self) -> Vec<u64> {
+        self.samples.iter().map(|s| s.index).collect()
+    }
+
+    /// Per sample, true if it is padding (see [`super::ShardConfig::pad_to_equal`]).
+    pub fn padded(&self) -> Vec<bool> {
+        self.samples.iter().map(|s| s.padded).collect()
+    }
+}
+
+/// The batch stage.
+#[derive(Debug, Clone)]
+pub struct Batch<S> {
+    upstream: S,
+    config: BatchConfig,
+}
+
+impl<S: Stage<Item = Sample>> Batch<S> {
+    /// Batches `upstream`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] if `batch_size` is 0.
+    pub fn new(upstream: S, config: BatchConfig) -> Result<Self> {
+        if config.batch_size == 0 || usize::try_from(config.batch_size).is_err() {
+            return Err(Error::InvalidConfig {
+                reason: format!(
+                    "batch: batch_size must be at least 1 and fit in memory, got {}",
+                    config.batch_size
+                ),
+            });
+        }
+        Ok(Self { upstream, config })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &BatchConfig {
+        &self.config
+    }
+}
+
+impl<S: Stage<Item = Sample>> Stage for Batch<S> {
+    type Item = IndexBatch;
+
+    fn epochs(&self) -> Option<u64> {
+        self.upstream.epochs()
+    }
+
+    fn epoch_len(&self) -> u64 {
+        let l = self.upstream.epoch_len();
+        if self.config.drop_last {
+            l / self.config.batch_size
+        } else {
+            l.div_ceil(self.config.batch_size)
+        }
+    }
+
+    fn get(&mut self, epoch: u64, position: u64) -> Result<IndexBatch> {
+        let len = self.epoch_len();
+        if position >= len {
+            return Err(Error::IndexOutOfRange {
+                index: position,
+                len,
+            });
+        }
+        let start = position * self.config.batch_size;
+        let end = start
+            .saturating_add(self.config.batch_size)
+            .min(self.upstream.epoch_len());
+        let samples = (start..end)
+            .map(|p| self.upstream.get(epoch, p))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(IndexBatch {
+            epoch,
+            position,
+            samples,
+        })
+    }
+
+    fn describe(&self, out: &mut String) {
+        self.upstream.describe(out);
+        out.push_str(&format!(
+            " | batch(batch_size={}, drop_last={})",
+            self.config.batch_size, self.config.drop_last
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::sampler::{Sampler, SamplerConfig, SamplerMode};
+    use super::*;
+
+    fn batches(n: u64, batch_size: u64, drop_last: bool) -> Vec<Vec<u64>> {
+        let s = Sampler::new(
+            n,
+            SamplerConfig {
+                mode: SamplerMode::Sequential { window_len: 1 },
+                seed: 0,
+                epochs: Some(2),
+            },
+        )
+        .unwrap();
+        Batch::new(
+            s,
+            BatchConfig {
+                batch_size,
+                drop_last,
+            },
+        )
+        .unwrap()
+        .cursor()
+        .into_iter()
+        .map(|b| b.unwrap().indices())
+        .collect()
+    }
+
+    #[test]
+    fn batches_stay_within_epochs() {
+        assert_eq!(
+            batches(5, 2, false),
+            vec![
+                vec![0, 1],
+                vec![2, 3],
+                vec![4],
+                vec![0, 1],
+                vec![2, 3],
+                vec![4]
+            ]
+        );
+        assert_eq!(
+            batches(5, 2, true),
+            vec![vec![0, 1], vec![2, 3], vec![0, 1], vec![2, 3]]
+        );
+        assert_eq!(batches(1, 2, true), Vec::<Vec<u64>>::new());
+        assert!(Batch::new(
+            Sampler::new(1, SamplerConfig::default()).unwrap(),
+            BatchConfig {
+                batch_size: 0,
+                drop_last: false
+            }
+        )
+        .is_err());
+    }
+}

@@ -1,0 +1,332 @@
+//! Length bucketing: d9d's `BufferSortedDataset` as a stage.
+//!
+//! Each epoch of the upstream stage is cut into buffers of `buffer_size` consecutive positions
+//! (the last one may be shorter). Each buffer is, independently:
+//!
+//! 1. keyed: `(key(index), tie)`, where `tie` is a seeded hash of `(seed, epoch, buffer, position)`
+//!    so equal keys are ordered randomly but reproducibly;
+//! 2. sorted by that pair;
+//! 3. cut into packs of `pack_size` (the last may be shorter);
+//! 4. the packs are shuffled;
+//! 5. the items within every pack are shuffled;
+//! 6. flattened and served.
+//!
+//! All randomness derives from `(seed, epoch, buffer index)`, so the stage is a pure function of
+//! `(epoch, position)` like every other stage: a checkpoint stays a cursor, and a resume rebuilds
+//! only the one buffer the cursor is in, by re-reading its `buffer_size` upstream positions.
+//! A buffer is a permutation of its upstream positions, so every upstream item is served exactly
+//! once per epoch.
+//!
+//! Batches cut from a bucketed stage with `batch_size == pack_size` (and `buffer_size` a
+//! multiple of `pack_size`) are exactly the packs: items of similar length, so little padding.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::sampler::{hash, mix, reduce};
+use super::source::Source;
+use super::stage::{Sample, Stage};
+use crate::{Error, Result};
+
+/// The sort key of a record index (usually its length), with a name that goes into the
+/// configuration description (and so into checkpoints: a resume with a differently named key is
+/// refused). The function must be a pure function of the index.
+#[derive(Clone)]
+pub struct BucketKey {
+    name: String,
+    key: Arc<dyn Fn(u64) -> Result<u64> + Send + Sync>,
+}
+
+impl BucketKey {
+    /// A key computed by `key`, described as `name`.
+    pub fn new(
+        name: impl Into<String>,
+        key: impl Fn(u64) -> Result<u64> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            key: Arc::new(key),
+        }
+    }
+
+    /// The default key: [`Source::item_len`], the record length (no data read).
+    pub fn item_len<S: Source>(source: Arc<S>) -> Self {
+        Self::new("item_len", move |index| source.item_len(index))
+    }
+
+    /// The key's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The key of record `index`.
+    ///
+    /// # Errors
+    /// Whatever the key function returns.
+    pub fn key(&self, index: u64) -> Result<u64> {
+        (self.key)(index)
+    }
+}
+
+impl fmt::Debug for BucketKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BucketKey")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configuration of a [`Bucket`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BucketConfig {
+    /// Items sorted together. Default: 1024.
+    pub buffer_size: u64,
+    /// Items per pack (usually the batch size). Default: 32.
+    pub pack_size: u64,
+    /// The seed of the tie-breaker and the shuffles. Default: 0.
+    pub seed: u64,
+}
+
+impl Default for BucketConfig {
+    fn default() -> Self {
+        Self {
+            buffer_size: 1024,
+            pack_size: 32,
+            seed: 0,
+        }
+    }
+}
+
+/// The bucket stage.
+#[derive(Clone)]
+pub struct Bucket<S> {
+    upstream: S,
+    config: BucketConfig,
+    key: BucketKey,
+    buffer_size: usize,
+    pack_size: usize,
+    /// The most recently built buffer: `(epoch, buffer index, items)`.
+    cache: Option<(u64, u64, Vec<Sample>)>,
+}
+
+impl<S: fmt::Debug> fmt::Debug for Bucket<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Bucket")
+            .field("upstream", &self.upstream)
+            .field("config", &self.config)
+            .field("key", &self.key)
+            .field(
+                "cached_buffer",
+                &self.cache.as_ref().map(|(e, b, _)| (e, b)),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Stage<Item = Sample>> Bucket<S> {
+    /// Buckets `upstream` by `key`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] if `buffer_size` or `pack_size` is 0 or does not fit `usize`.
+    pub fn new(upstream: S, config: BucketConfig, key: BucketKey) -> Result<Self> {
+        let size = |v: u64, name: &str| {
+            usize::try_from(v)
+                .ok()
+                .filter(|&v| v > 0)
+                .ok_or_else(|| Error::InvalidConfig {
+                    reason: format!("bucket: {name} must be at least 1 and fit in memory, got {v}"),
+                })
+        };
+        Ok(Self {
+            buffer_size: size(config.buffer_size, "buffer_size")?,
+            pack_size: size(config.pack_size, "pack_size")?,
+            upstream,
+            config,
+            key,
+            cache: None,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &BucketConfig {
+        &self.config
+    }
+
+    fn build(&mut self, epoch: u64, buffer: u64) -> Result<Vec<Sample>> {
+        let len = self.upstream.epoch_len();
+        let start = buffer * self.config.buffer_size;
+        let end = start.saturating_add(self.config.buffer_size).min(len);
+        let seed = self.config.seed;
+        let mut keyed = Vec::with_capacity(self.buffer_size);
+        for p in start..end {
+            let item = self.upstream.get(epoch, p)?;
+            let key = self.key.key(item.index)?;
+            let tie = hash(&[seed, epoch, buffer, p, 0x0054_4945]);
+            keyed.push((key, tie, item));
+        }
+        keyed.sort_unstable_by_key(|&(key, tie, _)| (key, tie));
+        let mut packs: Vec<Vec<Sample>> = keyed
+            .chunks(self.pack_size)
+            .map(|c| c.iter().map(|&(_, _, s)| s).collect())
+            .collect();
+        let mut rng = SplitMix(hash(&[seed, epoch, buffer, 0x5041_434b]));
+        rng.shuffle(&mut packs);
+        for pack in &mut packs {
+            rng.shuffle(pack);
+        }
+        Ok(packs.into_iter().flatten().collect())
+    }
+}
+
+impl<S: Stage<Item = Sample>> Stage for Bucket<S> {
+    type Item = Sample;
+
+    fn epochs(&self) -> Option<u64> {
+        self.upstream.epochs()
+    }
+
+    fn epoch_len(&self) -> u64 {
+        self.upstream.epoch_len()
+    }
+
+    fn get(&mut self, epoch: u64, position: u64) -> Result<Sample> {
+        let len = self.epoch_len();
+        if position >= len {
+            return Err(Error::IndexOutOfRange {
+                index: position,
+                len,
+            });
+        }
+        let buffer = position / self.config.buffer_size;
+        let offset = position % self.config.buffer_size;
+        let hit = matches!(&self.cache, Some((e, b, _)) if *e == epoch && *b == buffer);
+        if !hit {
+            let items = self.build(epoch, buffer)?;
+            self.cache = Some((epoch, buffer, items));
+        }
+        self.cache
+            .as_ref()
+            .and_then(|(_, _, items)| items.get(usize::try_from(offset).ok()?))
+            .copied()
+            .ok_or(Error::IndexOutOfRange {
+                index: position,
+                len,
+            })
+    }
+
+    fn describe(&self, out: &mut String) {
+        self.upstream.describe(out);
+        let c = &self.config;
+        out.push_str(&format!(
+            " | bucket(buffer_size={}, pack_size={}, seed={}, key={})",
+            c.buffer_size,
+            c.pack_size,
+            c.seed,
+            self.key.name()
+        ));
+    }
+}
+
+/// A splitmix64 stream: the deterministic generator of the shuffles.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        mix(self.0)
+    }
+
+    /// Fisher–Yates.
+    fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = reduce(self.next(), i as u64 + 1) as usize;
+            items.swap(i, j);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::sampler::{Sampler, SamplerConfig, SamplerMode};
+    use super::*;
+
+    fn bucket(n: u64, buffer_size: u64, pack_size: u64) -> Bucket<Sampler> {
+        let sampler = Sampler::new(
+            n,
+            SamplerConfig {
+                mode: SamplerMode::Shuffled,
+                seed: 1,
+                epochs: Some(2),
+            },
+        )
+        .unwrap();
+        // Key: the index modulo 5, so keys collide and the tie-breaker matters.
+        let key = BucketKey::new("mod5", |i| Ok(i % 5));
+        Bucket::new(
+            sampler,
+            BucketConfig {
+                buffer_size,
+                pack_size,
+                seed: 9,
+            },
+            key,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn each_buffer_is_a_permutation_and_packs_share_keys() {
+        let mut b = bucket(103, 20, 4);
+        for e in 0..2 {
+            let got: Vec<u64> = (0..103).map(|p| b.get(e, p).unwrap().index).collect();
+            let mut sorted = got.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (0..103).collect::<Vec<_>>());
+            // Within each buffer of 20, the packs are the sorted key order cut into fours.
+            for buf in got.chunks(20) {
+                let mut keys: Vec<u64> = buf.iter().map(|i| i % 5).collect();
+                keys.sort_unstable();
+                let mut expected: Vec<Vec<u64>> = keys.chunks(4).map(<[u64]>::to_vec).collect();
+                let mut actual: Vec<Vec<u64>> = buf
+                    .chunks(4)
+                    .map(|p| {
+                        let mut k: Vec<u64> = p.iter().map(|i| i % 5).collect();
+                        k.sort_unstable();
+                        k
+                    })
+                    .collect();
+                expected.sort();
+                actual.sort();
+                assert_eq!(actual, expected);
+            }
+        }
+    }
+
+    #[test]
+    fn random_access_equals_sequential_access() {
+        let mut a = bucket(50, 8, 3);
+        let mut b = bucket(50, 8, 3);
+        let seq: Vec<Sample> = (0..50).map(|p| a.get(1, p).unwrap()).collect();
+        for p in (0..50).rev() {
+            assert_eq!(b.get(1, p).unwrap(), seq[p as usize]);
+        }
+    }
+
+    #[test]
+    fn zero_sizes_are_rejected() {
+        let s = Sampler::new(3, SamplerConfig::default()).unwrap();
+        let key = BucketKey::new("zero", |_| Ok(0));
+        let cfg = BucketConfig {
+            buffer_size: 0,
+            ..BucketConfig::default()
+        };
+        assert!(Bucket::new(s.clone(), cfg, key.clone()).is_err());
+        let cfg = BucketConfig {
+            pack_size: 0,
+            ..BucketConfig::default()
+        };
+        assert!(Bucket::new(s, cfg, key).is_err());
+    }
+}

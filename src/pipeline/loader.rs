@@ -1,0 +1,469 @@
+//! [`Loader`]: the usual chain — sampler → shard → (bucket) → batch → prefetch — behind one
+//! builder, with a checkpoint that records the source generation and the configuration.
+//!
+//! ```no_run
+//! # async fn train() -> zrecord::Result<()> {
+//! use std::sync::Arc;
+//! use zrecord::pipeline::{Loader, MergePolicy};
+//!
+//! let dataset = Arc::new(zrecord::Dataset::open("train")?);
+//! let mut loader = Loader::builder(dataset)
+//!     .seed(42)
+//!     .batch_size(64)
+//!     .num_workers(4)
+//!     .build()?;
+//! while let Some(batch) = loader.next().await {
+//!     let batch = batch?; // a failed read surfaces here, in its place
+//!     let _records: &zrecord::Batch = &batch.data;
+//!     let _checkpoint = serde_json::to_string(&loader.state()).ok();
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::stream::{FusedStream, Stream, StreamExt};
+use serde::{Deserialize, Serialize};
+
+use super::batch::{Batch, BatchConfig, IndexBatch};
+use super::bucket::{Bucket, BucketConfig, BucketKey};
+use super::prefetch::{identity, LoaderBatch, MergePolicy, Prefetch, PrefetchConfig, Transform};
+use super::sampler::{Sampler, SamplerConfig};
+use super::shard::{Shard, ShardConfig};
+use super::source::Source;
+use super::stage::{describe, fingerprint, Stage};
+use super::state::{LoaderState, LOADER_STATE_VERSION};
+use crate::{Error, Result};
+
+/// Every option of a [`Loader`] but the bucket key and the transform (which are functions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct LoaderConfig {
+    /// The sampler. Default: [`SamplerConfig::default`] (shuffled, seed 0, one epoch).
+    pub sampler: SamplerConfig,
+    /// The shard of this rank. Default: [`ShardConfig::default`] (one shard: everything).
+    pub shard: ShardConfig,
+    /// Length bucketing. Default: `None` (off).
+    pub bucket: Option<BucketConfig>,
+    /// Batching. Default: [`BatchConfig::default`] (32, keep the last short batch).
+    pub batch: BatchConfig,
+    /// Workers, queues and merge. Default: [`PrefetchConfig::default`].
+    pub prefetch: PrefetchConfig,
+}
+
+/// The index chain a [`Loader`] runs: sampler → shard → (bucket) → batch. Its item sequence is
+/// the loader's batch order under [`MergePolicy::Strict`], so iterating it (with
+/// [`Stage::cursor`]) and gathering each batch is the sequential baseline of the loader.
+#[derive(Debug, Clone)]
+pub enum IndexChain {
+    /// Without bucketing.
+    Plain(Batch<Shard<Sampler>>),
+    /// With bucketing.
+    Bucketed(Batch<Bucket<Shard<Sampler>>>),
+}
+
+impl Stage for IndexChain {
+    type Item = IndexBatch;
+
+    fn epochs(&self) -> Option<u64> {
+        match self {
+            Self::Plain(s) => s.epochs(),
+            Self::Bucketed(s) => s.epochs(),
+        }
+    }
+
+    fn epoch_len(&self) -> u64 {
+        match self {
+            Self::Plain(s) => s.epoch_len(),
+            Self::Bucketed(s) => s.epoch_len(),
+        }
+    }
+
+    fn get(&mut self, epoch: u64, position: u64) -> Result<IndexBatch> {
+        match self {
+            Self::Plain(s) => s.get(epoch, position),
+            Self::Bucketed(s) => s.get(epoch, position),
+        }
+    }
+
+    fn describe(&self, out: &mut String) {
+        match self {
+            Self::Plain(s) => s.describe(out),
+            Self::Bucketed(s) => s.describe(out),
+        }
+    }
+}
+
+/// Builds a [`Loader`]; see [`Loader::builder`].
+#[must_use = "a builder does nothing until built"]
+pub struct LoaderBuilder<S: Source, T = <S as Source>::Batch> {
+    source: Arc<S>,
+    config: LoaderConfig,
+    key: Option<BucketKey>,
+    transform: Transform<S::Batch, T>,
+}
+
+impl<S: Source, T> fmt::Debug for LoaderBuilder<S, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoaderBuilder")
+            .field("config", &self.config)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Source> LoaderBuilder<S> {
+    /// A builder over `source` with the default configuration and no transform.
+    pub fn new(source: Arc<S>) -> Self {
+        Self {
+            source,
+            config: LoaderConfig::default(),
+            key: None,
+            transform: identity(),
+        }
+    }
+}
+
+impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
+    /// Replaces the whole configuration.
+    pub fn config(mut self, config: LoaderConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The sampler configuration.
+    pub fn sampler(mut self, sampler: SamplerConfig) -> Self {
+        self.config.sampler = sampler;
+        self
+    }
+
+    /// The seed of the sampler (and of the bucket, if bucketing is on).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.config.sampler.seed = seed;
+        if let Some(b) = &mut self.config.bucket {
+            b.seed = seed;
+        }
+        self
+    }
+
+    /// Number of epochs; `None` runs forever.
+    pub fn epochs(mut self, epochs: Option<u64>) -> Self {
+        self.config.sampler.epochs = epochs;
+        self
+    }
+
+    /// The shard of this rank.
+    pub fn shard(mut self, shard: ShardConfig) -> Self {
+        self.config.shard = shard;
+        self
+    }
+
+    /// Turns length bucketing on. The key defaults to [`Source::item_len`].
+    pub fn bucket(mut self, bucket: BucketConfig) -> Self {
+        self.config.bucket = Some(bucket);
+        self
+    }
+
+    /// The bucketing key, instead of [`Source::item_len`].
+    pub fn bucket_key(mut self, key: BucketKey) -> Self {
+        self.key = Some(key);
+        self
+    }
+
+    /// Batching.
+    pub fn batch(mut self, batch: BatchConfig) -> Self {
+        self.config.batch = batch;
+        self
+    }
+
+    /// Items per batch.
+    pub fn batch_size(mut self, batch_size: u64) -> Self {
+        self.config.batch.batch_size = batch_size;
+        self
+    }
+
+    /// Drop the last, short batch of every epoch.
+    pub fn drop_last(mut self, drop_last: bool) -> Self {
+        self.config.batch.drop_last = drop_last;
+        self
+    }
+
+    /// Workers, queues and merge.
+    pub fn prefetch(mut self, prefetch: PrefetchConfig) -> Self {
+        self.config.prefetch = prefetch;
+        self
+    }
+
+    /// Number of worker threads.
+    pub fn num_workers(mut self, num_workers: usize) -> Self {
+        self.config.prefetch.num_workers = num_workers;
+        self
+    }
+
+    /// Capacity of each worker's queue, in batches.
+    pub fn worker_queue_size(mut self, size: usize) -> Self {
+        self.config.prefetch.worker_queue_size = size;
+        self
+    }
+
+    /// Capacity of the buffer of merged batches waiting for the consumer.
+    pub fn consumer_queue_size(mut self, size: usize) -> Self {
+        self.config.prefetch.consumer_queue_size = size;
+        self
+    }
+
+    /// The merge policy.
+    pub fn merge(mut self, merge: MergePolicy) -> Self {
+        self.config.prefetch.merge = merge;
+        self
+    }
+
+    /// Applies `transform` to every gathered batch, on the worker thread (decode, collate, …).
+    pub fn transform<U: Send + 'static>(
+        self,
+        transform: impl Fn(S::Batch, &IndexBatch) -> Result<U> + Send + Sync + 'static,
+    ) -> LoaderBuilder<S, U> {
+        LoaderBuilder {
+            source: self.source,
+            config: self.config,
+            key: self.key,
+            transform: Arc::new(transform),
+        }
+    }
+
+    /// The current configuration.
+    pub fn current_config(&self) -> &LoaderConfig {
+        &self.config
+    }
+
+    /// The index chain this builder's loader runs (see [`IndexChain`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for an invalid stage configuration.
+    pub fn index_chain(&self) -> Result<IndexChain> {
+        let c = &self.config;
+        let sampler = Sampler::new(self.source.len(), c.sampler)?;
+        let shard = Shard::new(sampler, c.shard)?;
+        Ok(match c.bucket {
+            None => IndexChain::Plain(Batch::new(shard, c.batch)?),
+            Some(b) => {
+                let key = self
+                    .key
+                    .clone()
+                    .unwrap_or_else(|| BucketKey::item_len(Arc::clone(&self.source)));
+                IndexChain::Bucketed(Batch::new(Bucket::new(shard, b, key)?, c.batch)?)
+            }
+        })
+    }
+
+    /// Starts the loader at the first batch.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for an invalid configuration; [`Error::Io`] if a worker thread
+    /// cannot be spawned.
+    pub fn build(self) -> Result<Loader<S, T>> {
+        self.start(None)
+    }
+
+    /// Starts the loader right after the last batch consumed before `state` was taken.
+    ///
+    /// Prefetched batches that were not consumed are produced again; under
+    /// [`MergePolicy::Strict`] the resumed stream is exactly the uninterrupted stream from the
+    /// checkpoint on, even with another number of workers. The merge policy, queue sizes and the
+    /// transform may differ from the checkpointed loader's; nothing else may.
+    ///
+    /// # Errors
+    /// [`Error::ResumeMismatch`] if the source's generation or length, or the configuration of
+    /// the index chain (sampler, shard, bucket, batch) differ from the checkpoint's, or if a
+    /// best-effort checkpoint is resumed with another worker count; otherwise as
+    /// [`LoaderBuilder::build`].
+    pub fn resume(self, state: &LoaderState) -> Result<Loader<S, T>> {
+        self.start(Some(state))
+    }
+
+    fn start(self, resume: Option<&LoaderState>) -> Result<Loader<S, T>> {
+        let chain = self.index_chain()?;
+        let config = describe(&chain);
+        let header = Header {
+            generation: self.source.generation(),
+            source_len: self.source.len(),
+            fingerprint: fingerprint(&config),
+            config,
+        };
+        let prefetch = match resume {
+            None => Prefetch::new(
+                chain,
+                Arc::clone(&self.source),
+                self.transform,
+                self.config.prefetch,
+            )?,
+            Some(state) => {
+                header.check(state)?;
+                Prefetch::resume(
+                    chain,
+                    Arc::clone(&self.source),
+                    self.transform,
+                    self.config.prefetch,
+                    &state.prefetch,
+                )?
+            }
+        };
+        Ok(Loader {
+            source: self.source,
+            header,
+            prefetch,
+        })
+    }
+}
+
+/// What a checkpoint records besides the prefetch state.
+#[derive(Debug, Clone)]
+struct Header {
+    generation: u64,
+    source_len: u64,
+    fingerprint: u64,
+    config: String,
+}
+
+impl Header {
+    fn check(&self, state: &LoaderState) -> Result<()> {
+        let mismatch = |reason: String| Err(Error::ResumeMismatch { reason });
+        if state.version != LOADER_STATE_VERSION {
+            return mismatch(format!(
+                "checkpoint format version {} is not the supported version {LOADER_STATE_VERSION}",
+                state.version
+            ));
+        }
+        if state.generation != self.generation {
+            return mismatch(format!(
+                "the checkpoint was taken on dataset generation {}, the source is at generation {}",
+                state.generation, self.generation
+            ));
+        }
+        if state.source_len != self.source_len {
+            return mismatch(format!(
+                "the checkpoint was taken on a source of {} records, this one has {}",
+                state.source_len, self.source_len
+            ));
+        }
+        if state.fingerprint != self.fingerprint || state.config != self.config {
+            return mismatch(format!(
+                "the pipeline configuration differs: checkpoint has `{}` (fingerprint {:#018x}), \
+                 this loader has `{}` (fingerprint {:#018x})",
+                state.config, state.fingerprint, self.config, self.fingerprint
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The data loader: an async stream of gathered batches with a resumable checkpoint.
+///
+/// `Send` (and `Sync` for a `Sync` batch type); usable from any multi-thread tokio runtime: the
+/// gathers run on the loader's own threads, never on a runtime worker.
+#[must_use = "a loader does nothing unless polled"]
+pub struct Loader<S: Source, T = <S as Source>::Batch> {
+    source: Arc<S>,
+    header: Header,
+    prefetch: Prefetch<T>,
+}
+
+// Nothing in a `Loader` is structurally pinned.
+impl<S: Source, T> Unpin for Loader<S, T> {}
+
+impl<S: Source, T> fmt::Debug for Loader<S, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Loader")
+            .field("config", &self.header.config)
+            .field("generation", &self.header.generation)
+            .field("prefetch", &self.prefetch)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Source> Loader<S> {
+    /// A builder over `source`; see [`LoaderBuilder`].
+    pub fn builder(source: Arc<S>) -> LoaderBuilder<S> {
+        LoaderBuilder::new(source)
+    }
+}
+
+impl<S: Source, T: Send + 'static> Loader<S, T> {
+    /// Resumes `builder`'s loader from `state`; the same as [`LoaderBuilder::resume`].
+    ///
+    /// # Errors
+    /// As [`LoaderBuilder::resume`].
+    pub fn resume(builder: LoaderBuilder<S, T>, state: &LoaderState) -> Result<Self> {
+        builder.resume(state)
+    }
+}
+
+impl<S: Source, T> Loader<S, T> {
+    /// The next batch, `None` after the last one. A batch that could not be read (a corrupt
+    /// record, an I/O error, a failing transform) is `Some(Err(..))` in the place the batch
+    /// would have had; the loader goes on with the next batch after it.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a batch is taken off the loader's queues only by the poll that returns it,
+    /// so dropping the future (e.g. in `tokio::select!`) loses no batch, and the checkpoint
+    /// ([`Loader::state`]) does not move.
+    pub async fn next(&mut self) -> Option<Result<LoaderBatch<T>>> {
+        StreamExt::next(&mut self.prefetch).await
+    }
+
+    /// The checkpoint after the last batch returned by [`Loader::next`] (or the stream).
+    pub fn state(&self) -> LoaderState {
+        LoaderState {
+            version: LOADER_STATE_VERSION,
+            generation: self.header.generation,
+            source_len: self.header.source_len,
+            fingerprint: self.header.fingerprint,
+            config: self.header.config.clone(),
+            prefetch: self.prefetch.state(),
+        }
+    }
+
+    /// The source.
+    pub fn source(&self) -> &Arc<S> {
+        &self.source
+    }
+
+    /// The description of the index chain's configuration, as recorded in checkpoints.
+    pub fn config_description(&self) -> &str {
+        &self.header.config
+    }
+
+    /// Diagnostic: see [`Prefetch::max_observed_lead`].
+    pub fn max_observed_lead(&self) -> u64 {
+        self.prefetch.max_observed_lead()
+    }
+
+    /// Stops the workers and waits until every worker thread has exited and released the
+    /// source. Dropping the loader stops them too, without waiting.
+    ///
+    /// # Cancel safety
+    /// Dropping the future before it completes leaves the workers stopping on their own.
+    pub async fn shutdown(self) {
+        self.prefetch.shutdown().await;
+    }
+}
+
+impl<S: Source, T> Stream for Loader<S, T> {
+    type Item = Result<LoaderBatch<T>>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        Pin::new(&mut self.get_mut().prefetch).poll_next(cx)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.prefetch.size_hint()
+    }
+}
+
+impl<S: Source, T> FusedStream for Loader<S, T> {
+    fn is_terminated(&self) -> bool {
+        self.prefetch.is_terminated()
+    }
+}

@@ -1,0 +1,726 @@
+//! Prefetch: N worker threads gather the batches of an index stage from a [`Source`] into bounded
+//! queues, and a merge hands them to the async consumer.
+//!
+//! # Work split
+//!
+//! Number the items of the index stage globally, `g = epoch * epoch_len + position`. Worker `w`
+//! of `N` runs the items `g = base + w + k·N` for `k = 0, 1, …` (its own copy of the stage, so no
+//! coordination): it computes the [`IndexBatch`], gathers it with [`Source::gather`], applies the
+//! optional transform, and pushes the result into its own queue of `worker_queue_size` items,
+//! blocking (its own thread, never a runtime worker) while the queue is full.
+//!
+//! # Merge (TinyGrad4 semantics)
+//!
+//! - [`MergePolicy::Strict`] (default): round-robin in worker order `0..N`, exhausted workers
+//!   skipped. Because of the split above, the merged order is exactly the global order: the same
+//!   stream as a single sequential pass over the stage, whatever the worker count.
+//! - [`MergePolicy::BestEffort`]: scans the workers (from the one after the last taken) without
+//!   waiting and takes the first ready item, but never from a worker that would then be more
+//!   than `max_lead` items ahead of the slowest active worker; after `max_skips_per_round`
+//!   workers found empty in one scan it stops scanning and waits. Not deterministic.
+//!
+//! Merged items wait for the consumer in a buffer of `consumer_queue_size` items. Memory is
+//! bounded end to end: at most `N · (worker_queue_size + 1) + consumer_queue_size` batches exist
+//! at any time.
+//!
+//! # Checkpoint
+//!
+//! [`Prefetch::state`] is taken at consumption: per worker, the number of its items consumed
+//! and its next position; and the next worker of the merge. Resuming restarts every worker at
+//! its next position and discards whatever was prefetched but not consumed, so the resumed
+//! stream continues exactly after the last consumed item (strict) or loses and repeats nothing
+//! (best effort). A strict checkpoint can even be resumed with another worker count.
+//!
+//! # Shutdown
+//!
+//! Dropping the [`Prefetch`] closes the queues: a worker blocked on a full queue wakes and exits,
+//! a worker in the middle of a gather exits when the gather returns. [`Prefetch::shutdown`]
+//! waits for that.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::channel::oneshot;
+use futures::stream::{FusedStream, Stream};
+use serde::{Deserialize, Serialize};
+
+use super::batch::IndexBatch;
+use super::queue::{self, Receiver, Sender};
+use super::source::Source;
+use super::stage::Stage;
+use super::state::{Position, PrefetchState, WorkerState};
+use crate::{Error, Result};
+
+/// How the items of the workers are merged into one stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum MergePolicy {
+    /// Round-robin in worker order, exhausted workers skipped: deterministic, and equal to a
+    /// sequential pass. The default.
+    #[default]
+    Strict,
+    /// The first ready item, within a bounded lead. Not deterministic across runs; resume still
+    /// loses and repeats nothing.
+    BestEffort {
+        /// No worker is ever more than this many items ahead of the slowest active worker
+        /// (counted in merged items). At least 1.
+        max_lead: u64,
+        /// Number of empty workers one scan passes over before it waits (0: wait for the first
+        /// eligible worker, like strict but lead-bounded).
+        max_skips_per_round: u64,
+    },
+}
+
+/// Configuration of a [`Prefetch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrefetchConfig {
+    /// Number of worker threads, at least 1. Default: 2.
+    pub num_workers: usize,
+    /// Capacity of each worker's queue, in batches, at least 1. Default: 2.
+    pub worker_queue_size: usize,
+    /// Capacity of the buffer of merged batches waiting for the consumer, at least 1.
+    /// Default: 2.
+    pub consumer_queue_size: usize,
+    /// The merge. Default: [`MergePolicy::Strict`].
+    pub merge: MergePolicy,
+}
+
+impl Default for PrefetchConfig {
+    fn default() -> Self {
+        Self {
+            num_workers: 2,
+            worker_queue_size: 2,
+            consumer_queue_size: 2,
+            merge: MergePolicy::Strict,
+        }
+    }
+}
+
+impl PrefetchConfig {
+    pub(crate) fn validate(&self) -> Result<()> {
+        let bad = |reason: String| Err(Error::InvalidConfig { reason });
+        if self.num_workers == 0 {
+            return bad("prefetch: num_workers must be at least 1".into());
+        }
+        if self.worker_queue_size == 0 || self.consumer_queue_size == 0 {
+            return bad(format!(
+                "prefetch: queue sizes must be at least 1 (worker_queue_size {}, consumer_queue_size {})",
+                self.worker_queue_size, self.consumer_queue_size
+            ));
+        }
+        if let MergePolicy::BestEffort { max_lead: 0, .. } = self.merge {
+            return bad("prefetch: best-effort max_lead must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// A user function applied to every gathered batch on the worker thread (decode, collate, …).
+pub type Transform<B, T> = Arc<dyn Fn(B, &IndexBatch) -> Result<T> + Send + Sync>;
+
+/// The identity transform.
+pub fn identity<B>() -> Transform<B, B> {
+    Arc::new(|b, _| Ok(b))
+}
+
+/// A gathered (and transformed) batch with the index batch it came from.
+#[derive(Debug, Clone)]
+pub struct LoaderBatch<T> {
+    /// The gathered data, after the transform.
+    pub data: T,
+    /// Epoch, position, record indices and padding markers.
+    pub batch: IndexBatch,
+}
+
+impl<T> LoaderBatch<T> {
+    /// The record indices, in order.
+    pub fn indices(&self) -> Vec<u64> {
+        self.batch.indices()
+    }
+
+    /// Per record, true if it is shard padding (see [`super::ShardConfig::pad_to_equal`]).
+    pub fn padded(&self) -> Vec<bool> {
+        self.batch.padded()
+    }
+
+    /// The epoch of the batch.
+    pub fn epoch(&self) -> u64 {
+        self.batch.epoch
+    }
+
+    /// The position of the batch within its epoch.
+    pub fn position(&self) -> u64 {
+        self.batch.position
+    }
+}
+
+/// What a worker pushes: its `k`-th item.
+struct WorkerItem<T> {
+    k: u64,
+    result: Result<LoaderBatch<T>>,
+}
+
+/// A merged item waiting for the consumer, with the checkpoint it leaves once consumed.
+struct Merged<T> {
+    /// The worker and its consumed count after this item; `None` for an error that is not one
+    /// of the worker's items (a worker that died).
+    worker: Option<(usize, u64)>,
+    next_worker: usize,
+    result: Result<LoaderBatch<T>>,
+}
+
+struct Worker<T> {
+    rx: Receiver<WorkerItem<T>>,
+    exit: Option<oneshot::Receiver<()>>,
+    /// Items of this worker merged so far (from `base`).
+    merged: u64,
+    /// Items this worker runs in total (from `base`), `None` if infinite.
+    count: Option<u64>,
+    dead: bool,
+}
+
+impl<T> Worker<T> {
+    fn active(&self) -> bool {
+        !self.dead && self.count.is_none_or(|c| self.merged < c)
+    }
+}
+
+/// The geometry of the work split.
+#[derive(Debug, Clone, Copy)]
+struct Split {
+    num_workers: u64,
+    base: u64,
+    epoch_len: u64,
+    total: Option<u64>,
+}
+
+impl Split {
+    /// Global position of worker `w`'s `k`-th item, `None` past `u64`.
+    fn global(&self, w: u64, k: u64) -> Option<u64> {
+        k.checked_mul(self.num_workers)?
+            .checked_add(w)?
+            .checked_add(self.base)
+    }
+
+    /// Number of items of worker `w`, `None` if infinite.
+    fn count(&self, w: u64) -> Option<u64> {
+        let total = self.total?;
+        let first = self.base.saturating_add(w);
+        Some(if total > first {
+            (total - first).div_ceil(self.num_workers)
+        } else {
+            0
+        })
+    }
+
+    fn position(&self, g: u64) -> Position {
+        if self.epoch_len == 0 {
+            return Position {
+                epoch: 0,
+                position: 0,
+            };
+        }
+        Position {
+            epoch: g / self.epoch_len,
+            position: g % self.epoch_len,
+        }
+    }
+
+    /// Worker `w`'s position after `consumed` items, `None` if it has none left.
+    fn next(&self, w: u64, consumed: u64) -> Option<Position> {
+        if self.count(w).is_some_and(|c| consumed >= c) {
+            return None;
+        }
+        self.global(w, consumed).map(|g| self.position(g))
+    }
+}
+
+/// The prefetching, merging stream; see the [module documentation](self).
+#[must_use = "a prefetch does nothing unless polled"]
+pub struct Prefetch<T> {
+    workers: Vec<Worker<T>>,
+    split: Split,
+    policy: MergePolicy,
+    consumer_queue_size: usize,
+    ready: VecDeque<Merged<T>>,
+    merge_next: usize,
+    merge_done: bool,
+    state: PrefetchState,
+    max_observed_lead: u64,
+}
+
+// Nothing in a `Prefetch` is structurally pinned.
+impl<T> Unpin for Prefetch<T> {}
+
+impl<T> fmt::Debug for Prefetch<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Prefetch")
+            .field("num_workers", &self.workers.len())
+            .field("policy", &self.policy)
+            .field("ready", &self.ready.len())
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + 'static> Prefetch<T> {
+    /// Starts the workers over `stage` from its first item.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for an invalid `config`; [`Error::Io`] if a thread cannot be
+    /// spawned.
+    pub fn new<St, Src>(
+        stage: St,
+        source: Arc<Src>,
+        transform: Transform<Src::Batch, T>,
+        config: PrefetchConfig,
+    ) -> Result<Self>
+    where
+        St: Stage<Item = IndexBatch>,
+        Src: Source,
+    {
+        Self::start(stage, source, transform, config, None)
+    }
+
+    /// Starts the workers at the checkpoint `state`, taken from a [`Prefetch`] over the same
+    /// stage. Items prefetched but not consumed before the checkpoint are produced again.
+    ///
+    /// With another worker count than the checkpoint's, only a checkpoint whose consumed items
+    /// form a prefix of the global order (always true under the strict merge) can be resumed.
+    ///
+    /// # Errors
+    /// [`Error::ResumeMismatch`] if `state` does not fit the stage or the worker count;
+    /// otherwise as [`Prefetch::new`].
+    pub fn resume<St, Src>(
+        stage: St,
+        source: Arc<Src>,
+        transform: Transform<Src::Batch, T>,
+        config: PrefetchConfig,
+        state: &PrefetchState,
+    ) -> Result<Self>
+    where
+        St: Stage<Item = IndexBatch>,
+        Src: Source,
+    {
+        Self::start(stage, source, transform, config, Some(state))
+    }
+
+    fn start<St, Src>(
+        stage: St,
+        source: Arc<Src>,
+        transform: Transform<Src::Batch, T>,
+        config: PrefetchConfig,
+        resume: Option<&PrefetchState>,
+    ) -> Result<Self>
+    where
+        St: Stage<Item = IndexBatch>,
+        Src: Source,
+    {
+        config.validate()?;
+        let n = config.num_workers as u64;
+        let mut split = Split {
+            num_workers: n,
+            base: 0,
+            epoch_len: stage.epoch_len(),
+            total: stage.total_len(),
+        };
+        let (consumed, next_worker) = match resume {
+            None => (vec![0; config.num_workers], 0),
+            Some(s) => restore(s, &mut split)?,
+        };
+        let mut workers = Vec::with_capacity(config.num_workers);
+        for (w, &start_k) in consumed.iter().enumerate() {
+            let (tx, rx) = queue::bounded(config.worker_queue_size);
+            let (exit_tx, exit_rx) = oneshot::channel();
+            let job = WorkerJob {
+                stage: stage.clone(),
+                source: Arc::clone(&source),
+                transform: Arc::clone(&transform),
+                split,
+                w: w as u64,
+                k: start_k,
+                tx,
+                exit: exit_tx,
+            };
+            std::thread::Builder::new()
+                .name(format!("zrecord-prefetch-{w}"))
+                .spawn(move || job.run())
+                .map_err(|e| Error::Io {
+                    path: PathBuf::from("<prefetch worker>"),
+                    op: "spawn thread",
+                    source: e,
+                })?;
+            workers.push(Worker {
+                rx,
+                exit: Some(exit_rx),
+                merged: start_k,
+                count: split.count(w as u64),
+                dead: false,
+            });
+        }
+        let state = PrefetchState {
+            num_workers: n,
+            base: split.base,
+            next_worker: next_worker as u64,
+            workers: consumed
+                .iter()
+                .enumerate()
+                .map(|(w, &c)| WorkerState {
+                    consumed: c,
+                    next: split.next(w as u64, c),
+                })
+                .collect(),
+        };
+        Ok(Self {
+            workers,
+            split,
+            policy: config.merge,
+            consumer_queue_size: config.consumer_queue_size,
+            ready: VecDeque::with_capacity(config.consumer_queue_size),
+            merge_next: next_worker,
+            merge_done: false,
+            state,
+            max_observed_lead: 0,
+        })
+    }
+}
+
+/// Checks `s` against the split and returns the per-worker consumed counts and the next worker,
+/// rebasing the split when the worker count changed.
+fn restore(s: &PrefetchState, split: &mut Split) -> Result<(Vec<u64>, usize)> {
+    let mismatch = |reason: String| Error::ResumeMismatch { reason };
+    let n = split.num_workers;
+    let total = split.total;
+    if s.num_workers != n {
+        let end = s.prefix_end().ok_or_else(|| {
+            mismatch(format!(
+                "the checkpoint was taken with {} workers under a best-effort merge; resume it \
+                 with {} workers, not {n}",
+                s.num_workers, s.num_workers
+            ))
+        })?;
+        if total.is_some_and(|t| end > t) {
+            return Err(mismatch(format!(
+                "the checkpoint is at global position {end}, past the stage's {} items",
+                total.unwrap_or(0)
+            )));
+        }
+        split.base = end;
+        return Ok((vec![0; usize::try_from(n).unwrap_or(0)], 0));
+    }
+    if s.workers.len() as u64 != n || s.next_worker >= n {
+        return Err(mismatch(format!(
+            "malformed prefetch state: {} workers listed, next worker {}, for {n} workers",
+            s.workers.len(),
+            s.next_worker
+        )));
+    }
+    split.base = s.base;
+    for (w, ws) in s.workers.iter().enumerate() {
+        let w = w as u64;
+        if split.count(w).is_some_and(|c| ws.consumed > c) {
+            return Err(mismatch(format!(
+                "worker {w} consumed {} items but has only {} in this configuration",
+                ws.consumed,
+                split.count(w).unwrap_or(0)
+            )));
+        }
+        let expected = split.next(w, ws.consumed);
+        if ws.next != expected {
+            return Err(mismatch(format!(
+                "worker {w}: checkpoint says its next item is {:?}, this configuration puts it \
+                 at {expected:?}",
+                ws.next
+            )));
+        }
+    }
+    let next_worker = usize::try_from(s.next_worker).unwrap_or(0);
+    Ok((s.workers.iter().map(|w| w.consumed).collect(), next_worker))
+}
+
+/// Everything one worker thread owns.
+struct WorkerJob<St, Src: Source, T> {
+    stage: St,
+    source: Arc<Src>,
+    transform: Transform<Src::Batch, T>,
+    split: Split,
+    w: u64,
+    k: u64,
+    tx: Sender<WorkerItem<T>>,
+    exit: oneshot::Sender<()>,
+}
+
+impl<St, Src, T> WorkerJob<St, Src, T>
+where
+    St: Stage<Item = IndexBatch>,
+    Src: Source,
+    T: Send + 'static,
+{
+    fn run(mut self) {
+        loop {
+            if self.tx.is_closed() || self.split.count(self.w).is_some_and(|c| self.k >= c) {
+                break;
+            }
+            let Some(g) = self.split.global(self.w, self.k) else {
+                break;
+            };
+            let pos = self.split.position(g);
+            let result = catch_unwind(AssertUnwindSafe(|| self.produce(pos)))
+                .unwrap_or_else(|panic| Err(panicked(self.w, pos, panic.as_ref())));
+            let item = WorkerItem { k: self.k, result };
+            if self.tx.push(item).is_err() {
+                break;
+            }
+            self.k = self.k.saturating_add(1);
+        }
+        let Self {
+            stage,
+            source,
+            transform,
+            tx,
+            exit,
+            ..
+        } = self;
+        // Release the source before announcing the exit: after `shutdown` resolves, the worker
+        // holds nothing.
+        drop((stage, source, transform, tx));
+        drop(exit);
+    }
+
+    fn produce(&mut self, pos: Position) -> Result<LoaderBatch<T>> {
+        let batch = self.stage.get(pos.epoch, pos.position)?;
+        let gathered = self.source.gather(&batch.indices())?;
+        let data = (self.transform)(gathered, &batch)?;
+        Ok(LoaderBatch { data, batch })
+    }
+}
+
+fn panicked(w: u64, pos: Position, panic: &(dyn std::any::Any + Send)) -> Error {
+    let msg = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into());
+    Error::Io {
+        path: PathBuf::from(format!("<prefetch worker {w}>")),
+        op: "produce batch",
+        source: std::io::Error::other(format!(
+            "panicked at epoch {} position {}: {msg}",
+            pos.epoch, pos.position
+        )),
+    }
+}
+
+fn died(w: usize) -> Error {
+    Error::Io {
+        path: PathBuf::from(format!("<prefetch worker {w}>")),
+        op: "prefetch",
+        source: std::io::Error::other("the worker stopped before its last batch"),
+    }
+}
+
+impl<T> Prefetch<T> {
+    /// The checkpoint after the last consumed item.
+    pub fn state(&self) -> PrefetchState {
+        self.state.clone()
+    }
+
+    /// The largest lead (items merged from one worker minus items merged from the slowest
+    /// active worker) seen after any merge so far. A diagnostic: under
+    /// [`MergePolicy::BestEffort`] it never exceeds `max_lead`.
+    pub fn max_observed_lead(&self) -> u64 {
+        self.max_observed_lead
+    }
+
+    /// Stops the workers and waits until every worker thread has exited and released the
+    /// source. Dropping the stream stops them too, without waiting.
+    ///
+    /// # Cancel safety
+    /// Dropping the future before it completes leaves the workers stopping on their own; nothing
+    /// else is lost (the stream is consumed either way).
+    pub async fn shutdown(mut self) {
+        let exits: Vec<_> = self
+            .workers
+            .iter_mut()
+            .filter_map(|w| w.exit.take())
+            .collect();
+        drop(self);
+        for exit in exits {
+            // `Canceled` is the expected outcome: the worker dropped its end on exit.
+            let _ = exit.await;
+        }
+    }
+
+    fn merge_one(&mut self, cx: &mut Context<'_>) -> Poll<Option<Merged<T>>> {
+        match self.policy {
+            MergePolicy::Strict => self.merge_strict(cx),
+            MergePolicy::BestEffort {
+                max_lead,
+                max_skips_per_round,
+            } => self.merge_best_effort(cx, max_lead, max_skips_per_round),
+        }
+    }
+
+    fn merge_strict(&mut self, cx: &mut Context<'_>) -> Poll<Option<Merged<T>>> {
+        let n = self.workers.len();
+        for _ in 0..n {
+            let w = self.merge_next;
+            let active = self.workers.get(w).is_some_and(Worker::active);
+            if !active {
+                self.merge_next = (w + 1) % n;
+                continue;
+            }
+            return self.take(cx, w).map(Some);
+        }
+        Poll::Ready(None)
+    }
+
+    fn merge_best_effort(
+        &mut self,
+        cx: &mut Context<'_>,
+        max_lead: u64,
+        max_skips: u64,
+    ) -> Poll<Option<Merged<T>>> {
+        let n = self.workers.len();
+        let Some(min) = self.min_active() else {
+            return Poll::Ready(None);
+        };
+        let mut skips = 0u64;
+        for i in 0..n {
+            let w = (self.merge_next + i) % n;
+            let Some(worker) = self.workers.get(w) else {
+                continue;
+            };
+            if !worker.active() || worker.merged - min >= max_lead {
+                continue;
+            }
+            match self.take(cx, w) {
+                Poll::Ready(m) => return Poll::Ready(Some(m)),
+                Poll::Pending => {
+                    skips += 1;
+                    if skips > max_skips {
+                        break;
+                    }
+                }
+            }
+        }
+        Poll::Pending
+    }
+
+    fn min_active(&self) -> Option<u64> {
+        self.workers
+            .iter()
+            .filter(|w| w.active())
+            .map(|w| w.merged)
+            .min()
+    }
+
+    /// Polls worker `w`'s queue; on an item, advances the merge past it.
+    fn take(&mut self, cx: &mut Context<'_>, w: usize) -> Poll<Merged<T>> {
+        let n = self.workers.len();
+        let Some(worker) = self.workers.get_mut(w) else {
+            return Poll::Ready(Merged {
+                worker: None,
+                next_worker: self.merge_next,
+                result: Err(died(w)),
+            });
+        };
+        let merged = match worker.rx.poll_pop(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Some(item)) => {
+                debug_assert_eq!(item.k, worker.merged, "worker items arrive in order");
+                worker.merged += 1;
+                Merged {
+                    worker: Some((w, worker.merged)),
+                    next_worker: (w + 1) % n,
+                    result: item.result,
+                }
+            }
+            Poll::Ready(None) => {
+                worker.dead = true;
+                Merged {
+                    worker: None,
+                    next_worker: (w + 1) % n,
+                    result: Err(died(w)),
+                }
+            }
+        };
+        self.merge_next = merged.next_worker;
+        if let Some(min) = self.min_active() {
+            let max = self
+                .workers
+                .iter()
+                .filter(|w| w.active())
+                .map(|w| w.merged)
+                .max()
+                .unwrap_or(min);
+            self.max_observed_lead = self.max_observed_lead.max(max - min);
+        }
+        Poll::Ready(merged)
+    }
+
+    fn consume(&mut self, m: &Merged<T>) {
+        if let Some((w, consumed)) = m.worker {
+            let next = self.split.next(w as u64, consumed);
+            if let Some(ws) = self.state.workers.get_mut(w) {
+                ws.consumed = consumed;
+                ws.next = next;
+            }
+        }
+        self.state.next_worker = m.next_worker as u64;
+    }
+
+    fn remaining(&self) -> Option<u64> {
+        let mut sum = self.ready.len() as u64;
+        for w in &self.workers {
+            let count = w.count?;
+            sum = sum.saturating_add(count.saturating_sub(w.merged));
+        }
+        Some(sum)
+    }
+}
+
+impl<T> Stream for Prefetch<T> {
+    type Item = Result<LoaderBatch<T>>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        // Fill the consumer buffer with whatever is ready. Items only move between buffers the
+        // stream owns, so a dropped poll loses nothing.
+        while this.ready.len() < this.consumer_queue_size && !this.merge_done {
+            match this.merge_one(cx) {
+                Poll::Ready(Some(m)) => this.ready.push_back(m),
+                Poll::Ready(None) => this.merge_done = true,
+                Poll::Pending => break,
+            }
+        }
+        match this.ready.pop_front() {
+            Some(m) => {
+                this.consume(&m);
+                Poll::Ready(Some(m.result))
+            }
+            None if this.merge_done => Poll::Ready(None),
+            None => Poll::Pending,
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match self.remaining() {
+            Some(r) => {
+                let r = usize::try_from(r).unwrap_or(usize::MAX);
+                (r, Some(r))
+            }
+            None => (usize::MAX, None),
+        }
+    }
+}
+
+impl<T> FusedStream for Prefetch<T> {
+    fn is_terminated(&self) -> bool {
+        self.merge_done && self.ready.is_empty()
+    }
+}

@@ -1,0 +1,255 @@
+//! Sharding: one rank's (or one consumer's) view of every epoch of the upstream stage, as in d9d's
+//! `ShardedDataset`.
+//!
+//! With an upstream epoch of `L` items and `total` shards, shard `k` sees, in each epoch:
+//!
+//! - [`ShardMode::Interleaved`] (d9d "sequential", round-robin): upstream positions
+//!   `k, k + total, k + 2·total, …`. For 14 items and 4 shards, shard 0 sees 0, 4, 8, 12 and
+//!   shard 2 sees 2, 6, 10.
+//! - [`ShardMode::Contiguous`] (d9d "chunked"): blocks of `ceil(L / total)` positions. For 14
+//!   items and 4 shards, shard 0 sees 0, 1, 2, 3 and shard 3 sees 12, 13.
+//!
+//! Without padding or dropping, the shards partition the epoch: every upstream item lands in
+//! exactly one shard, and shard lengths may differ by one (or more for contiguous: some shards
+//! may be empty). `pad_to_equal` makes every shard `ceil(L / total)` long by repeating the last
+//! item of the epoch (position `L − 1`, as d9d does) and marking the repeats
+//! [`Sample::padded`]. `drop_remainder` makes every shard `floor(L / total)` long by dropping
+//! the tail instead.
+
+use serde::{Deserialize, Serialize};
+
+use super::stage::{Sample, Stage};
+use crate::{Error, Result};
+
+/// How positions are assigned to shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum ShardMode {
+    /// Round-robin: shard `k` gets positions `k, k + total, …` (better balance).
+    #[default]
+    Interleaved,
+    /// Contiguous blocks (better locality).
+    Contiguous,
+}
+
+/// Configuration of a [`Shard`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardConfig {
+    /// Number of shards. Default: 1.
+    pub total: u64,
+    /// This shard, below `total`. Default: 0.
+    pub index: u64,
+    /// Assignment of positions. Default: [`ShardMode::Interleaved`].
+    pub mode: ShardMode,
+    /// Pad every shard to `ceil(L / total)` items by repeating the epoch's last item, marked
+    /// padded. Default: false.
+    pub pad_to_equal: bool,
+    /// Cut every shard to `floor(L / total)` items. Default: false. Exclusive with
+    /// `pad_to_equal`.
+    pub drop_remainder: bool,
+}
+
+impl Default for ShardConfig {
+    fn default() -> Self {
+        Self {
+            total: 1,
+            index: 0,
+            mode: ShardMode::Interleaved,
+            pad_to_equal: false,
+            drop_remainder: false,
+        }
+    }
+}
+
+/// The shard stage.
+#[derive(Debug, Clone)]
+pub struct Shard<S> {
+    upstream: S,
+    config: ShardConfig,
+    /// Upstream epoch length.
+    upstream_len: u64,
+    /// Items of this shard's own (not padded) in each epoch.
+    own_len: u64,
+    /// Items of this shard in each epoch, padding included.
+    len: u64,
+    /// First upstream position of this shard (contiguous) or the shard index (interleaved).
+    start: u64,
+}
+
+impl<S: Stage<Item = Sample>> Shard<S> {
+    /// Shards `upstream`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] if `total` is 0, `index >= total`, or both `pad_to_equal` and
+    /// `drop_remainder` are set.
+    pub fn new(upstream: S, config: ShardConfig) -> Result<Self> {
+        let ShardConfig {
+            total,
+            index,
+            mode,
+            pad_to_equal,
+            drop_remainder,
+        } = config;
+        if total == 0 || index >= total {
+            return Err(Error::InvalidConfig {
+                reason: format!("shard: index {index} is not below total {total}"),
+            });
+        }
+        if pad_to_equal && drop_remainder {
+            return Err(Error::InvalidConfig {
+                reason: "shard: pad_to_equal and drop_remainder are exclusive".into(),
+            });
+        }
+        let l = upstream.epoch_len();
+        let (own_len, start) = match mode {
+            ShardMode::Interleaved => {
+                let own = if drop_remainder {
+                    l / total
+                } else if index < l {
+                    (l - index).div_ceil(total)
+                } else {
+                    0
+                };
+                (own, index)
+            }
+            ShardMode::Contiguous => {
+                let block = if drop_remainder {
+                    l / total
+                } else {
+                    l.div_ceil(total)
+                };
+                let start = index.saturating_mul(block);
+                (block.min(l.saturating_sub(start)), start)
+            }
+        };
+        let len = if pad_to_equal && l > 0 {
+            l.div_ceil(total)
+        } else {
+            own_len
+        };
+        Ok(Self {
+            upstream,
+            config,
+            upstream_len: l,
+            own_len,
+            len,
+            start,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ShardConfig {
+        &self.config
+    }
+
+    /// The upstream stage.
+    pub fn upstream(&self) -> &S {
+        &self.upstream
+    }
+}
+
+impl<S: Stage<Item = Sample>> Stage for Shard<S> {
+    type Item = Sample;
+
+    fn epochs(&self) -> Option<u64> {
+        self.upstream.epochs()
+    }
+
+    fn epoch_len(&self) -> u64 {
+        self.len
+    }
+
+    fn get(&mut self, epoch: u64, position: u64) -> Result<Sample> {
+        if position >= self.len {
+            return Err(Error::IndexOutOfRange {
+                index: position,
+                len: self.len,
+            });
+        }
+        if position < self.own_len {
+            let upstream_position = match self.config.mode {
+                ShardMode::Interleaved => self.start + position * self.config.total,
+                ShardMode::Contiguous => self.start + position,
+            };
+            self.upstream.get(epoch, upstream_position)
+        } else {
+            let last = self.upstream.get(epoch, self.upstream_len - 1)?;
+            Ok(Sample {
+                padded: true,
+                ..last
+            })
+        }
+    }
+
+    fn describe(&self, out: &mut String) {
+        self.upstream.describe(out);
+        let c = &self.config;
+        out.push_str(&format!(
+            " | shard(total={}, index={}, mode={:?}, pad={}, drop={})",
+            c.total, c.index, c.mode, c.pad_to_equal, c.drop_remainder
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::sampler::{Sampler, SamplerConfig, SamplerMode};
+    use super::*;
+
+    fn seq(n: u64) -> Sampler {
+        Sampler::new(
+            n,
+            SamplerConfig {
+                mode: SamplerMode::Sequential { window_len: 1 },
+                seed: 0,
+                epochs: Some(1),
+            },
+        )
+        .unwrap()
+    }
+
+    fn items(n: u64, config: ShardConfig) -> Vec<(u64, bool)> {
+        let mut s = Shard::new(seq(n), config).unwrap();
+        (0..s.epoch_len())
+            .map(|p| {
+                let x = s.get(0, p).unwrap();
+                (x.index, x.padded)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn empty_contiguous_shard_pads_with_the_last_item() {
+        // 5 items in blocks of 2 over 4 shards: shard 3 owns nothing.
+        let c = ShardConfig {
+            total: 4,
+            index: 3,
+            mode: ShardMode::Contiguous,
+            ..ShardConfig::default()
+        };
+        assert_eq!(items(5, c), vec![]);
+        let padded = ShardConfig {
+            pad_to_equal: true,
+            ..c
+        };
+        assert_eq!(items(5, padded), vec![(4, true), (4, true)]);
+    }
+
+    #[test]
+    fn invalid_configs() {
+        let bad = |c| Shard::new(seq(3), c).is_err();
+        assert!(bad(ShardConfig {
+            total: 0,
+            ..ShardConfig::default()
+        }));
+        assert!(bad(ShardConfig {
+            total: 2,
+            index: 2,
+            ..ShardConfig::default()
+        }));
+        assert!(bad(ShardConfig {
+            pad_to_equal: true,
+            drop_remainder: true,
+            ..ShardConfig::default()
+        }));
+    }
+}

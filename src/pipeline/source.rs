@@ -1,0 +1,259 @@
+//! The random-access source the pipeline reads from: the [`Source`] trait, its implementations
+//! for a zrecord [`Dataset`] (and a pinned, field-selecting [`DatasetSource`]), and an in-memory
+//! [`MemorySource`] for tests.
+
+use std::sync::Arc;
+
+use crate::{Dataset, Error, Result, Snapshot};
+
+/// A random-access collection of `len()` records that the pipeline gathers batches from.
+///
+/// The index-side stages only call [`Source::len`] and [`Source::item_len`] (cheap, no data
+/// read); the prefetch workers call [`Source::gather`] on their own threads, never on an async
+/// runtime worker.
+pub trait Source: Send + Sync + 'static {
+    /// What one [`Source::gather`] call returns.
+    type Batch: Send + 'static;
+
+    /// Number of records.
+    fn len(&self) -> u64;
+
+    /// True if the source holds no record.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The length key of record `index`, used for length bucketing. Must not read record data
+    /// (for a zrecord dataset it is the record length from the offset table).
+    fn item_len(&self, index: u64) -> Result<u64>;
+
+    /// Reads the records at `indices`, in that order. Blocking; called on worker threads.
+    fn gather(&self, indices: &[u64]) -> Result<Self::Batch>;
+
+    /// The generation of the data this source serves (a dataset's commit generation). A
+    /// checkpoint records it, and resuming against another generation is refused.
+    /// Defaults to 0 for sources that never change.
+    fn generation(&self) -> u64 {
+        0
+    }
+}
+
+/// An in-memory [`Source`] over one byte string per record.
+#[derive(Debug, Clone, Default)]
+pub struct MemorySource {
+    records: Vec<Vec<u8>>,
+    generation: u64,
+}
+
+impl MemorySource {
+    /// A source serving `records`, generation 0.
+    pub fn new(records: Vec<Vec<u8>>) -> Self {
+        Self {
+            records,
+            generation: 0,
+        }
+    }
+
+    /// The same records under another generation number (to test checkpoint validation).
+    #[must_use]
+    pub fn with_generation(mut self, generation: u64) -> Self {
+        self.generation = generation;
+        self
+    }
+
+    /// The records.
+    pub fn records(&self) -> &[Vec<u8>] {
+        &self.records
+    }
+
+    fn record(&self, index: u64) -> Result<&Vec<u8>> {
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| self.records.get(i))
+            .ok_or(Error::IndexOutOfRange {
+                index,
+                len: self.len(),
+            })
+    }
+}
+
+impl Source for MemorySource {
+    type Batch = Vec<Vec<u8>>;
+
+    fn len(&self) -> u64 {
+        self.records.len() as u64
+    }
+
+    fn item_len(&self, index: u64) -> Result<u64> {
+        Ok(self.record(index)?.len() as u64)
+    }
+
+    fn gather(&self, indices: &[u64]) -> Result<Self::Batch> {
+        indices.iter().map(|&i| self.record(i).cloned()).collect()
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation
+    }
+}
+
+/// A dataset's current snapshot, all fields. [`Source::item_len`] is the sum of the record's
+/// field lengths from the offset tables (no data read).
+///
+/// The snapshot is looked up on every call, so a [`Dataset::refresh`] while a loader runs
+/// changes what it reads; use [`DatasetSource`] to pin one commit.
+impl Source for Dataset {
+    type Batch = crate::Batch;
+
+    fn len(&self) -> u64 {
+        Dataset::len(self)
+    }
+
+    fn item_len(&self, index: u64) -> Result<u64> {
+        let snap = self.snapshot();
+        (0..snap.meta().fields.len()).try_fold(0u64, |acc, f| {
+            Ok(acc.saturating_add(snap.record_len(f, index)?))
+        })
+    }
+
+    fn gather(&self, indices: &[u64]) -> Result<Self::Batch> {
+        self.gather_blocking(indices)
+    }
+
+    fn generation(&self) -> u64 {
+        Dataset::generation(self)
+    }
+}
+
+/// One commit of a dataset (a pinned [`Snapshot`]), optionally only some of its fields, with
+/// the length key taken from one field.
+#[derive(Debug, Clone)]
+pub struct DatasetSource {
+    snapshot: Arc<Snapshot>,
+    fields: Option<Vec<String>>,
+    key_field: usize,
+    opts: crate::ReadOptions,
+}
+
+impl DatasetSource {
+    /// The dataset's current snapshot, every field; the key is the first field's record length.
+    pub fn new(dataset: &Dataset) -> Self {
+        Self::from_snapshot(dataset.snapshot()).read_options(dataset.read_options())
+    }
+
+    /// Reads with `opts` (backend, checksums, `O_DIRECT`).
+    #[must_use]
+    pub fn read_options(mut self, opts: crate::ReadOptions) -> Self {
+        self.opts = opts;
+        self
+    }
+
+    /// `snapshot`, every field; the key is the first field's record length.
+    pub fn from_snapshot(snapshot: Arc<Snapshot>) -> Self {
+        Self {
+            snapshot,
+            fields: None,
+            key_field: 0,
+            opts: crate::ReadOptions::default(),
+        }
+    }
+
+    /// Gathers only `fields`, in that order; the key becomes the first of them.
+    ///
+    /// # Errors
+    /// [`Error::UnknownField`] for a name not in the schema.
+    pub fn fields(mut self, fields: &[&str]) -> Result<Self> {
+        let first = fields
+            .first()
+            .map(|f| self.snapshot.field_index(f))
+            .transpose()?;
+        for f in fields {
+            self.snapshot.field_index(f)?;
+        }
+        self.fields = Some(fields.iter().map(|f| (*f).to_string()).collect());
+        self.key_field = first.unwrap_or(0);
+        Ok(self)
+    }
+
+    /// Takes the length key from `field`.
+    ///
+    /// # Errors
+    /// [`Error::UnknownField`] for a name not in the schema.
+    pub fn key_field(mut self, field: &str) -> Result<Self> {
+        self.key_field = self.snapshot.field_index(field)?;
+        Ok(self)
+    }
+
+    /// The pinned snapshot.
+    pub fn snapshot(&self) -> &Arc<Snapshot> {
+        &self.snapshot
+    }
+}
+
+impl Source for DatasetSource {
+    type Batch = crate::Batch;
+
+    fn len(&self) -> u64 {
+        self.snapshot.len()
+    }
+
+    fn item_len(&self, index: u64) -> Result<u64> {
+        self.snapshot.record_len(self.key_field, index)
+    }
+
+    fn gather(&self, indices: &[u64]) -> Result<Self::Batch> {
+        match &self.fields {
+            None => self.snapshot.gather_with(indices, &self.opts),
+            Some(fields) => {
+                let names: Vec<&str> = fields.iter().map(String::as_str).collect();
+                self.snapshot
+                    .gather_fields_with(indices, &names, &self.opts)
+            }
+        }
+    }
+
+    fn generation(&self) -> u64 {
+        self.snapshot.generation()
+    }
+}
+
+/// Sources shared behind an `Arc` are sources too.
+impl<S: Source> Source for Arc<S> {
+    type Batch = S::Batch;
+
+    fn len(&self) -> u64 {
+        S::len(self)
+    }
+
+    fn item_len(&self, index: u64) -> Result<u64> {
+        S::item_len(self, index)
+    }
+
+    fn gather(&self, indices: &[u64]) -> Result<Self::Batch> {
+        S::gather(self, indices)
+    }
+
+    fn generation(&self) -> u64 {
+        S::generation(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gather_in_order_and_out_of_range() {
+        let s = MemorySource::new(vec![vec![1], vec![2, 2], vec![]]);
+        assert_eq!(s.len(), 3);
+        assert_eq!(s.item_len(1).unwrap(), 2);
+        assert_eq!(
+            s.gather(&[2, 0, 1]).unwrap(),
+            vec![vec![], vec![1], vec![2, 2]]
+        );
+        assert!(matches!(
+            s.gather(&[3]),
+            Err(Error::IndexOutOfRange { index: 3, len: 3 })
+        ));
+    }
+}

@@ -1,0 +1,333 @@
+//! The index-side stage contract: a deterministic, seekable sequence of items per epoch, and the
+//! [`Cursor`] that iterates (and streams) it with a serialisable state.
+//!
+//! Every index-side stage (sampler, shard, bucket, batch) is a pure function of
+//! `(epoch, position)`: the same stage configuration gives the same item at the same place on any
+//! machine. That is what makes the whole chain's state a cursor, what makes seeking cheap, and
+//! what lets each prefetch worker run its own copy of the chain without coordination.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::stream::{FusedStream, Stream};
+use serde::{Deserialize, Serialize};
+
+use super::batch::{Batch, BatchConfig, IndexBatch};
+use super::bucket::{Bucket, BucketConfig, BucketKey};
+use super::prefetch::{identity, Prefetch, PrefetchConfig, Transform};
+use super::shard::{Shard, ShardConfig};
+use super::source::Source;
+use crate::{Error, Result};
+
+/// One sampled record index, as it flows through the index-side stages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Sample {
+    /// The sampler epoch the sample belongs to.
+    pub epoch: u64,
+    /// The sampler position within that epoch.
+    pub position: u64,
+    /// The record index.
+    pub index: u64,
+    /// True for an item repeated by [`ShardConfig::pad_to_equal`] to even out shard lengths:
+    /// evaluation should drop it.
+    pub padded: bool,
+}
+
+/// A deterministic, seekable index-side stage.
+///
+/// Every epoch has [`Stage::epoch_len`] items; [`Stage::get`] is a pure function of its
+/// arguments (the `&mut self` only lets a stage cache work, such as a bucket's sorted buffer).
+pub trait Stage: Clone + Send + 'static {
+    /// What the stage yields.
+    type Item: Clone + Send + 'static;
+
+    /// Number of epochs; `None` means the stage never ends.
+    fn epochs(&self) -> Option<u64>;
+
+    /// Number of items in every epoch.
+    fn epoch_len(&self) -> u64;
+
+    /// The item at `position` of `epoch`.
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`] if `epoch` or `position` is past the end; whatever a key
+    /// function returns for stages that call one.
+    fn get(&mut self, epoch: u64, position: u64) -> Result<Self::Item>;
+
+    /// Appends a description of the configuration of this stage and everything upstream of it.
+    /// Checkpoints record it so a resume against another configuration is refused.
+    fn describe(&self, out: &mut String);
+
+    /// Total number of items over all epochs, `None` if infinite.
+    fn total_len(&self) -> Option<u64> {
+        match self.epochs() {
+            Some(e) => Some(e.saturating_mul(self.epoch_len())),
+            None if self.epoch_len() == 0 => Some(0),
+            None => None,
+        }
+    }
+
+    /// Iterates (or streams) the stage from its first item.
+    fn cursor(self) -> Cursor<Self>
+    where
+        Self: Sized,
+    {
+        Cursor::new(self)
+    }
+
+    /// Shards every epoch of this stage; see [`Shard`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for an invalid configuration.
+    fn shard(self, config: ShardConfig) -> Result<Shard<Self>>
+    where
+        Self: Stage<Item = Sample> + Sized,
+    {
+        Shard::new(self, config)
+    }
+
+    /// Buffer-sorts (length-buckets) every epoch of this stage; see [`Bucket`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for an invalid configuration.
+    fn bucket(self, config: BucketConfig, key: BucketKey) -> Result<Bucket<Self>>
+    where
+        Self: Stage<Item = Sample> + Sized,
+    {
+        Bucket::new(self, config, key)
+    }
+
+    /// Groups every epoch of this stage into batches of indices; see [`Batch`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for an invalid configuration.
+    fn batch(self, config: BatchConfig) -> Result<Batch<Self>>
+    where
+        Self: Stage<Item = Sample> + Sized,
+    {
+        Batch::new(self, config)
+    }
+
+    /// Gathers the batches of this stage from `source` on worker threads; see [`Prefetch`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for an invalid configuration; [`Error::Io`] if a worker thread
+    /// cannot be spawned.
+    fn prefetch<Src: Source>(
+        self,
+        source: Arc<Src>,
+        config: PrefetchConfig,
+    ) -> Result<Prefetch<Src::Batch>>
+    where
+        Self: Stage<Item = IndexBatch> + Sized,
+    {
+        Prefetch::new(self, source, identity(), config)
+    }
+
+    /// Like [`Stage::prefetch`], applying `transform` to every gathered batch on the worker
+    /// thread.
+    ///
+    /// # Errors
+    /// As [`Stage::prefetch`].
+    fn prefetch_with<Src: Source, T: Send + 'static>(
+        self,
+        source: Arc<Src>,
+        config: PrefetchConfig,
+        transform: Transform<Src::Batch, T>,
+    ) -> Result<Prefetch<T>>
+    where
+        Self: Stage<Item = IndexBatch> + Sized,
+    {
+        Prefetch::new(self, source, transform, config)
+    }
+}
+
+/// The description of a stage's configuration, as recorded in checkpoints.
+pub fn describe<S: Stage>(stage: &S) -> String {
+    let mut s = String::new();
+    stage.describe(&mut s);
+    s
+}
+
+/// A portable 64-bit fingerprint of a description string (FNV-1a then a splitmix finaliser).
+pub(crate) fn fingerprint(description: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in description.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    super::sampler::mix(h)
+}
+
+/// The serialisable position of a [`Cursor`]: the next item it will yield.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CursorState {
+    /// The epoch of the next item.
+    pub epoch: u64,
+    /// The position of the next item within its epoch.
+    pub position: u64,
+    /// The configuration of the stage the cursor ran over.
+    pub config: String,
+}
+
+/// Iterates a [`Stage`] in order: every position of epoch 0, then of epoch 1, and so on.
+///
+/// A [`Stream`] (always ready: the index side never waits) with a serialisable [`CursorState`];
+/// [`Cursor::into_iter`] iterates it synchronously.
+#[must_use = "a cursor does nothing unless iterated"]
+#[derive(Debug, Clone)]
+pub struct Cursor<S> {
+    stage: S,
+    epoch: u64,
+    position: u64,
+}
+
+impl<S: Stage> Cursor<S> {
+    /// A cursor at the first item of `stage`.
+    pub fn new(stage: S) -> Self {
+        Self {
+            stage,
+            epoch: 0,
+            position: 0,
+        }
+    }
+
+    /// A cursor at `(epoch, position)` of `stage`. O(1): no item before it is computed.
+    ///
+    /// # Errors
+    /// [`Error::ResumeMismatch`] if `state` was taken over another configuration or names a
+    /// position the stage does not have.
+    pub fn resume(stage: S, state: &CursorState) -> Result<Self> {
+        let config = describe(&stage);
+        if config != state.config {
+            return Err(Error::ResumeMismatch {
+                reason: format!(
+                    "stage configuration differs: checkpoint has `{}`, this stage is `{config}`",
+                    state.config
+                ),
+            });
+        }
+        let len = stage.epoch_len();
+        let past_end = stage.epochs().is_some_and(|e| state.epoch > e);
+        if past_end || (state.position >= len && !(state.position == 0 && len == 0)) {
+            return Err(Error::ResumeMismatch {
+                reason: format!(
+                    "cursor at epoch {} position {} is outside the stage ({len} items per epoch)",
+                    state.epoch, state.position
+                ),
+            });
+        }
+        Ok(Self {
+            stage,
+            epoch: state.epoch,
+            position: state.position,
+        })
+    }
+
+    /// The position of the next item; resuming from it continues exactly here.
+    pub fn state(&self) -> CursorState {
+        CursorState {
+            epoch: self.epoch,
+            position: self.position,
+            config: describe(&self.stage),
+        }
+    }
+
+    /// The stage being iterated.
+    pub fn stage(&self) -> &S {
+        &self.stage
+    }
+
+    fn finished(&self) -> bool {
+        self.stage.epoch_len() == 0 || self.stage.epochs().is_some_and(|e| self.epoch >= e)
+    }
+
+    fn remaining(&self) -> Option<u64> {
+        let total = self.stage.total_len()?;
+        let done = self
+            .epoch
+            .saturating_mul(self.stage.epoch_len())
+            .saturating_add(self.position);
+        Some(total.saturating_sub(done))
+    }
+}
+
+impl<S: Stage> Cursor<S> {
+    /// The next item, computed synchronously (the index side never waits).
+    pub fn next_item(&mut self) -> Option<Result<S::Item>> {
+        if self.finished() {
+            return None;
+        }
+        let item = self.stage.get(self.epoch, self.position);
+        self.position += 1;
+        if self.position >= self.stage.epoch_len() {
+            self.position = 0;
+            self.epoch += 1;
+        }
+        Some(item)
+    }
+
+    fn size(&self) -> (usize, Option<usize>) {
+        match self.remaining() {
+            Some(r) => {
+                let r = usize::try_from(r).unwrap_or(usize::MAX);
+                (r, Some(r))
+            }
+            None => (usize::MAX, None),
+        }
+    }
+}
+
+/// A [`Cursor`] as a blocking [`Iterator`]; see [`Cursor::into_iter`].
+#[must_use = "iterators are lazy"]
+#[derive(Debug, Clone)]
+pub struct CursorIter<S>(Cursor<S>);
+
+impl<S> CursorIter<S> {
+    /// The cursor, for its [`Cursor::state`].
+    pub fn cursor(&self) -> &Cursor<S> {
+        &self.0
+    }
+}
+
+impl<S: Stage> Iterator for CursorIter<S> {
+    type Item = Result<S::Item>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next_item()
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.0.size()
+    }
+}
+
+/// Iterates the cursor synchronously (a cursor is also a [`Stream`]; this avoids the ambiguity
+/// of a type that is both).
+impl<S: Stage> IntoIterator for Cursor<S> {
+    type Item = Result<S::Item>;
+    type IntoIter = CursorIter<S>;
+
+    fn into_iter(self) -> CursorIter<S> {
+        CursorIter(self)
+    }
+}
+
+impl<S: Stage + Unpin> Stream for Cursor<S> {
+    type Item = Result<S::Item>;
+
+    fn poll_next(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        Poll::Ready(self.get_mut().next_item())
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.size()
+    }
+}
+
+impl<S: Stage + Unpin> FusedStream for Cursor<S> {
+    fn is_terminated(&self) -> bool {
+        self.finished()
+    }
+}

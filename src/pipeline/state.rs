@@ -1,0 +1,127 @@
+//! Checkpoint types: what [`super::Prefetch::state`] and [`super::Loader::state`] return, and what
+//! resuming takes back. All of them are small (a few integers per worker), serde-serialisable,
+//! and independent of the machine that took them.
+
+use serde::{Deserialize, Serialize};
+
+/// A place in a stage's item sequence: the `position`-th item of `epoch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Position {
+    /// The epoch.
+    pub epoch: u64,
+    /// The position within the epoch.
+    pub position: u64,
+}
+
+/// One prefetch worker's part of a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerState {
+    /// Number of items of this worker consumed so far (counted from the worker's start, see
+    /// [`PrefetchState::base`]).
+    pub consumed: u64,
+    /// The worker's next item, i.e. its stage state after the last consumed item; `None` if the
+    /// worker has no item left.
+    pub next: Option<Position>,
+}
+
+/// The checkpoint of a [`super::Prefetch`]: the TinyGrad4 resume state.
+///
+/// Worker `w` of `num_workers` runs the items at global positions
+/// `base + w, base + w + num_workers, …` of the index stage, where the global position of
+/// `(epoch, position)` is `epoch * epoch_len + position`; the strict round-robin merge therefore
+/// yields the items in global order, exactly the order of a single sequential pass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrefetchState {
+    /// Number of workers.
+    pub num_workers: u64,
+    /// Global position of worker 0's first item.
+    pub base: u64,
+    /// The worker the merge visits next.
+    pub next_worker: u64,
+    /// Per worker, in worker order.
+    pub workers: Vec<WorkerState>,
+}
+
+impl PrefetchState {
+    /// Total number of items consumed since `base`.
+    pub fn consumed(&self) -> u64 {
+        self.workers
+            .iter()
+            .fold(0u64, |acc, w| acc.saturating_add(w.consumed))
+    }
+
+    /// If the consumed items are exactly the global positions `base..G` (always the case under
+    /// the strict merge), returns `G`: the global position of the next item.
+    pub fn prefix_end(&self) -> Option<u64> {
+        let n = self.num_workers;
+        if n == 0 {
+            return None;
+        }
+        let total = self.consumed();
+        let end = self.base.checked_add(total)?;
+        // In `base..end`, worker w owns the positions congruent to base + w modulo n.
+        let prefix_shape = self.workers.iter().enumerate().all(|(w, ws)| {
+            let w = w as u64;
+            let owned = if total > w {
+                (total - w).div_ceil(n)
+            } else {
+                0
+            };
+            ws.consumed == owned
+        });
+        prefix_shape.then_some(end)
+    }
+}
+
+/// The checkpoint of a [`super::Loader`]: the source it read, the configuration of its index
+/// chain, and the prefetch state. Serialise it with serde (e.g. `serde_json`) next to the model
+/// checkpoint; it is a few hundred bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoaderState {
+    /// Format version of this structure.
+    pub version: u32,
+    /// The source's generation ([`super::Source::generation`]) when the loader was built.
+    pub generation: u64,
+    /// Number of records of the source.
+    pub source_len: u64,
+    /// Fingerprint of `config`.
+    pub fingerprint: u64,
+    /// Human-readable description of the index chain's configuration (sampler, shard, bucket,
+    /// batch), quoted in resume errors.
+    pub config: String,
+    /// The prefetch state.
+    pub prefetch: PrefetchState,
+}
+
+/// The current [`LoaderState::version`].
+pub const LOADER_STATE_VERSION: u32 = 1;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(n: u64, consumed: &[u64]) -> PrefetchState {
+        PrefetchState {
+            num_workers: n,
+            base: 10,
+            next_worker: 0,
+            workers: consumed
+                .iter()
+                .map(|&c| WorkerState {
+                    consumed: c,
+                    next: None,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn prefix_end_recognises_round_robin_prefixes() {
+        assert_eq!(state(3, &[0, 0, 0]).prefix_end(), Some(10));
+        assert_eq!(state(3, &[1, 0, 0]).prefix_end(), Some(11));
+        assert_eq!(state(3, &[2, 2, 1]).prefix_end(), Some(15));
+        assert_eq!(state(3, &[2, 2, 2]).prefix_end(), Some(16));
+        assert_eq!(state(3, &[1, 2, 1]).prefix_end(), None);
+        assert_eq!(state(3, &[3, 1, 1]).prefix_end(), None);
+    }
+}

@@ -1,0 +1,130 @@
+//! A checkpoint resumed against another dataset generation, source length, configuration,
+//! format version, or (best effort) worker count is refused with `ResumeMismatch`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use std::sync::Arc;
+
+use futures::executor::block_on;
+use zrecord::pipeline::{
+    BucketConfig, LoaderBuilder, LoaderState, MemorySource, MergePolicy, SamplerConfig,
+    SamplerMode, ShardConfig,
+};
+use zrecord::Error;
+
+fn source(n: u8, generation: u64) -> Arc<MemorySource> {
+    Arc::new(
+        MemorySource::new((0..n).map(|i| vec![i; usize::from(i % 4)]).collect())
+            .with_generation(generation),
+    )
+}
+
+fn builder(src: Arc<MemorySource>) -> LoaderBuilder<MemorySource> {
+    LoaderBuilder::new(src)
+        .sampler(SamplerConfig {
+            mode: SamplerMode::Shuffled,
+            seed: 4,
+            epochs: Some(2),
+        })
+        .batch_size(4)
+        .num_workers(3)
+}
+
+fn checkpoint(b: LoaderBuilder<MemorySource>) -> LoaderState {
+    let mut loader = b.build().unwrap();
+    for _ in 0..5 {
+        block_on(loader.next()).unwrap().unwrap();
+    }
+    loader.state()
+}
+
+fn refused(b: LoaderBuilder<MemorySource>, state: &LoaderState, needle: &str) {
+    match b.resume(state) {
+        Err(e @ Error::ResumeMismatch { .. }) => {
+            let msg = e.to_string();
+            assert!(msg.contains(needle), "{msg:?} should mention {needle:?}");
+        }
+        other => panic!("expected ResumeMismatch, got {other:?}"),
+    }
+}
+
+#[test]
+fn mismatches_are_refused_with_a_clear_message() {
+    let state = checkpoint(builder(source(50, 7)));
+    // The same everything resumes.
+    assert!(builder(source(50, 7)).resume(&state).is_ok());
+    // Another generation.
+    refused(builder(source(50, 8)), &state, "generation 7");
+    // Another length.
+    refused(builder(source(51, 7)), &state, "50 records");
+    // Another seed, batch size, epoch count, shard, or bucketing.
+    refused(
+        builder(source(50, 7)).seed(5),
+        &state,
+        "configuration differs",
+    );
+    refused(builder(source(50, 7)).batch_size(5), &state, "batch_size=4");
+    refused(
+        builder(source(50, 7)).epochs(Some(3)),
+        &state,
+        "configuration",
+    );
+    refused(
+        builder(source(50, 7)).shard(ShardConfig {
+            total: 2,
+            ..ShardConfig::default()
+        }),
+        &state,
+        "shard(total=1",
+    );
+    refused(
+        builder(source(50, 7)).bucket(BucketConfig::default()),
+        &state,
+        "bucket(",
+    );
+    // Another format version.
+    let mut future = state.clone();
+    future.version = 99;
+    refused(builder(source(50, 7)), &future, "version 99");
+    // A tampered per-worker position.
+    let mut tampered = state.clone();
+    tampered.prefetch.workers[1].consumed += 3;
+    refused(builder(source(50, 7)), &tampered, "worker 1");
+}
+
+#[test]
+fn worker_count_may_change_for_strict_but_not_best_effort_checkpoints() {
+    // Strict: another worker count and even the best-effort merge are fine.
+    let strict = checkpoint(builder(source(50, 0)));
+    assert!(builder(source(50, 0))
+        .num_workers(5)
+        .resume(&strict)
+        .is_ok());
+
+    // Best effort: a checkpoint whose consumed batches are not a prefix of the sequential order
+    // needs the same worker count. Craft one: worker 2 ahead of worker 0.
+    let be = |b: LoaderBuilder<MemorySource>| {
+        b.merge(MergePolicy::BestEffort {
+            max_lead: 4,
+            max_skips_per_round: 2,
+        })
+    };
+    let mut state = checkpoint(be(builder(source(50, 0))));
+    let base = state.prefetch.clone();
+    state.prefetch.workers = base.workers.clone();
+    state.prefetch.workers[0].consumed = 1;
+    state.prefetch.workers[1].consumed = 1;
+    state.prefetch.workers[2].consumed = 3;
+    for (w, ws) in state.prefetch.workers.iter_mut().enumerate() {
+        let g = ws.consumed * 3 + w as u64;
+        ws.next = Some(zrecord::pipeline::Position {
+            epoch: g / 13,
+            position: g % 13,
+        });
+    }
+    assert!(be(builder(source(50, 0))).resume(&state).is_ok());
+    refused(
+        be(builder(source(50, 0))).num_workers(2),
+        &state,
+        "best-effort",
+    );
+}

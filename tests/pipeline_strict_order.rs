@@ -1,0 +1,156 @@
+//! Under the strict merge, the prefetched stream equals the sequential no-prefetch baseline for
+//! any configuration and any number of workers.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use std::sync::Arc;
+
+use futures::executor::block_on;
+use futures::StreamExt;
+use proptest::prelude::*;
+use zrecord::pipeline::{
+    BatchConfig, BucketConfig, IndexBatch, LoaderBuilder, LoaderConfig, MemorySource, MergePolicy,
+    PrefetchConfig, SamplerConfig, SamplerMode, ShardConfig, ShardMode, Source, Stage,
+};
+
+fn source(n: u64) -> Arc<MemorySource> {
+    Arc::new(MemorySource::new(
+        (0..n)
+            .map(|i| {
+                let len = (i * 7 + 3) % 11;
+                (0..len).map(|j| (i as u8).wrapping_add(j as u8)).collect()
+            })
+            .collect(),
+    ))
+}
+
+type Item = (IndexBatch, Vec<Vec<u8>>);
+
+fn baseline(builder: &LoaderBuilder<MemorySource>, src: &MemorySource) -> Vec<Item> {
+    builder
+        .index_chain()
+        .unwrap()
+        .cursor()
+        .into_iter()
+        .map(|b| {
+            let b = b.unwrap();
+            let data = src.gather(&b.indices()).unwrap();
+            (b, data)
+        })
+        .collect()
+}
+
+fn prefetched(builder: LoaderBuilder<MemorySource>) -> Vec<Item> {
+    let loader = builder.build().unwrap();
+    block_on(
+        loader
+            .map(|b| {
+                let b = b.unwrap();
+                (b.batch, b.data)
+            })
+            .collect(),
+    )
+}
+
+prop_compose! {
+    fn sampler_config()(kind in 0..3u8, window in 1..5u64, seed in any::<u64>(), epochs in 1..3u64)
+        -> SamplerConfig {
+        let mode = match kind {
+            0 => SamplerMode::Sequential { window_len: window },
+            1 => SamplerMode::Shuffled,
+            _ => SamplerMode::Random,
+        };
+        SamplerConfig { mode, seed, epochs: Some(epochs) }
+    }
+}
+
+prop_compose! {
+    fn shard_config()(total in 1..4u64, index in 0..4u64, contiguous in any::<bool>(), pad in 0..3u8)
+        -> ShardConfig {
+        ShardConfig {
+            total,
+            index: index % total,
+            mode: if contiguous { ShardMode::Contiguous } else { ShardMode::Interleaved },
+            pad_to_equal: pad == 1,
+            drop_remainder: pad == 2,
+        }
+    }
+}
+
+prop_compose! {
+    fn bucket_config()(on in any::<bool>(), buffer_size in 1..20u64, pack_size in 1..6u64, seed in any::<u64>())
+        -> Option<BucketConfig> {
+        on.then_some(BucketConfig { buffer_size, pack_size, seed })
+    }
+}
+
+prop_compose! {
+    fn loader_config()(
+        sampler in sampler_config(),
+        shard in shard_config(),
+        bucket in bucket_config(),
+        batch_size in 1..7u64,
+        drop_last in any::<bool>(),
+        num_workers in 1..=8usize,
+        worker_queue_size in 1..4usize,
+        consumer_queue_size in 1..4usize,
+    ) -> LoaderConfig {
+        LoaderConfig {
+            sampler,
+            shard,
+            bucket,
+            batch: BatchConfig { batch_size, drop_last },
+            prefetch: PrefetchConfig {
+                num_workers,
+                worker_queue_size,
+                consumer_queue_size,
+                merge: MergePolicy::Strict,
+            },
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn strict_prefetch_equals_the_sequential_baseline(n in 0..60u64, config in loader_config()) {
+        let src = source(n);
+        let builder = LoaderBuilder::new(Arc::clone(&src)).config(config);
+        let want = baseline(&builder, &src);
+        let got = prefetched(builder);
+        prop_assert_eq!(got.len(), want.len());
+        prop_assert_eq!(got, want);
+    }
+}
+
+#[test]
+fn every_worker_count_gives_the_same_stream() {
+    let src = source(200);
+    let config = |num_workers| LoaderConfig {
+        sampler: SamplerConfig {
+            mode: SamplerMode::Shuffled,
+            seed: 5,
+            epochs: Some(2),
+        },
+        bucket: Some(BucketConfig {
+            buffer_size: 32,
+            pack_size: 4,
+            seed: 1,
+        }),
+        batch: BatchConfig {
+            batch_size: 4,
+            drop_last: false,
+        },
+        prefetch: PrefetchConfig {
+            num_workers,
+            ..PrefetchConfig::default()
+        },
+        ..LoaderConfig::default()
+    };
+    let one = prefetched(LoaderBuilder::new(Arc::clone(&src)).config(config(1)));
+    assert_eq!(one.len(), 100);
+    for n in [2, 3, 7, 16] {
+        let many = prefetched(LoaderBuilder::new(Arc::clone(&src)).config(config(n)));
+        assert_eq!(many, one, "{n} workers");
+    }
+}
