@@ -314,19 +314,13 @@ fn gather(a: &GatherArgs) -> Res {
     Ok(())
 }
 
-/// Touches every byte of a batch (when checksums, which already do, are off).
+/// Touches every byte of a batch (when checksums, which already do, are off): a vectorised sum.
 fn consume(b: &zrecord::Batch) -> u64 {
     let mut s = 0u64;
     for r in 0..b.len() {
         let mut f = 0;
         while let Some(v) = b.get(r, f) {
-            for c in v.chunks(8) {
-                let mut w = [0u8; 8];
-                if let Some(d) = w.get_mut(..c.len()) {
-                    d.copy_from_slice(c);
-                }
-                s ^= u64::from_le_bytes(w);
-            }
+            s = s.wrapping_add(v.iter().map(|&x| u64::from(x)).sum::<u64>());
             f += 1;
         }
     }

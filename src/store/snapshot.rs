@@ -75,6 +75,13 @@ impl FieldTable {
         })
     }
 
+    /// Starts loading the cache line of record `index`'s table entry.
+    #[inline]
+    pub(crate) fn prefetch(&self, index: u64) {
+        let at = (index as usize).wrapping_mul(ENTRY_BYTES);
+        crate::io::prefetch(self.map.bytes().as_ptr().wrapping_add(at));
+    }
+
     /// The entry of record `index` (< table_len), checked.
     pub(crate) fn entry(&self, index: u64) -> Result<Entry> {
         if let Some(e) = self.patches.get(&index) {
@@ -228,6 +235,7 @@ impl Snapshot {
             let path = layout::chunk(dir, c.id);
             let file = fs::open_read(&path)?;
             check_len(&file, &path, c.size)?;
+            fs::advise_random(&file);
             if let Some(slot) = chunks.get_mut(usize::from(c.id)) {
                 *slot = Some(Arc::new(ChunkFile {
                     file: Arc::new(ReadFile { file, path }),
