@@ -40,6 +40,39 @@ enum BenchCmd {
     Make(MakeArgs),
     /// Random batches over an existing dataset.
     Gather(GatherArgs),
+    /// The full loader (shuffled sampler → shard 1/1 → optional bucket → batch → prefetch) over
+    /// an existing dataset, compared with raw gathers on as many threads as it has workers.
+    Loader(LoaderArgs),
+}
+
+#[derive(Args)]
+struct LoaderArgs {
+    /// The dataset directory.
+    dir: PathBuf,
+    /// Prefetch workers.
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// Records per batch.
+    #[arg(long, default_value_t = 256)]
+    batch: u64,
+    /// Batches to consume.
+    #[arg(long, default_value_t = 2000)]
+    batches: usize,
+    /// Bucket buffer size (records); bucketing is off without it.
+    #[arg(long)]
+    bucket_buffer: Option<u64>,
+    /// Bucket pack size (records).
+    #[arg(long, default_value_t = 256)]
+    bucket_pack: u64,
+    /// auto, uring, mmap or psync.
+    #[arg(long, default_value = "auto")]
+    backend: String,
+    /// Skip the raw-gather comparison run.
+    #[arg(long)]
+    no_compare: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -101,6 +134,7 @@ fn main() -> ExitCode {
         Cmd::Verify { dir } => verify(&dir),
         Cmd::Bench(BenchCmd::Make(a)) => make(&a),
         Cmd::Bench(BenchCmd::Gather(a)) => gather(&a),
+        Cmd::Bench(BenchCmd::Loader(a)) => loader(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -220,7 +254,31 @@ fn make(a: &MakeArgs) -> Res {
     Ok(())
 }
 
+struct GatherStats {
+    records_per_s: f64,
+    json: serde_json::Value,
+}
+
 fn gather(a: &GatherArgs) -> Res {
+    let stats = run_gather(a)?;
+    if a.json {
+        println!("{}", stats.json);
+    } else {
+        let j = &stats.json;
+        println!(
+            "{:.0} records/s, {:.1} MB/s, batch p50 {:.3} ms p99 {:.3} ms ({} backend, {} threads)",
+            stats.records_per_s,
+            j["bytes_per_s"].as_f64().unwrap_or(0.0) / 1e6,
+            j["p50_batch_ms"].as_f64().unwrap_or(0.0),
+            j["p99_batch_ms"].as_f64().unwrap_or(0.0),
+            j["backend"].as_str().unwrap_or("?"),
+            j["threads"]
+        );
+    }
+    Ok(())
+}
+
+fn run_gather(a: &GatherArgs) -> Result<GatherStats, Box<dyn std::error::Error>> {
     let backend: Backend = a.backend.parse()?;
     let opts = ReadOptions::default()
         .with_backend(backend)
@@ -298,20 +356,10 @@ fn gather(a: &GatherArgs) -> Res {
         "evicted": a.evict,
         "sink": sink & 1,
     });
-    if a.json {
-        println!("{out}");
-    } else {
-        println!(
-            "{} records/s, {:.1} MB/s, batch p50 {:.3} ms p99 {:.3} ms ({} backend, {} threads)",
-            (records as f64 / secs).round(),
-            bytes as f64 / secs / 1e6,
-            pct(0.5),
-            pct(0.99),
-            effective,
-            a.threads.max(1)
-        );
-    }
-    Ok(())
+    Ok(GatherStats {
+        records_per_s: records as f64 / secs,
+        json: out,
+    })
 }
 
 /// Touches every byte of a batch (when checksums, which already do, are off): a vectorised sum.
@@ -345,4 +393,105 @@ fn walk(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         }
     }
     Ok(out)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(i).copied().unwrap_or(0.0)
+}
+
+fn loader(a: &LoaderArgs) -> Res {
+    use zrecord::pipeline::{BucketConfig, DatasetSource, Loader, SamplerConfig, SamplerMode};
+    let backend: Backend = a.backend.parse()?;
+    let ds = Dataset::open_with(&a.dir, ReadOptions::default().with_backend(backend))?;
+    let source = std::sync::Arc::new(DatasetSource::new(&ds));
+    let mut builder = Loader::builder(std::sync::Arc::clone(&source))
+        .sampler(SamplerConfig {
+            mode: SamplerMode::Shuffled,
+            seed: 1,
+            epochs: None,
+        })
+        .batch_size(a.batch)
+        .num_workers(a.workers.max(1));
+    if let Some(buffer_size) = a.bucket_buffer {
+        builder = builder.bucket(BucketConfig {
+            buffer_size,
+            pack_size: a.bucket_pack,
+            seed: 1,
+        });
+    }
+    let mut loader = builder.build()?;
+    let (mut records, mut bytes) = (0u64, 0u64);
+    let mut lat = Vec::with_capacity(a.batches);
+    let start = Instant::now();
+    futures::executor::block_on(async {
+        for _ in 0..a.batches {
+            let t0 = Instant::now();
+            let Some(b) = loader.next().await else { break };
+            lat.push(t0.elapsed().as_secs_f64() * 1e3);
+            let b = b?;
+            records += b.data.len() as u64;
+            bytes += b.data.total_bytes() as u64;
+        }
+        Ok::<(), zrecord::Error>(())
+    })?;
+    let secs = start.elapsed().as_secs_f64();
+    let state_start = Instant::now();
+    let state = serde_json::to_vec(&loader.state())?;
+    let state_ms = state_start.elapsed().as_secs_f64() * 1e3;
+    drop(loader);
+    lat.sort_by(f64::total_cmp);
+    let loader_rps = records as f64 / secs;
+
+    // The same work as raw gathers, one thread per worker.
+    let gather_rps = if a.no_compare {
+        None
+    } else {
+        let g = GatherArgs {
+            dir: a.dir.clone(),
+            batch: a.batch as usize,
+            batches: a.batches / a.workers.max(1),
+            backend: a.backend.clone(),
+            threads: a.workers.max(1),
+            evict: false,
+            direct: false,
+            no_verify: false,
+            seed: 1,
+            json: false,
+        };
+        Some(run_gather(&g)?.records_per_s)
+    };
+    let out = serde_json::json!({
+        "records_per_s": loader_rps,
+        "bytes_per_s": bytes as f64 / secs,
+        "p50_next_ms": percentile(&lat, 0.5),
+        "p99_next_ms": percentile(&lat, 0.99),
+        "gather_records_per_s": gather_rps,
+        "ratio_to_gather": gather_rps.map(|g| loader_rps / g),
+        "backend": ds.backend().name(),
+        "workers": a.workers.max(1),
+        "batch": a.batch,
+        "batches": lat.len(),
+        "bucket_buffer": a.bucket_buffer,
+        "state_bytes": state.len(),
+        "state_ms": state_ms,
+    });
+    if a.json {
+        println!("{out}");
+    } else {
+        println!(
+            "loader {:.0} records/s ({:.1} MB/s), next() p50 {:.3} ms p99 {:.3} ms; raw gather {}; \
+             state {} bytes",
+            loader_rps,
+            bytes as f64 / secs / 1e6,
+            percentile(&lat, 0.5),
+            percentile(&lat, 0.99),
+            gather_rps.map_or("not run".to_string(), |g| format!(
+                "{g:.0} records/s, ratio {:.3}",
+                loader_rps / g
+            )),
+            state.len()
+        );
+    }
+    Ok(())
 }

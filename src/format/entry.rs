@@ -141,7 +141,10 @@ impl Entry {
 }
 
 fn entry_crc(index: u64, body: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c(&index.to_le_bytes()), body)
+    match <&[u8; 20]>::try_from(body) {
+        Ok(b) => crate::io::crc32c_entry(index, b),
+        Err(_) => crc32c::crc32c_append(crc32c::crc32c(&index.to_le_bytes()), body),
+    }
 }
 
 /// Encodes a patch-log entry: record `index` now lives at `entry`.

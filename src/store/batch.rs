@@ -27,15 +27,57 @@ element!(u8 => U8, i8 => I8, u16 => U16, i16 => I16, u32 => U32, i32 => I32, u64
          half::f16 => F16, half::bf16 => Bf16, f32 => F32, f64 => F64);
 
 /// Records gathered from a snapshot: `len()` records × `fields().len()` fields, in the order the
-/// indices were given. Each value is a [`Bytes`]: a 64-byte-aligned slot of the batch's one
-/// slab, or a zero-copy slice of a chunk mapping (raw records served by the mmap path).
-/// Dropping the batch frees its memory; a [`Bytes`] from [`Batch::bytes`] keeps its slab or
-/// mapping alive on its own.
+/// indices were given. Each value is a 64-byte-aligned slot of the batch's one slab, or a
+/// zero-copy slice of a chunk mapping (raw records served by the mmap path). The batch holds
+/// one reference per slab or mapping, not one per value. Dropping the batch frees its memory; a
+/// [`Bytes`] from [`Batch::bytes`] keeps its slab or mapping alive on its own.
 #[derive(Clone, Debug)]
 pub struct Batch {
-    values: Vec<Bytes>,
+    values: Values,
     indices: Vec<u64>,
     fields: Arc<[(String, DType)]>,
+}
+
+/// The values of a batch: spans of a few owners (the slab, chunk mappings).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Values {
+    owners: Vec<Bytes>,
+    spans: Vec<Span>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    owner: u32,
+    start: usize,
+    len: usize,
+}
+
+/// The empty value.
+const EMPTY: Span = Span {
+    owner: u32::MAX,
+    start: 0,
+    len: 0,
+};
+
+impl Values {
+    fn get(&self, i: usize) -> Option<&[u8]> {
+        let s = self.spans.get(i)?;
+        if s.len == 0 {
+            return Some(&[]);
+        }
+        self.owners
+            .get(s.owner as usize)?
+            .get(s.start..s.start + s.len)
+    }
+
+    fn bytes(&self, i: usize) -> Option<Bytes> {
+        let s = self.spans.get(i)?;
+        if s.len == 0 {
+            return Some(Bytes::new());
+        }
+        let o = self.owners.get(s.owner as usize)?;
+        (s.start + s.len <= o.len()).then(|| o.slice(s.start..s.start + s.len))
+    }
 }
 
 impl Batch {
@@ -69,23 +111,23 @@ impl Batch {
             })
     }
 
-    fn value(&self, record: usize, field: usize) -> Option<&Bytes> {
+    fn position(&self, record: usize, field: usize) -> Option<usize> {
         if field >= self.fields.len() {
             return None;
         }
-        self.values
-            .get(record.checked_mul(self.fields.len())?.checked_add(field)?)
+        record.checked_mul(self.fields.len())?.checked_add(field)
     }
 
     /// The bytes of `field` (a position in [`Batch::fields`]) of the `record`-th record, or
     /// `None` if either is out of range. An absent record is an empty slice.
+    #[inline]
     pub fn get(&self, record: usize, field: usize) -> Option<&[u8]> {
-        self.value(record, field).map(|b| &b[..])
+        self.values.get(self.position(record, field)?)
     }
 
     /// Like [`Batch::get`], as a zero-copy [`Bytes`] that keeps the slab (or mapping) alive.
     pub fn bytes(&self, record: usize, field: usize) -> Option<Bytes> {
-        self.value(record, field).cloned()
+        self.values.bytes(self.position(record, field)?)
     }
 
     /// A typed view of a record, checked against the field's dtype.
@@ -116,18 +158,15 @@ impl Batch {
 
     /// Consumes the batch into one [`Bytes`] per field per record (zero-copy).
     pub fn into_records(self) -> Vec<Vec<Bytes>> {
-        let nf = self.fields.len().max(1);
-        let mut out = Vec::with_capacity(self.indices.len());
-        let mut values = self.values.into_iter();
-        for _ in 0..self.indices.len() {
-            out.push(values.by_ref().take(nf).collect());
-        }
-        out
+        let nf = self.fields.len();
+        (0..self.indices.len())
+            .map(|r| (0..nf).filter_map(|f| self.bytes(r, f)).collect())
+            .collect()
     }
 
     /// Total bytes of all values.
     pub fn total_bytes(&self) -> usize {
-        self.values.iter().map(Bytes::len).sum()
+        self.values.spans.iter().map(|s| s.len).sum()
     }
 }
 
@@ -366,11 +405,7 @@ fn missing_chunk(snap: &Snapshot, w: &Want) -> Error {
 ///
 /// A raw record whose place in the chunk is not aligned to its dtype's item size is copied into
 /// the slab instead, so typed views work on every value.
-fn gather_mapped(
-    snap: &Snapshot,
-    wants: &[Want],
-    opts: &ReadOptions,
-) -> Result<Option<Vec<Bytes>>> {
+fn gather_mapped(snap: &Snapshot, wants: &[Want], opts: &ReadOptions) -> Result<Option<Values>> {
     let mut maps: Vec<Option<&SharedMap>> = Vec::with_capacity(wants.len());
     for w in wants {
         if w.e.physical_len == 0 {
@@ -410,9 +445,12 @@ fn gather_mapped(
             .map(|(w, _)| w.e.logical_len as usize),
         SLOT_ALIGN,
     );
-    let mut values = Vec::with_capacity(wants.len());
+    // Owner 0 is the slab; each chunk mapping the batch touches gets one owner.
+    let mut owners: Vec<Bytes> = vec![Bytes::new()];
+    let mut owner_chunks: Vec<u16> = vec![u16::MAX];
+    let mut last = (u16::MAX, 0u32);
+    let mut spans = Vec::with_capacity(wants.len());
     let mut slots = starts.iter();
-    let mut filled = Vec::new(); // (value position, start, len) of slab values
     let prefetch = |pos: usize| {
         if let (Some(w), Some(Some(m))) = (wants.get(pos), maps.get(pos)) {
             let base = m.bytes().as_ptr().wrapping_add(w.e.offset as usize);
@@ -428,19 +466,37 @@ fn gather_mapped(
     for (pos, (w, map)) in wants.iter().zip(&maps).enumerate() {
         prefetch(pos + DATA_AHEAD);
         let Some(map) = map else {
-            values.push(Bytes::new());
+            spans.push(EMPTY);
             continue;
         };
         let (start, end) = (w.e.offset as usize, w.e.end() as usize);
-        if end > map.bytes().len() {
-            return Err(missing_chunk(snap, w));
-        }
-        let stored = map.bytes().slice(start..end);
+        let stored = map
+            .bytes()
+            .get(start..end)
+            .ok_or_else(|| missing_chunk(snap, w))?;
         if opts.verify_checksums {
-            checksum(snap, w, &stored)?;
+            checksum(snap, w, stored)?;
         }
         if !copied.get(pos).copied().unwrap_or(false) {
-            values.push(stored);
+            let owner = if last.0 == w.e.chunk && last.1 != 0 {
+                last.1
+            } else {
+                let o = match owner_chunks.iter().position(|&c| c == w.e.chunk) {
+                    Some(o) => o as u32,
+                    None => {
+                        owners.push(map.bytes().clone());
+                        owner_chunks.push(w.e.chunk);
+                        (owners.len() - 1) as u32
+                    }
+                };
+                last = (w.e.chunk, o);
+                o
+            };
+            spans.push(Span {
+                owner,
+                start,
+                len: end - start,
+            });
             continue;
         }
         let at = slots.next().copied().unwrap_or(0);
@@ -449,21 +505,19 @@ fn gather_mapped(
             .get_mut(at..at + len)
             .ok_or_else(|| missing_chunk(snap, w))?;
         match w.e.codec {
-            Codec::Deflate => inflate(snap, w, &stored, out)?,
-            Codec::Raw => out.copy_from_slice(&stored),
+            Codec::Deflate => inflate(snap, w, stored, out)?,
+            Codec::Raw => out.copy_from_slice(stored),
         }
-        filled.push((pos, at, len));
-        values.push(Bytes::new());
+        spans.push(Span {
+            owner: 0,
+            start: at,
+            len,
+        });
     }
-    if !filled.is_empty() {
-        let slab = Bytes::from(buf);
-        for (pos, at, len) in filled {
-            if let Some(v) = values.get_mut(pos) {
-                *v = slab.slice(at..at + len);
-            }
-        }
+    if let Some(o) = owners.first_mut() {
+        *o = Bytes::from(buf);
     }
-    Ok(Some(values))
+    Ok(Some(Values { owners, spans }))
 }
 
 /// Where a record's stored bytes land: its output slot (raw, buffered) or the staging buffer.
@@ -486,7 +540,7 @@ fn gather_io(
     wants: &[Want],
     opts: &ReadOptions,
     backend: Backend,
-) -> Result<Vec<Bytes>> {
+) -> Result<Values> {
     let (out, starts) = slab(wants.iter().map(|w| w.e.logical_len as usize), SLOT_ALIGN);
     let mut order: Vec<usize> = (0..wants.len())
         .filter(|&i| wants.get(i).is_some_and(|w| w.e.physical_len > 0))
@@ -664,10 +718,17 @@ fn gather_io(
             Codec::Raw => dst.copy_from_slice(stored),
         }
     }
-    let slab = Bytes::from(out);
-    Ok(wants
+    let spans = wants
         .iter()
         .zip(&starts)
-        .map(|(w, &s)| slab.slice(s..s + w.e.logical_len as usize))
-        .collect())
+        .map(|(w, &start)| Span {
+            owner: 0,
+            start,
+            len: w.e.logical_len as usize,
+        })
+        .collect();
+    Ok(Values {
+        owners: vec![Bytes::from(out)],
+        spans,
+    })
 }
