@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Every figure in docs/BENCHMARKS.md, with this machine's limits measured in the same run.
+# Usage: benches/run-all.sh OUT_DIR [DATA_DIR]   (DATA_DIR on the disk under test; ~8 GiB free)
+set -euo pipefail
+out=${1:?usage: run-all.sh OUT_DIR [DATA_DIR]}
+data=${2:-target/bench-data}
+mkdir -p "$out" "$data"
+cd "$(dirname "$0")/.."
+limits=../shared/bench/limits.sh
+z=target/release/zrecord
+cargo build --release --quiet
+log() { echo "== $*" | tee -a "$out/log.txt"; }
+
+log "limits (before)"
+bash "$limits" "$data/limits" 2G | tee "$out/limits-before.txt"
+
+[ -d "$data/r1k" ]  || $z bench make "$data/r1k"  --records 2000000 --record-bytes 1024
+[ -d "$data/r64k" ] || $z bench make "$data/r64k" --records 32768   --record-bytes 65536
+[ -d "$data/r4k" ]  || $z bench make "$data/r4k"  --records 1000000 --record-bytes 4096
+[ -d "$data/d4k" ]  || $z bench make "$data/d4k"  --records 500000  --record-bytes 4096 --codec deflate
+
+run() { # name, args...
+  local name=$1; shift
+  log "$name: zrecord $*"
+  $z "$@" --json | tee -a "$out/results.jsonl" | sed "s/^/$name /" >> "$out/named.txt"
+}
+# Warm: the page cache holds the data (written moments ago, or read by the previous run).
+for b in auto mmap uring psync; do
+  run "warm-1k-$b-t1"   bench gather "$data/r1k"  --backend $b --batches 20000
+  run "warm-64k-$b-t1"  bench gather "$data/r64k" --backend $b --batches 1500
+done
+run "warm-1k-auto-noverify" bench gather "$data/r1k"  --backend auto --batches 20000 --no-verify
+run "warm-1k-auto-t2"  bench gather "$data/r1k"  --backend auto --batches 10000 --threads 2
+run "warm-64k-auto-t2" bench gather "$data/r64k" --backend auto --batches 1000 --threads 2
+run "warm-4k-deflate-auto" bench gather "$data/d4k" --backend auto --batches 3000
+# Cold: the dataset's pages dropped first.
+for args in "--backend uring" "--backend uring --threads 4" "--backend uring --direct --threads 4" "--backend psync --threads 4" "--backend auto --threads 4"; do
+  run "cold-4k-$(echo $args | tr -d ' -')" bench gather "$data/r4k" $args --batches 300 --evict
+done
+# The loader against raw gathers on as many threads.
+run "loader-1k-w2" bench loader "$data/r1k" --workers 2 --batch 256 --batches 8000
+run "loader-64k-w2" bench loader "$data/r64k" --workers 2 --batch 256 --batches 800
+run "loader-1k-w2-bucket" bench loader "$data/r1k" --workers 2 --batch 256 --batches 8000 --bucket-buffer 16384
+
+log "criterion: write, pipeline"
+ZRECORD_BENCH_DIR="$data" cargo bench --quiet --bench write 2>&1 | grep -E "^[a-z_]+/|time:|thrpt:" | tee "$out/criterion-write.txt"
+cargo bench --quiet --bench pipeline -- resume_deep 2>&1 | grep -E "^[a-z_]+/|time:" | tee "$out/criterion-resume.txt"
+
+log "limits (after)"
+bash "$limits" "$data/limits" 2G | tee "$out/limits-after.txt"
