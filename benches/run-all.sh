@@ -24,7 +24,8 @@ run() { # name, args...
   log "$name: zrecord $*"
   $z "$@" --json | tee -a "$out/results.jsonl" | sed "s/^/$name /" >> "$out/named.txt"
 }
-# Warm: the page cache holds the data (written moments ago, or read by the previous run).
+# Warm: read every file once so the page cache holds the data, then measure.
+cat "$data"/r1k/chunk/* "$data"/r64k/chunk/* "$data"/d4k/chunk/* > /dev/null
 for b in auto mmap uring psync; do
   run "warm-1k-$b-t1"   bench gather "$data/r1k"  --backend $b --batches 20000
   run "warm-64k-$b-t1"  bench gather "$data/r64k" --backend $b --batches 1500
