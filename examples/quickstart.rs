@@ -9,6 +9,9 @@
 
 use std::time::Instant;
 
+use std::sync::Arc;
+
+use zrecord::pipeline::{DatasetSource, Loader};
 use zrecord::{Codec, DType, Dataset, Field, Schema, Writer, WriterConfig};
 
 const RECORDS: u64 = 20_000;
@@ -53,37 +56,81 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         RECORDS as f64 / secs
     );
 
-    // 2. Train: random batches of 256, every byte consumed.
+    // 2. Train: a shuffled loader, batches of 256, two prefetch workers, every byte consumed.
     let ds = Dataset::open(&dir)?;
-    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
-    let mut indices = vec![0u64; BATCH];
-    let (mut records, mut bytes, mut loss) = (0u64, 0u64, 0f64);
-    let t = Instant::now();
-    for _ in 0..STEPS {
-        for ix in indices.iter_mut() {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            *ix = rng % ds.len();
+    let source = Arc::new(DatasetSource::new(&ds));
+    let builder = || {
+        Loader::builder(Arc::clone(&source))
+            .seed(17)
+            .epochs(None)
+            .batch_size(BATCH as u64)
+            .num_workers(2)
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()?;
+    let (records, bytes, loss, checkpoint, secs) = rt.block_on(async {
+        let mut loader = builder().build()?;
+        let (mut records, mut bytes, mut loss) = (0u64, 0u64, 0f64);
+        let mut checkpoint = None;
+        let t = Instant::now();
+        for step in 0..STEPS {
+            let Some(batch) = loader.next().await else {
+                break;
+            };
+            let batch = batch?.data;
+            for r in 0..batch.len() {
+                let img = batch.typed::<u8>(r, 0)?;
+                let caption = batch.get(r, 1).unwrap_or_default();
+                let label = batch.typed::<i64>(r, 2)?.first().copied().unwrap_or(0);
+                let mean = img.iter().map(|&p| u64::from(p)).sum::<u64>() as f64 / img.len() as f64;
+                loss += (mean / 255.0 - label as f64 / 10.0).powi(2);
+                bytes += (img.len() + caption.len() + 8) as u64;
+                records += 1;
+            }
+            if step + 1 == STEPS / 2 {
+                // What a trainer saves with its weights.
+                checkpoint = Some(serde_json::to_string(&loader.state())?);
+            }
         }
-        let batch = ds.gather_blocking(&indices)?;
-        for r in 0..batch.len() {
-            let img = batch.typed::<u8>(r, 0)?;
-            let label = batch.typed::<i64>(r, 2)?.first().copied().unwrap_or(0);
-            let caption = batch.get(r, 1).unwrap_or_default();
-            let mean = img.iter().map(|&p| u64::from(p)).sum::<u64>() as f64 / img.len() as f64;
-            loss += (mean / 255.0 - label as f64 / 10.0).powi(2);
-            bytes += (img.len() + caption.len() + 8) as u64;
-            records += 1;
-        }
-    }
-    let secs = t.elapsed().as_secs_f64();
+        Ok::<_, Box<dyn std::error::Error>>((
+            records,
+            bytes,
+            loss,
+            checkpoint,
+            t.elapsed().as_secs_f64(),
+        ))
+    })?;
     println!(
-        "trained {STEPS} steps of {BATCH}: {:.0} records/s, {:.1} MB/s, {:.3} ms/batch, loss {:.4}",
+        "trained {STEPS} steps of {BATCH}: {:.0} records/s, {:.1} MB/s, {:.3} ms/step, loss {:.4}",
         records as f64 / secs,
         bytes as f64 / secs / 1e6,
         secs * 1e3 / STEPS as f64,
         loss / records as f64
     );
+
+    // 3. Resume from the mid-run checkpoint: the next batch is exactly step STEPS/2 + 1's.
+    if let Some(json) = checkpoint {
+        let state = serde_json::from_str(&json)?;
+        let (resumed, replay) = rt.block_on(async {
+            let mut resumed = builder().resume(&state)?;
+            let mut replay = builder().build()?;
+            for _ in 0..STEPS / 2 {
+                replay.next().await;
+            }
+            let a = resumed.next().await.transpose()?.map(|b| b.indices());
+            let b = replay.next().await.transpose()?.map(|b| b.indices());
+            Ok::<_, zrecord::Error>((a, b))
+        })?;
+        println!(
+            "resumed from a {}-byte checkpoint: next batch {} the uninterrupted run's",
+            json.len(),
+            if resumed == replay && resumed.is_some() {
+                "equals"
+            } else {
+                "DIFFERS FROM"
+            }
+        );
+    }
     Ok(())
 }
