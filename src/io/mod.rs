@@ -20,6 +20,8 @@ pub mod psync;
 #[cfg(feature = "uring")]
 pub mod uring;
 
+pub use pool::{stats, Stats};
+
 use std::sync::OnceLock;
 
 /// How a dataset reads records.

@@ -2,10 +2,33 @@
 //! page faults, waiting for the ring, checksums, inflate, mmap page faults) runs here, never on
 //! the caller's async runtime.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Mutex, OnceLock};
 
 type Task = Box<dyn FnOnce() + Send + 'static>;
+
+static STARTED: AtomicU64 = AtomicU64::new(0);
+static FINISHED: AtomicU64 = AtomicU64::new(0);
+
+/// Counters of the async gathers run by the worker pool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Gathers handed to the worker pool.
+    pub gathers_started: u64,
+    /// Gathers whose work is over: answered, abandoned before starting, or run to the end
+    /// after their future was dropped.
+    pub gathers_finished: u64,
+}
+
+/// The worker pool's counters (process-wide).
+pub fn stats() -> Stats {
+    Stats {
+        gathers_started: STARTED.load(Ordering::Acquire),
+        gathers_finished: FINISHED.load(Ordering::Acquire),
+    }
+}
 
 struct Pool {
     tx: Mutex<Sender<Task>>,
@@ -47,7 +70,11 @@ fn pool() -> Option<&'static Pool> {
 /// Runs `task` on a worker thread. If no worker thread could be started, runs it on a fresh
 /// thread (and if even that fails, on the caller's thread: correct, if not asynchronous).
 pub fn spawn(task: impl FnOnce() + Send + 'static) {
-    let task: Task = Box::new(task);
+    STARTED.fetch_add(1, Ordering::AcqRel);
+    let task: Task = Box::new(move || {
+        task();
+        FINISHED.fetch_add(1, Ordering::AcqRel);
+    });
     let task = match pool() {
         Some(p) => match p.tx.lock() {
             Ok(tx) => match tx.send(task) {
