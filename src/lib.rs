@@ -46,5 +46,5 @@ pub use store::batch::{Batch, Element, ReadOptions};
 pub use store::dataset::Dataset;
 pub use store::dataset::GatherFuture;
 pub use store::schema::{Field, Schema};
-pub use store::snapshot::Snapshot;
+pub use store::snapshot::{RecordLocation, Snapshot};
 pub use store::writer::{Writer, WriterConfig};

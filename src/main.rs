@@ -121,6 +121,10 @@ struct GatherArgs {
     /// Seed of the random indices.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Instead of zrecord's engine, run the baseline: a plain loop of one `pread` per record
+    /// (first field) into a reused buffer, summing its bytes. Same indices, same consumption.
+    #[arg(long)]
+    pread_loop: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -296,30 +300,14 @@ fn run_gather(a: &GatherArgs) -> Result<GatherStats, Box<dyn std::error::Error>>
     let handles: Vec<_> = (0..a.threads.max(1))
         .map(|t| {
             let ds = std::sync::Arc::clone(&ds);
-            let (batch, batches, verify) = (a.batch, a.batches, !a.no_verify);
-            let seed = a.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (t as u64 + 1);
-            std::thread::spawn(
-                move || -> Result<(Vec<f64>, u64, u64, u64), zrecord::Error> {
-                    let mut rng = Rng(seed | 1);
-                    let mut idx = vec![0u64; batch];
-                    let mut lat = Vec::with_capacity(batches);
-                    let (mut records, mut bytes, mut sink) = (0u64, 0u64, 0u64);
-                    for _ in 0..batches {
-                        for i in idx.iter_mut() {
-                            *i = rng.next() % n;
-                        }
-                        let t0 = Instant::now();
-                        let b = ds.gather_blocking(&idx)?;
-                        if !verify {
-                            sink = sink.wrapping_add(consume(&b));
-                        }
-                        lat.push(t0.elapsed().as_secs_f64() * 1e3);
-                        records += b.len() as u64;
-                        bytes += b.total_bytes() as u64;
-                    }
-                    Ok((lat, records, bytes, sink))
-                },
-            )
+            let job = ThreadJob {
+                batch: a.batch,
+                batches: a.batches,
+                verify: !a.no_verify,
+                pread_loop: a.pread_loop,
+                seed: a.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (t as u64 + 1),
+            };
+            std::thread::spawn(move || bench_thread(&ds, &job))
         })
         .collect();
     let mut lat = Vec::new();
@@ -337,13 +325,17 @@ fn run_gather(a: &GatherArgs) -> Result<GatherStats, Box<dyn std::error::Error>>
         let i = ((lat.len() as f64 - 1.0) * p).round() as usize;
         lat.get(i).copied().unwrap_or(0.0)
     };
-    let effective = ds.backend();
+    let effective = if a.pread_loop {
+        "pread-loop"
+    } else {
+        ds.backend().name()
+    };
     let out = serde_json::json!({
         "records_per_s": records as f64 / secs,
         "bytes_per_s": bytes as f64 / secs,
         "p50_batch_ms": pct(0.5),
         "p99_batch_ms": pct(0.99),
-        "backend": effective.name(),
+        "backend": effective,
         "io_uring_available": zrecord::io::uring_available(),
         "batch": a.batch,
         "batches": lat.len(),
@@ -360,6 +352,73 @@ fn run_gather(a: &GatherArgs) -> Result<GatherStats, Box<dyn std::error::Error>>
         records_per_s: records as f64 / secs,
         json: out,
     })
+}
+
+struct ThreadJob {
+    batch: usize,
+    batches: usize,
+    verify: bool,
+    pread_loop: bool,
+    seed: u64,
+}
+
+/// One bench thread: latencies, records, bytes and a checksum of what it consumed.
+fn bench_thread(
+    ds: &Dataset,
+    job: &ThreadJob,
+) -> Result<(Vec<f64>, u64, u64, u64), zrecord::Error> {
+    let n = ds.len();
+    let mut rng = Rng(job.seed | 1);
+    let mut idx = vec![0u64; job.batch];
+    let mut lat = Vec::with_capacity(job.batches);
+    let (mut records, mut bytes, mut sink) = (0u64, 0u64, 0u64);
+    let mut files: std::collections::HashMap<PathBuf, std::fs::File> =
+        std::collections::HashMap::new();
+    let mut buf = Vec::new();
+    for _ in 0..job.batches {
+        for i in idx.iter_mut() {
+            *i = rng.next() % n;
+        }
+        let t0 = Instant::now();
+        if job.pread_loop {
+            let snap = ds.snapshot();
+            for &i in &idx {
+                let loc = snap.locate(0, i)?;
+                let Some(path) = loc.chunk else { continue };
+                if !files.contains_key(&path) {
+                    let f = std::fs::File::open(&path).map_err(|e| zrecord::Error::Io {
+                        path: path.clone(),
+                        op: "open",
+                        source: e,
+                    })?;
+                    files.insert(path.clone(), f);
+                }
+                let Some(file) = files.get(&path) else {
+                    continue;
+                };
+                buf.resize(loc.stored_len as usize, 0);
+                std::os::unix::fs::FileExt::read_exact_at(file, &mut buf, loc.offset).map_err(
+                    |e| zrecord::Error::Io {
+                        path: path.clone(),
+                        op: "read",
+                        source: e,
+                    },
+                )?;
+                sink = sink.wrapping_add(buf.iter().map(|&x| u64::from(x)).sum::<u64>());
+                bytes += buf.len() as u64;
+            }
+            records += idx.len() as u64;
+        } else {
+            let b = ds.gather_blocking(&idx)?;
+            if !job.verify {
+                sink = sink.wrapping_add(consume(&b));
+            }
+            records += b.len() as u64;
+            bytes += b.total_bytes() as u64;
+        }
+        lat.push(t0.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok((lat, records, bytes, sink))
 }
 
 /// Touches every byte of a batch (when checksums, which already do, are off): a vectorised sum.
@@ -457,6 +516,7 @@ fn loader(a: &LoaderArgs) -> Res {
             direct: false,
             no_verify: false,
             seed: 1,
+            pread_loop: false,
             json: false,
         };
         Some(run_gather(&g)?.records_per_s)

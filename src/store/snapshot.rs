@@ -106,6 +106,24 @@ impl FieldTable {
     }
 }
 
+/// Where a record's stored bytes live: see [`Snapshot::locate`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecordLocation {
+    /// The chunk file (`None` for an absent value).
+    pub chunk: Option<PathBuf>,
+    /// Byte offset in the chunk.
+    pub offset: u64,
+    /// Stored length in bytes (0 = absent).
+    pub stored_len: u32,
+    /// Length after decoding.
+    pub logical_len: u32,
+    /// The codec the bytes are stored with.
+    pub codec: crate::Codec,
+    /// CRC32C of the stored bytes.
+    pub crc32c: u32,
+}
+
 /// A chunk file and its committed size, with its mapping and O_DIRECT descriptor made on
 /// first use.
 #[derive(Debug)]
@@ -322,6 +340,20 @@ impl Snapshot {
             }
         }
         Ok(e)
+    }
+
+    /// Where the stored bytes of record `index` of `field` are, from the checked offset entry
+    /// (no data read). For tools and baselines: reads should go through a gather.
+    pub fn locate(&self, field: usize, index: u64) -> Result<RecordLocation> {
+        let e = self.entry(field, index)?;
+        Ok(RecordLocation {
+            chunk: self.chunk(e.chunk).map(|c| c.path().to_path_buf()),
+            offset: e.offset,
+            stored_len: e.physical_len,
+            logical_len: e.logical_len,
+            codec: e.codec,
+            crc32c: e.data_crc,
+        })
     }
 
     /// Length of record `index` of `field` after decoding, from the offset table alone.
