@@ -601,6 +601,8 @@ fn gather_io(
                 }
             } else {
                 let span = (end - start) as usize;
+                // Direct reads need 4 KiB-aligned destinations, whatever was staged before.
+                staging_len = staging_len.next_multiple_of(DIRECT_ALIGN);
                 job.pieces.push(Piece {
                     buf: 1,
                     at: staging_len,
