@@ -24,24 +24,34 @@ run() { # name, args...
   log "$name: zrecord $*"
   $z "$@" --json | tee -a "$out/results.jsonl" | sed "s/^/$name /" >> "$out/named.txt"
 }
-# Warm: read every file once so the page cache holds the data, then measure.
-cat "$data"/r1k/chunk/* "$data"/r64k/chunk/* "$data"/d4k/chunk/* > /dev/null
+warm() { cat "$data/$1"/chunk/* > /dev/null; }  # the page cache may have dropped it since
+# Warm 1 KiB: every backend, the plain pread loop, verification off, two threads.
+warm r1k
 for b in auto mmap uring psync; do
-  run "warm-1k-$b-t1"   bench gather "$data/r1k"  --backend $b --batches 20000
-  run "warm-64k-$b-t1"  bench gather "$data/r64k" --backend $b --batches 1500
+  run "warm-1k-$b-t1" bench gather "$data/r1k" --backend $b --batches 20000
 done
-run "warm-1k-auto-noverify" bench gather "$data/r1k"  --backend auto --batches 20000 --no-verify
-run "warm-1k-auto-t2"  bench gather "$data/r1k"  --backend auto --batches 10000 --threads 2
+run "warm-1k-pread-loop" bench gather "$data/r1k" --pread-loop --batches 5000
+run "warm-1k-auto-noverify" bench gather "$data/r1k" --backend auto --batches 20000 --no-verify
+run "warm-1k-auto-t2" bench gather "$data/r1k" --backend auto --batches 10000 --threads 2
+run "loader-1k-w2" bench loader "$data/r1k" --workers 2 --batch 256 --batches 8000
+run "loader-1k-w2-bucket" bench loader "$data/r1k" --workers 2 --batch 256 --batches 4000 --bucket-buffer 16384
+# Warm 64 KiB.
+warm r64k
+for b in auto mmap uring psync; do
+  run "warm-64k-$b-t1" bench gather "$data/r64k" --backend $b --batches 1500
+done
 run "warm-64k-auto-t2" bench gather "$data/r64k" --backend auto --batches 1000 --threads 2
-run "warm-4k-deflate-auto" bench gather "$data/d4k" --backend auto --batches 3000
-# Cold: the dataset's pages dropped first.
-for args in "--backend uring" "--backend uring --threads 4" "--backend uring --direct --threads 4" "--backend psync --threads 4" "--backend auto --threads 4"; do
+run "loader-64k-w2" bench loader "$data/r64k" --workers 2 --batch 256 --batches 800
+# Deflate (about 2:1), warm: decompressed output per core.
+warm d4k
+run "warm-4k-deflate-auto-t1" bench gather "$data/d4k" --backend auto --batches 3000
+# Cold: the dataset's pages dropped before each run.
+for args in "--backend uring" "--backend uring --threads 4" "--backend uring --direct --threads 4" "--backend psync --threads 4" "--backend auto --threads 4" "--pread-loop"; do
   run "cold-4k-$(echo $args | tr -d ' -')" bench gather "$data/r4k" $args --batches 300 --evict
 done
-# The loader against raw gathers on as many threads.
-run "loader-1k-w2" bench loader "$data/r1k" --workers 2 --batch 256 --batches 8000
-run "loader-64k-w2" bench loader "$data/r64k" --workers 2 --batch 256 --batches 800
-run "loader-1k-w2-bucket" bench loader "$data/r1k" --workers 2 --batch 256 --batches 8000 --bucket-buffer 16384
+for args in "--backend uring" "--backend uring --threads 2" "--backend uring --direct --threads 2"; do
+  run "cold-64k-$(echo $args | tr -d ' -')" bench gather "$data/r64k" $args --batches 40 --evict
+done
 
 log "criterion: write, pipeline"
 ZRECORD_BENCH_DIR="$data" cargo bench --quiet --bench write 2>&1 | grep -E "^[a-z_]+/|time:|thrpt:" | tee "$out/criterion-write.txt"
