@@ -86,3 +86,59 @@ fn a_flipped_chunk_byte_is_reported_by_every_backend() {
         }
     }
 }
+
+/// The same in a batch big enough to be checked on several threads: the damaged record is
+/// reported, by index, whichever thread checks it.
+#[test]
+fn a_flipped_byte_in_a_big_batch_is_reported_by_every_backend() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ds");
+    let schema = Schema::new()
+        .field(Field::new("raw", DType::U8))
+        .field(Field::new("packed", DType::U8).codec(Codec::Deflate));
+    let mut w = Writer::create(&dir, &schema, WriterConfig::default()).unwrap();
+    let rec = |i: u64| -> Vec<Vec<u8>> {
+        vec![
+            (0..256 * 1024)
+                .map(|j| (i * 13 + j * 7 + j / 251) as u8)
+                .collect(),
+            (0..64 * 1024).map(|j| ((j % 29) ^ i) as u8).collect(),
+        ]
+    };
+    for i in 0..40 {
+        w.append(&rec(i)).unwrap();
+    }
+    w.commit().unwrap();
+    drop(w);
+    let loc = Dataset::open(&dir)
+        .unwrap()
+        .snapshot()
+        .locate(0, 30)
+        .unwrap();
+    let (chunk, at) = (loc.chunk.unwrap(), loc.offset);
+    let data = std::fs::read(&chunk).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&chunk)
+        .unwrap();
+    f.write_all_at(&[data[at as usize + 200_000] ^ 1], at + 200_000)
+        .unwrap();
+    drop(f);
+    let all: Vec<u64> = (0..40).collect();
+    for backend in [Backend::Uring, Backend::Psync, Backend::Mmap, Backend::Auto] {
+        let ds = Dataset::open_with(&dir, ReadOptions::default().with_backend(backend)).unwrap();
+        match ds.gather_blocking(&all).unwrap_err() {
+            Error::ChecksumMismatch { index, offset, .. } => {
+                assert_eq!(index, 30, "{backend}");
+                assert_eq!(offset, at, "{backend}");
+            }
+            other => panic!("{backend}: {other}"),
+        }
+        let ok: Vec<u64> = (0..40).filter(|&i| i != 30).collect();
+        let b = ds.gather_blocking(&ok).unwrap();
+        for (r, &i) in ok.iter().enumerate() {
+            assert_eq!(b.get(r, 0).unwrap(), &rec(i)[0][..], "{backend} record {i}");
+            assert_eq!(b.get(r, 1).unwrap(), &rec(i)[1][..], "{backend} record {i}");
+        }
+    }
+}
