@@ -409,7 +409,7 @@ struct Task<'a> {
 }
 
 /// Bytes of checksum and copy work per thread below which a batch is finished on one thread.
-const PAR_WORK: usize = 4 << 20;
+const PAR_WORK: usize = 2 << 20;
 
 impl Task<'_> {
     fn work(&self, verify: bool) -> usize {
