@@ -7,6 +7,8 @@ use std::sync::Arc;
 use futures::executor::block_on;
 use futures::StreamExt;
 use proptest::prelude::*;
+mod common;
+
 use zrecord::pipeline::{
     BatchConfig, BucketConfig, IndexBatch, Loader, LoaderBuilder, LoaderConfig, LoaderState,
     MemorySource, MergePolicy, PrefetchConfig, SamplerConfig, SamplerMode, ShardConfig, ShardMode,
@@ -176,5 +178,26 @@ proptest! {
         let (head, tail) = split_at(&src, cfg, k, resume_workers);
         prop_assert_eq!(&head[..], &full[..k]);
         prop_assert_eq!(&tail[..], &full[k..]);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Random small configurations (sampler × shard mode × padding × bucket × batch × 1–8
+    /// workers): a checkpoint after every batch position resumes to exactly the rest.
+    #[test]
+    fn resume_after_every_position_for_random_small_configurations(
+        n in 0..40u64,
+        config in common::loader_config(),
+        resume_workers in 1..=8usize,
+    ) {
+        let src = source(n);
+        let full = run_all(LoaderBuilder::new(Arc::clone(&src)).config(config));
+        for k in 0..=full.len() {
+            let (head, tail) = split_at(&src, config, k, resume_workers);
+            prop_assert_eq!(&head[..], &full[..k]);
+            prop_assert_eq!(&tail[..], &full[k..], "k={}", k);
+        }
     }
 }
