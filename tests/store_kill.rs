@@ -17,7 +17,7 @@ use zrecord::{Codec, DType, Dataset, Field, Schema, Writer, WriterConfig};
 
 const CHILD_ENV: &str = "ZRECORD_TEST_KILL_CHILD";
 const READY: &str = "ZRECORD_KILL_CHILD_READY";
-const SEED: u64 = 0x5eed_0f_c0ffee;
+const SEED: u64 = 0x5eed_0fc0_ffee;
 
 type Rec = Vec<Vec<u8>>;
 
@@ -49,7 +49,7 @@ enum Op {
 /// Bytes of `len`: compressible for even `x`, noise for odd.
 fn bytes(len: usize, x: u64) -> Vec<u8> {
     if x.is_multiple_of(2) {
-        return (0..len).map(|i| (i as u64 % 23 ^ x) as u8).collect();
+        return (0..len).map(|i| ((i as u64 % 23) ^ x) as u8).collect();
     }
     let mut r = Rng::new(x);
     (0..len).map(|_| r.next() as u8).collect()

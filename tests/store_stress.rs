@@ -39,7 +39,7 @@ fn value(r: &mut Rng) -> Vec<u8> {
     } as usize;
     let x = r.next();
     if x.is_multiple_of(2) {
-        (0..len).map(|i| (i as u64 % 29 ^ x) as u8).collect()
+        (0..len).map(|i| ((i as u64 % 29) ^ x) as u8).collect()
     } else {
         let mut n = Rng(x);
         (0..len).map(|_| n.next() as u8).collect()
