@@ -19,10 +19,11 @@ bash "$limits" "$data/limits" 2G | tee "$out/limits-before.txt"
 [ -d "$data/r4k" ]  || $z bench make "$data/r4k"  --records 1000000 --record-bytes 4096
 [ -d "$data/d4k" ]  || $z bench make "$data/d4k"  --records 500000  --record-bytes 4096 --codec deflate
 
-run() { # name, args...
+run() { # name, args... (args start with a zrecord subcommand, or with `taskset ... $z`)
   local name=$1; shift
-  log "$name: zrecord $*"
-  $z "$@" --json | tee -a "$out/results.jsonl" | sed "s/^/$name /" >> "$out/named.txt"
+  [ "$1" = taskset ] || set -- "$z" "$@"
+  log "$name: $*"
+  "$@" --json | tee -a "$out/results.jsonl" | sed "s/^/$name /" >> "$out/named.txt"
 }
 warm() { cat "$data/$1"/chunk/* > /dev/null; }  # the page cache may have dropped it since
 # Warm 1 KiB: every backend, the plain pread loop, verification off, two threads.
@@ -41,10 +42,13 @@ for b in auto mmap uring psync; do
   run "warm-64k-$b-t1" bench gather "$data/r64k" --backend $b --batches 1500
 done
 run "warm-64k-auto-t2" bench gather "$data/r64k" --backend auto --batches 1000 --threads 2
+# One core for everything (fio's limit is one job): verification cannot spread over both.
+run "warm-64k-auto-1core" taskset -c 0 $z bench gather "$data/r64k" --backend auto --batches 1500
 run "loader-64k-w2" bench loader "$data/r64k" --workers 2 --batch 256 --batches 800
 # Deflate (about 2:1), warm: decompressed output per core.
 warm d4k
 run "warm-4k-deflate-auto-t1" bench gather "$data/d4k" --backend auto --batches 3000
+run "warm-4k-deflate-auto-1core" taskset -c 0 $z bench gather "$data/d4k" --backend auto --batches 3000
 # Cold: the dataset's pages dropped before each run.
 for args in "--backend uring" "--backend uring --threads 4" "--backend uring --direct --threads 4" "--backend psync --threads 4" "--backend auto --threads 4" "--pread-loop"; do
   run "cold-4k-$(echo $args | tr -d ' -')" bench gather "$data/r4k" $args --batches 300 --evict
@@ -54,8 +58,8 @@ for args in "--backend uring" "--backend uring --threads 2" "--backend uring --d
 done
 
 log "criterion: write, pipeline"
-ZRECORD_BENCH_DIR="$data" cargo bench --quiet --bench write 2>&1 | grep -E "^[a-z_]+/|time:|thrpt:" | tee "$out/criterion-write.txt"
-cargo bench --quiet --bench pipeline -- resume_deep 2>&1 | grep -E "^[a-z_]+/|time:" | tee "$out/criterion-resume.txt"
+ZRECORD_BENCH_DIR="$data" cargo bench --quiet --bench write 2>&1 | grep -E "^[a-z0-9_]+/|time:|thrpt:" | tee "$out/criterion-write.txt"
+cargo bench --quiet --bench pipeline -- resume_deep 2>&1 | grep -E "^[a-z0-9_]+/|time:" | tee "$out/criterion-resume.txt"
 
 log "limits (after)"
 bash "$limits" "$data/limits" 2G | tee "$out/limits-after.txt"

@@ -324,29 +324,11 @@ fn slab(lens: impl Iterator<Item = usize>, align: usize) -> (Vec<u8>, Vec<usize>
     (buf, starts)
 }
 
-/// CRC32C of `data`. Large records go in blocks, each prefetching the next one: the
-/// hardware prefetcher stops at page boundaries, and a random record is a cold stream.
+/// CRC32C of a record's stored bytes. `crc-fast` folds with VPCLMULQDQ where the CPU has it:
+/// 64 KiB records from DRAM checked at 13-15 GB/s on this machine against 8-10 GB/s for the
+/// `crc32c` crate (the same with 4 KiB blocks and software prefetch), 2.5× in cache at 4 KiB.
 fn crc(data: &[u8]) -> u32 {
-    const BLOCK: usize = 4096;
-    if data.len() <= 2 * BLOCK {
-        return crc32c::crc32c(data);
-    }
-    let mut c = 0;
-    let mut blocks = data.chunks(BLOCK).peekable();
-    let base = data.as_ptr();
-    let mut at = 0usize;
-    while let Some(block) = blocks.next() {
-        let ahead = at + BLOCK;
-        if ahead < data.len() {
-            for line in (ahead..(ahead + BLOCK).min(data.len())).step_by(64) {
-                crate::io::prefetch(base.wrapping_add(line));
-            }
-        }
-        c = crc32c::crc32c_append(c, block);
-        at += block.len();
-        let _ = blocks.peek();
-    }
-    c
+    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, data) as u32
 }
 
 fn checksum(snap: &Snapshot, w: &Want, stored: &[u8]) -> Result<()> {
