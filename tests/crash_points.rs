@@ -16,7 +16,9 @@ mod support;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use support::{digest, evaluate, record, run, scratch, Rec, Rng, Step, Verdict, Workload, DS, ROOT};
+use support::{
+    digest, evaluate, record, run, scratch, Rec, Rng, Step, Verdict, Workload, DS, ROOT,
+};
 use zrecord::io::fault::{CrashState, FaultFs, SimFs};
 use zrecord::WriterConfig;
 
@@ -235,7 +237,11 @@ fn mix(seed: u64) -> Workload {
     while steps.len() < 50 {
         let step = match r.below(100) {
             0..35 => Step::Append(record(r.next(), 1500)),
-            35..50 => Step::Modify(r.next(), r.below(2) as usize, support::bytes(r.below(1200) as usize, r.next())),
+            35..50 => Step::Modify(
+                r.next(),
+                r.below(2) as usize,
+                support::bytes(r.below(1200) as usize, r.next()),
+            ),
             50..55 => Step::ModifyRecord(r.next(), record(r.next(), 1500)),
             55..70 => Step::Delete(r.next()),
             70..90 => Step::Commit,
@@ -259,7 +265,7 @@ fn crash_during_seeded_mix() {
     let seeds: u64 = std::env::var("ZRECORD_CRASH_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(2);
+        .unwrap_or(24);
     let mut total = Stats::default();
     for seed in 1..=seeds {
         let s = check(&mix(seed));

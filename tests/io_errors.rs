@@ -140,7 +140,11 @@ fn faults_on_the_simulated_file_system() {
                         DS,
                         WriterConfig::default(),
                     );
-                    assert!(wr.is_ok(), "{what}: reopen on the simulation: {:?}", wr.err());
+                    assert!(
+                        wr.is_ok(),
+                        "{what}: reopen on the simulation: {:?}",
+                        wr.err()
+                    );
                     drop(wr);
                     assert_eq!(sim.open_handles(), 0, "{what}: handles leaked at reopen");
                 }

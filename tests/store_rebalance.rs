@@ -64,11 +64,21 @@ fn rebalance_matches_the_model_and_packs_chunks() {
         // Pending changes are committed by the rebalance itself.
         let rep = w.rebalance().unwrap();
         assert_eq!(rep.records, model.len() as u64, "seed {seed}");
-        assert_eq!(rep.chunk_bytes_after, rep.live_bytes, "seed {seed}: {rep:?}");
+        assert_eq!(
+            rep.chunk_bytes_after, rep.live_bytes,
+            "seed {seed}: {rep:?}"
+        );
         assert!(rep.utilization_before() <= 1.0);
         assert_eq!(rep.utilization_after(), 1.0, "seed {seed}: {rep:?}");
-        assert!(rep.chunk_bytes_before >= rep.chunk_bytes_after, "seed {seed}: {rep:?}");
-        assert_eq!(chunk_files(&dir), rep.chunks_after, "seed {seed}: old chunks left");
+        assert!(
+            rep.chunk_bytes_before >= rep.chunk_bytes_after,
+            "seed {seed}: {rep:?}"
+        );
+        assert_eq!(
+            chunk_files(&dir),
+            rep.chunks_after,
+            "seed {seed}: old chunks left"
+        );
         assert_eq!(read_all(&dir).unwrap(), model, "seed {seed}");
         // The writer goes on after a rebalance, and a second one finds nothing to reclaim.
         churn(&mut w, &mut model, &mut r, 40);
@@ -97,7 +107,10 @@ fn rebalance_of_an_empty_dataset() {
         w.delete(0).unwrap();
     }
     let rep = w.rebalance().unwrap();
-    assert_eq!((rep.records, rep.live_bytes, rep.chunk_bytes_after), (0, 0, 0));
+    assert_eq!(
+        (rep.records, rep.live_bytes, rep.chunk_bytes_after),
+        (0, 0, 0)
+    );
     assert_eq!(rep.chunks_after, 0);
     assert_eq!(chunk_files(&dir), 0);
     assert_eq!(Dataset::open(&dir).unwrap().len(), 0);
@@ -140,7 +153,10 @@ fn snapshot_opened_before_rebalance_keeps_reading() {
         let b = old.gather_with(&idx, &opt).unwrap();
         for (i, rec) in before.iter().enumerate() {
             for f in 0..2 {
-                assert!(b.get(i, f).unwrap() == &rec[f][..], "{opt:?}: record {i} field {f}");
+                assert!(
+                    b.get(i, f).unwrap() == &rec[f][..],
+                    "{opt:?}: record {i} field {f}"
+                );
             }
         }
         assert!(ds.refresh().unwrap());

@@ -186,7 +186,12 @@ impl SimState {
         Ok(ino)
     }
 
-    fn create_file(&mut self, path: &Path, exclusive: bool, truncate: bool) -> std::io::Result<Ino> {
+    fn create_file(
+        &mut self,
+        path: &Path,
+        exclusive: bool,
+        truncate: bool,
+    ) -> std::io::Result<Ino> {
         let (dir, name) = self.parent(path)?;
         match self.dir(dir)?.entries.get(&name).copied() {
             Some(_) if exclusive => Err(errno(libc::EEXIST)),
@@ -344,7 +349,11 @@ impl VfsFile for SimFile {
 
     fn len(&self) -> Result<u64> {
         let st = self.fs.st();
-        Ok(st.file(self.ino).map_err(|e| self.err("stat", e))?.data.len() as u64)
+        Ok(st
+            .file(self.ino)
+            .map_err(|e| self.err("stat", e))?
+            .data
+            .len() as u64)
     }
 
     fn set_len(&self, len: u64) -> Result<()> {
@@ -360,7 +369,9 @@ impl VfsFile for SimFile {
 
     fn sync_data(&self) -> Result<()> {
         let mut st = self.fs.st();
-        let f = st.file_mut(self.ino).map_err(|e| self.err("fdatasync", e))?;
+        let f = st
+            .file_mut(self.ino)
+            .map_err(|e| self.err("fdatasync", e))?;
         f.durable = f.data.clone();
         f.pending.clear();
         Ok(())
@@ -619,7 +630,11 @@ impl std::fmt::Display for ImageSpec {
         write!(
             f,
             "dirs {} (prefix {:?}), files {:?} (override {:?})",
-            if self.dirs_applied { "applied" } else { "dropped" },
+            if self.dirs_applied {
+                "applied"
+            } else {
+                "dropped"
+            },
             self.dir_prefix,
             self.files,
             self.file_override
@@ -663,7 +678,9 @@ impl Image {
             match c {
                 None => std::fs::create_dir_all(&at)
                     .map_err(|e| Error::io(&at, "create directory", e))?,
-                Some(bytes) => std::fs::write(&at, bytes).map_err(|e| Error::io(&at, "write", e))?,
+                Some(bytes) => {
+                    std::fs::write(&at, bytes).map_err(|e| Error::io(&at, "write", e))?
+                }
             }
         }
         Ok(())
@@ -752,7 +769,8 @@ impl CrashState {
                     file_override: None,
                 });
             }
-            if files.len() > 1 || !dirs.is_empty() || files.iter().any(|(_, f)| f.pending.len() > 1) {
+            if files.len() > 1 || !dirs.is_empty() || files.iter().any(|(_, f)| f.pending.len() > 1)
+            {
                 for &(ino, f) in &files {
                     let mut modes = Self::torn_modes(f, max_torn);
                     modes.extend([ContentMode::Apply, ContentMode::Drop, ContentMode::ZeroGrow]);
@@ -783,7 +801,7 @@ impl CrashState {
         for &(ino, n) in &dirs {
             for k in 0..=n {
                 for dirs_applied in [true, false] {
-                    for files in [ContentMode::Apply, ContentMode::Drop] {
+                    for files in [ContentMode::Apply, ContentMode::Drop, ContentMode::ZeroGrow] {
                         push(ImageSpec {
                             dirs_applied,
                             dir_prefix: Some((ino, k)),
@@ -973,7 +991,11 @@ impl FaultFs {
                 p.fired += 1;
             }
             p.crashed = true;
-            return Err(Error::io(path, op, std::io::Error::other("simulated crash")));
+            return Err(Error::io(
+                path,
+                op,
+                std::io::Error::other("simulated crash"),
+            ));
         }
         let Some((at, kind, permanent)) = p.fault else {
             return Ok(Go::Run);
@@ -1160,7 +1182,10 @@ mod tests {
         let img = st.image(&zero, Path::new("/d")).unwrap();
         assert_eq!(img.entries[Path::new("a")], Some(vec![0u8; 1500]));
         let torn = ImageSpec {
-            files: ContentMode::Torn { write: 0, keep: 512 },
+            files: ContentMode::Torn {
+                write: 0,
+                keep: 512,
+            },
             ..all.clone()
         };
         let img = st.image(&torn, Path::new("/d")).unwrap();

@@ -18,6 +18,11 @@
 //!
 //! Any I/O failure while writing poisons the writer: every later call returns
 //! [`Error::Poisoned`], and reopening recovers the last commit.
+//!
+//! Every file operation goes through the [`Vfs`] seam chosen at create/open ([`StdFs`] by
+//! default), so tests can run the writer on a simulated file system that crashes or fails at
+//! any operation (`tests/crash_points.rs`, `tests/io_errors.rs`). [`Writer::rebalance`]
+//! rewrites live records into fresh chunks (`docs/FORMAT.md`, "Rebalance").
 
 use crate::error::{Error, Result};
 use crate::format::codec::Deflater;
@@ -611,7 +616,10 @@ impl Writer {
     /// True if there are changes since the last commit.
     fn has_pending(&self) -> bool {
         self.len != self.meta.len
-            || self.fields.iter().any(|f| !f.appended.is_empty() || !f.pending.is_empty())
+            || self
+                .fields
+                .iter()
+                .any(|f| !f.appended.is_empty() || !f.pending.is_empty())
             || self.meta.chunks.len() != self.chunks.len()
             || self
                 .meta

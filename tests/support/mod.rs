@@ -132,8 +132,7 @@ pub fn run(w: &Workload, vfs: Arc<dyn Vfs>, dir: &Path) -> Outcome {
         error: None,
         working: Vec::new(),
     };
-    let mut writer = match Writer::create_with_vfs(vfs.clone(), dir, &w.schema, w.config.clone())
-    {
+    let mut writer = match Writer::create_with_vfs(vfs.clone(), dir, &w.schema, w.config.clone()) {
         Ok(wr) => wr,
         Err(e) => {
             out.error = Some(e);
