@@ -152,9 +152,9 @@ fn snapshot_opened_before_rebalance_keeps_reading() {
         let idx: Vec<u64> = (0..before.len() as u64).collect();
         let b = old.gather_with(&idx, &opt).unwrap();
         for (i, rec) in before.iter().enumerate() {
-            for f in 0..2 {
+            for (f, want) in rec.iter().enumerate() {
                 assert!(
-                    b.get(i, f).unwrap() == &rec[f][..],
+                    b.get(i, f).unwrap() == &want[..],
                     "{opt:?}: record {i} field {f}"
                 );
             }

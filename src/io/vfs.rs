@@ -85,6 +85,11 @@ pub trait VfsFile: Send + Sync + Debug {
     /// The file's size.
     fn len(&self) -> Result<u64>;
 
+    /// True if the file has no bytes.
+    fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
     /// Truncates or extends the file to `len` bytes.
     fn set_len(&self, len: u64) -> Result<()>;
 

@@ -214,10 +214,18 @@ pub fn run(w: &Workload, vfs: Arc<dyn Vfs>, dir: &Path) -> Outcome {
             }
         };
         if let Err(e) = r {
-            out.error = Some(e);
             // A failed writer must stay failed: every later call errors.
-            assert!(writer.commit().is_err(), "{}: writer not poisoned", w.name);
-            assert!(writer.append(&[&b"x"[..], &b""[..]]).is_err());
+            assert!(
+                matches!(writer.commit(), Err(Error::Poisoned { .. })),
+                "{}: writer not poisoned after {e}",
+                w.name
+            );
+            assert!(matches!(
+                writer.append(&[&b"x"[..], &b""[..]]),
+                Err(Error::Poisoned { .. })
+            ));
+            assert!(matches!(writer.rebalance(), Err(Error::Poisoned { .. })));
+            out.error = Some(e);
             return out;
         }
     }
