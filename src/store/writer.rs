@@ -660,57 +660,49 @@ impl Writer {
     fn rebalance_inner(&mut self) -> Result<RebalanceReport> {
         let old: Vec<ChunkMeta> = self.meta.chunks.clone();
         let chunk_bytes_before: u64 = old.iter().map(|c| c.size).sum();
+        // New table generations, written block by block as records are copied: memory stays
+        // bounded by one block per field whatever the dataset's size.
+        let mut tables = Vec::with_capacity(self.fields.len());
+        for wf in &self.fields {
+            let generation = wf.table().generation + 1;
+            let name = &wf.committed.meta.name;
+            let tpath = layout::table(&self.dir, name, generation);
+            let ppath = layout::patches(&self.dir, name, generation);
+            for p in [&tpath, &ppath] {
+                // A leftover of a crashed compaction or rebalance is not named by any commit.
+                if self.vfs.exists(p)? {
+                    self.vfs.remove_file(p)?;
+                }
+            }
+            let table = self.vfs.create_new(&tpath)?;
+            let patches = self.vfs.create_new(&ppath)?;
+            tables.push((generation, table, patches));
+        }
         // Start from a fresh chunk, not the newest old one.
         self.active = None;
         self.open_fresh_chunk()?;
         let mut readers: BTreeMap<u16, Box<dyn VfsFile>> = BTreeMap::new();
         let mut live_bytes = 0u64;
-        let mut buf = Vec::new();
-        for index in 0..self.len {
-            for f in 0..self.fields.len() {
-                let (e, name) = match self.fields.get(f) {
-                    Some(wf) => (wf.entry(index)?, wf.committed.meta.name.clone()),
-                    None => continue,
-                };
-                if e.physical_len == 0 {
-                    continue;
-                }
-                let path = layout::chunk(&self.dir, e.chunk);
-                let size = old.iter().find(|c| c.id == e.chunk).map(|c| c.size);
-                if size.is_none_or(|s| e.end() > s) {
-                    let wf = self.fields.get(f);
-                    return Err(wf.map_or(Error::UnknownField { field: name }, |wf| {
-                        wf.committed.corrupt(
-                            index,
-                            format!("record ends past committed chunk {}", e.chunk),
-                        )
-                    }));
-                }
-                let file = match readers.entry(e.chunk) {
-                    std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
-                    std::collections::btree_map::Entry::Vacant(v) => {
-                        v.insert(self.vfs.open_read(&path)?)
-                    }
-                };
-                buf.resize(e.physical_len as usize, 0);
-                file.read_exact_at(&mut buf, e.offset)?;
-                let crc = crc32c::crc32c(&buf);
-                if crc != e.data_crc {
-                    return Err(Error::ChecksumMismatch {
-                        path,
-                        field: name,
-                        index,
-                        offset: e.offset,
-                        expected: e.data_crc,
-                        actual: crc,
-                    });
-                }
-                live_bytes += u64::from(e.physical_len);
-                let (chunk, offset) = self.place(&buf)?;
-                if let Some(wf) = self.fields.get_mut(f) {
-                    wf.set(index, Entry { chunk, offset, ..e });
+        let mut stored = Vec::new();
+        const BLOCK: u64 = 16 * 1024;
+        let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); self.fields.len()];
+        let mut start = 0u64;
+        while start < self.len {
+            let end = (start + BLOCK).min(self.len);
+            for b in &mut blocks {
+                b.clear();
+            }
+            for index in start..end {
+                for (f, block) in blocks.iter_mut().enumerate() {
+                    let e = self.copy_record(f, index, &old, &mut readers, &mut stored)?;
+                    live_bytes += u64::from(e.physical_len);
+                    block.extend_from_slice(&e.encode(index));
                 }
             }
+            for ((_, table, _), block) in tables.iter().zip(&blocks) {
+                table.write_all_at(block, start * ENTRY_BYTES as u64)?;
+            }
+            start = end;
         }
         drop(readers);
         for c in &old {
@@ -724,8 +716,22 @@ impl Writer {
             }
             self.sealed.clear();
         }
-        self.force_compaction = true;
-        let generation = self.commit_inner()?;
+        self.sync_chunks()?;
+        for (_, table, patches) in &tables {
+            table.sync_data()?;
+            patches.sync_data()?;
+        }
+        self.vfs.sync_dir(&self.dir)?;
+        let metas: Vec<TableMeta> = tables
+            .iter()
+            .map(|(generation, _, _)| TableMeta {
+                generation: *generation,
+                table_len: self.len,
+                patch_len: 0,
+            })
+            .collect();
+        drop(tables);
+        let generation = self.publish(&metas)?;
         // The new commit is durable; the old chunks are garbage. Open snapshots hold their own
         // descriptors (see `Snapshot`), so unlinking cannot disturb them.
         for c in &old {
@@ -746,6 +752,52 @@ impl Writer {
         })
     }
 
+    /// Copies the stored bytes of field `f` of record `index` into the active chunk (checking
+    /// them against their CRC32C); returns the record's new entry.
+    fn copy_record(
+        &mut self,
+        f: usize,
+        index: u64,
+        old: &[ChunkMeta],
+        readers: &mut BTreeMap<u16, Box<dyn VfsFile>>,
+        buf: &mut Vec<u8>,
+    ) -> Result<Entry> {
+        let wf = self.fields.get(f).ok_or_else(|| Error::UnknownField {
+            field: format!("#{f}"),
+        })?;
+        let e = wf.entry(index)?;
+        if e.physical_len == 0 {
+            return Ok(e);
+        }
+        let size = old.iter().find(|c| c.id == e.chunk).map(|c| c.size);
+        if size.is_none_or(|s| e.end() > s) {
+            return Err(wf.committed.corrupt(
+                index,
+                format!("record ends past committed chunk {}", e.chunk),
+            ));
+        }
+        let path = layout::chunk(&self.dir, e.chunk);
+        let file = match readers.entry(e.chunk) {
+            std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::btree_map::Entry::Vacant(v) => v.insert(self.vfs.open_read(&path)?),
+        };
+        buf.resize(e.physical_len as usize, 0);
+        file.read_exact_at(buf, e.offset)?;
+        let crc = crc32c::crc32c(buf);
+        if crc != e.data_crc {
+            return Err(Error::ChecksumMismatch {
+                path,
+                field: wf.committed.meta.name.clone(),
+                index,
+                offset: e.offset,
+                expected: e.data_crc,
+                actual: crc,
+            });
+        }
+        let (chunk, offset) = self.place(buf)?;
+        Ok(Entry { chunk, offset, ..e })
+    }
+
     /// Makes everything appended, modified and deleted so far durable and visible to readers
     /// that open or refresh afterwards. Returns the new generation. On an I/O error the writer is
     /// poisoned, and the dataset on disk still holds the previous commit (or this one, if the
@@ -755,18 +807,7 @@ impl Writer {
     }
 
     fn commit_inner(&mut self) -> Result<u64> {
-        // 1-2. Chunk data: flush, fdatasync, and make new chunk files' names durable.
-        if let Some(a) = self.active.as_mut() {
-            flush(a)?;
-            a.file.sync_data()?;
-        }
-        for path in self.sealed.drain(..) {
-            self.vfs.open_read(&path)?.sync_data()?;
-        }
-        if self.created_chunk_file {
-            self.vfs.sync_dir(&layout::chunk_dir(&self.dir))?;
-            self.created_chunk_file = false;
-        }
+        self.sync_chunks()?;
         // 3. Offset data.
         let mut tables = Vec::with_capacity(self.fields.len());
         let mut new_files = false;
@@ -788,6 +829,30 @@ impl Writer {
             self.vfs.sync_dir(&self.dir)?;
         }
         self.force_compaction = false;
+        self.publish(&tables)
+    }
+
+    /// Commit steps 1-2: flush, `fdatasync` every chunk written since the last commit, and make
+    /// new chunk files' names durable.
+    fn sync_chunks(&mut self) -> Result<()> {
+        if let Some(a) = self.active.as_mut() {
+            flush(a)?;
+            a.file.sync_data()?;
+        }
+        for path in self.sealed.drain(..) {
+            self.vfs.open_read(&path)?.sync_data()?;
+        }
+        if self.created_chunk_file {
+            self.vfs.sync_dir(&layout::chunk_dir(&self.dir))?;
+            self.created_chunk_file = false;
+        }
+        Ok(())
+    }
+
+    /// Commit steps 4-5, once chunks and tables are durable: the `meta.json` rename naming
+    /// `tables` and the working chunk list, then adopting it and removing the table files it no
+    /// longer names.
+    fn publish(&mut self, tables: &[TableMeta]) -> Result<u64> {
         // 4. The commit point.
         let mut meta = self.meta.clone();
         meta.generation += 1;
@@ -797,7 +862,7 @@ impl Writer {
             .iter()
             .map(|(&id, &size)| ChunkMeta { id, size })
             .collect();
-        for (fm, t) in meta.fields.iter_mut().zip(&tables) {
+        for (fm, t) in meta.fields.iter_mut().zip(tables) {
             fm.table = *t;
         }
         vfs::replace_atomically(
