@@ -1,8 +1,8 @@
 //! An I/O error (EIO, ENOSPC, a short write) at any file operation, once or from then on, gives a typed error — never a panic or wrong data — poisons the writer, leaks no file handle, and reopening recovers the last commit (or the one that failed after its commit point).
 //!
-//! Each workload (create, appends over chunk rollovers, modify, delete, commits, a reopen) runs
-//! once cleanly to count its file operations `N`; then for every operation index `k < N`, every
-//! fault kind and both durations, it runs again with that fault injected by
+//! The workload (create, appends over chunk rollovers, modify, delete, commits, a reopen, a
+//! rebalance) runs once cleanly to count its file operations `N`; then for every operation index
+//! `k < N`, every fault kind and both durations, it runs again with that fault injected by
 //! `zrecord::io::fault::FaultFs`. On the simulated file system every fault is followed by a
 //! restart check (the process dies: what it wrote stays) and a power-loss check (unsynced state
 //! dropped); on the real file system (in `/dev/shm` when present) the check is the restart, and
@@ -32,6 +32,10 @@ fn workload() -> Workload {
     steps.push(Step::Commit);
     steps.push(Step::Reopen);
     steps.extend((0..2).map(|i| Step::Append(record(300 + i, 700))));
+    steps.push(Step::Commit);
+    steps.push(Step::Modify(2, 1, support::bytes(500, 8)));
+    steps.push(Step::Rebalance);
+    steps.push(Step::Append(record(400, 700)));
     steps.push(Step::Commit);
     Workload {
         name: "io-errors",

@@ -315,6 +315,18 @@ impl Vfs for StdFs {
 mod tests {
     use super::*;
 
+    /// The writer and the seam can move to (and be shared with) other threads: a later
+    /// multi-writer version hands chunk handles to append tasks.
+    #[test]
+    fn seam_types_are_send_and_sync() {
+        fn send_sync<T: Send + Sync + ?Sized>() {}
+        fn send<T: Send>() {}
+        send_sync::<dyn Vfs>();
+        send_sync::<dyn VfsFile>();
+        send_sync::<dyn VfsLock>();
+        send::<crate::Writer>();
+    }
+
     #[test]
     fn std_fs_round_trip() {
         let tmp = tempfile::tempdir().unwrap();
