@@ -24,6 +24,8 @@ use zrecord::WriterConfig;
 
 /// Torn variants per file with unsynced writes.
 const MAX_TORN: usize = 6;
+/// Images per crash point in which every file and directory picks its own random fate.
+const RANDOM_IMAGES: usize = 8;
 
 fn config(write_buffer_bytes: usize) -> WriterConfig {
     WriterConfig {
@@ -81,7 +83,9 @@ fn check(w: &Workload) -> Stats {
         assert_eq!(sim.open_handles(), 0, "{}: handles leaked at {k}", w.name);
         stats.crash_points += 1;
         let state: CrashState = sim.crash_state();
-        for spec in state.specs(MAX_TORN) {
+        let mut specs = state.specs(MAX_TORN);
+        specs.extend(state.random_specs(k.wrapping_mul(31) ^ total, RANDOM_IMAGES, MAX_TORN));
+        for spec in specs {
             stats.images += 1;
             let img = state.image(&spec, Path::new(ROOT)).unwrap();
             let verdict = cache.entry(img.fingerprint()).or_insert_with(|| {

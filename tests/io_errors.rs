@@ -14,7 +14,7 @@ mod support;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use support::{digest, evaluate, record, run, scratch, Outcome, Step, Verdict, Workload, DS, ROOT};
-use zrecord::io::fault::{ContentMode, FaultFs, FaultKind, ImageSpec, SimFs};
+use zrecord::io::fault::{FaultFs, FaultKind, ImageSpec, SimFs};
 use zrecord::io::vfs::StdFs;
 use zrecord::{Error, WriterConfig};
 
@@ -109,22 +109,11 @@ fn faults_on_the_simulated_file_system() {
                 assert_eq!(sim.open_handles(), 0, "{what}: handles leaked");
                 // Restart (what the process wrote stays) and power loss (only synced state).
                 fault.clear();
-                for (view, files, dirs_applied) in [
-                    ("restart", ContentMode::Apply, true),
-                    ("power loss", ContentMode::Drop, false),
+                for (view, spec) in [
+                    ("restart", ImageSpec::all_applied()),
+                    ("power loss", ImageSpec::all_dropped()),
                 ] {
-                    let img = sim
-                        .crash_state()
-                        .image(
-                            &ImageSpec {
-                                dirs_applied,
-                                dir_prefix: None,
-                                files,
-                                file_override: None,
-                            },
-                            Path::new(ROOT),
-                        )
-                        .unwrap();
+                    let img = sim.crash_state().image(&spec, Path::new(ROOT)).unwrap();
                     let at = dir.path().join(format!("{runs}-{view}"));
                     std::fs::create_dir(&at).unwrap();
                     img.materialise(&at).unwrap();

@@ -592,9 +592,10 @@ impl Vfs for SimFs {
 // Post-crash images.
 
 /// What happens to a file's unsynced writes in an image.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum ContentMode {
     /// Lost: the file holds its durable bytes.
+    #[default]
     Drop,
     /// Reached the disk: the file holds what the process last saw.
     Apply,
@@ -611,33 +612,54 @@ pub enum ContentMode {
     },
 }
 
-/// One post-crash image: a default for every directory and file with unsynced state, and at
-/// most one of each overridden.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// One post-crash image: a default for every directory and file with unsynced state, and
+/// overrides for some of them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ImageSpec {
     /// True: every unsynced directory operation reached the disk; false: none did.
     pub dirs_applied: bool,
-    /// One directory (inode) with only its first `n` unsynced operations applied.
-    pub dir_prefix: Option<(usize, usize)>,
+    /// Directories (inode, `n`) with only their first `n` unsynced operations applied.
+    pub dir_prefixes: Vec<(usize, usize)>,
     /// What happens to every file's unsynced writes.
     pub files: ContentMode,
-    /// One file (inode) treated differently.
-    pub file_override: Option<(usize, ContentMode)>,
+    /// Files (inode, mode) treated differently.
+    pub file_overrides: Vec<(usize, ContentMode)>,
+}
+
+impl ImageSpec {
+    /// Every unsynced write and directory operation reached the disk (a process crash: the
+    /// kernel still writes back what it holds).
+    pub fn all_applied() -> ImageSpec {
+        ImageSpec {
+            dirs_applied: true,
+            files: ContentMode::Apply,
+            ..ImageSpec::default()
+        }
+    }
+
+    /// Nothing unsynced reached the disk.
+    pub fn all_dropped() -> ImageSpec {
+        ImageSpec {
+            dirs_applied: false,
+            files: ContentMode::Drop,
+            ..ImageSpec::default()
+        }
+    }
 }
 
 impl std::fmt::Display for ImageSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "dirs {} (prefix {:?}), files {:?} (override {:?})",
+            "dirs {} (prefixes {:?}), files {:?} (overrides {:?})",
             if self.dirs_applied {
                 "applied"
             } else {
                 "dropped"
             },
-            self.dir_prefix,
+            self.dir_prefixes,
             self.files,
-            self.file_override
+            self.file_overrides
         )
     }
 }
@@ -764,9 +786,9 @@ impl CrashState {
             for m in [ContentMode::Apply, ContentMode::Drop, ContentMode::ZeroGrow] {
                 push(ImageSpec {
                     dirs_applied,
-                    dir_prefix: None,
+                    dir_prefixes: Vec::new(),
                     files: m,
-                    file_override: None,
+                    file_overrides: Vec::new(),
                 });
             }
             if files.len() > 1 || !dirs.is_empty() || files.iter().any(|(_, f)| f.pending.len() > 1)
@@ -778,9 +800,9 @@ impl CrashState {
                         for others in [ContentMode::Apply, ContentMode::Drop] {
                             push(ImageSpec {
                                 dirs_applied,
-                                dir_prefix: None,
+                                dir_prefixes: Vec::new(),
                                 files: others,
-                                file_override: Some((ino, m)),
+                                file_overrides: vec![(ino, m)],
                             });
                         }
                     }
@@ -790,9 +812,9 @@ impl CrashState {
                     for m in Self::torn_modes(f, max_torn) {
                         push(ImageSpec {
                             dirs_applied,
-                            dir_prefix: None,
+                            dir_prefixes: Vec::new(),
                             files: ContentMode::Apply,
-                            file_override: Some((ino, m)),
+                            file_overrides: vec![(ino, m)],
                         });
                     }
                 }
@@ -804,15 +826,58 @@ impl CrashState {
                     for files in [ContentMode::Apply, ContentMode::Drop, ContentMode::ZeroGrow] {
                         push(ImageSpec {
                             dirs_applied,
-                            dir_prefix: Some((ino, k)),
+                            dir_prefixes: vec![(ino, k)],
                             files,
-                            file_override: None,
+                            file_overrides: Vec::new(),
                         });
                     }
                 }
             }
         }
         out
+    }
+
+    /// `n` images where every file with unsynced writes and every directory with unsynced
+    /// operations independently takes a random fate (file: dropped, applied, zero-grown or one
+    /// of up to `max_torn` tears; directory: a random prefix), from `seed`: combinations
+    /// [`CrashState::specs`] does not reach, such as a torn table beside a zero-grown chunk
+    /// whose name did not reach the disk.
+    pub fn random_specs(&self, seed: u64, n: usize, max_torn: usize) -> Vec<ImageSpec> {
+        let files = self.files_with_pending();
+        let dirs = self.dirs_with_pending();
+        if files.is_empty() && dirs.is_empty() {
+            return Vec::new();
+        }
+        let modes: Vec<(Ino, Vec<ContentMode>)> = files
+            .iter()
+            .map(|&(ino, f)| {
+                let mut m = Self::torn_modes(f, max_torn);
+                m.extend([ContentMode::Apply, ContentMode::Drop, ContentMode::ZeroGrow]);
+                (ino, m)
+            })
+            .collect();
+        let mut x = seed;
+        let mut next = move |below: usize| {
+            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            usize::try_from((z ^ (z >> 31)) % below.max(1) as u64).unwrap_or(0)
+        };
+        (0..n)
+            .map(|_| ImageSpec {
+                dirs_applied: true,
+                dir_prefixes: dirs
+                    .iter()
+                    .map(|&(ino, len)| (ino, next(len + 1)))
+                    .collect(),
+                files: ContentMode::Apply,
+                file_overrides: modes
+                    .iter()
+                    .filter_map(|(ino, m)| m.get(next(m.len())).map(|&m| (*ino, m)))
+                    .collect(),
+            })
+            .collect()
     }
 
     fn content(f: &FileNode, mode: ContentMode) -> Vec<u8> {
@@ -854,10 +919,10 @@ impl CrashState {
                 return BTreeMap::new();
             };
             let mut e = d.durable.clone();
-            let n = match spec.dir_prefix {
-                Some((i, k)) if i == ino => k,
-                _ if spec.dirs_applied => d.pending.len(),
-                _ => 0,
+            let n = match spec.dir_prefixes.iter().find(|(i, _)| *i == ino) {
+                Some(&(_, k)) => k,
+                None if spec.dirs_applied => d.pending.len(),
+                None => 0,
             };
             for op in d.pending.iter().take(n) {
                 apply_op(&mut e, op);
@@ -881,10 +946,11 @@ impl CrashState {
                         stack.push((p, child));
                     }
                     Some(Node::File(f)) => {
-                        let mode = match spec.file_override {
-                            Some((i, m)) if i == child => m,
-                            _ => spec.files,
-                        };
+                        let mode = spec
+                            .file_overrides
+                            .iter()
+                            .find(|(i, _)| *i == child)
+                            .map_or(spec.files, |&(_, m)| m);
                         image.entries.insert(p, Some(Self::content(f, mode)));
                     }
                     None => {}
@@ -1164,9 +1230,9 @@ mod tests {
         let st = fs.crash_state();
         let all = ImageSpec {
             dirs_applied: true,
-            dir_prefix: None,
+            dir_prefixes: Vec::new(),
             files: ContentMode::Apply,
-            file_override: None,
+            file_overrides: Vec::new(),
         };
         let img = st.image(&all, Path::new("/d")).unwrap();
         assert_eq!(img.entries[Path::new("a")].as_ref().unwrap().len(), 1500);
