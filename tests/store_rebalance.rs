@@ -70,6 +70,11 @@ fn rebalance_matches_the_model_and_packs_chunks() {
         );
         assert!(rep.utilization_before() <= 1.0);
         assert_eq!(rep.utilization_after(), 1.0, "seed {seed}: {rep:?}");
+        assert!(rep.capacity_utilization_after() <= 1.0);
+        assert!(
+            rep.capacity_utilization_after() >= rep.capacity_utilization_before(),
+            "seed {seed}: {rep:?}"
+        );
         assert!(
             rep.chunk_bytes_before >= rep.chunk_bytes_after,
             "seed {seed}: {rep:?}"

@@ -76,6 +76,8 @@ pub struct RebalanceReport {
     pub chunks_before: usize,
     /// Chunk files after.
     pub chunks_after: usize,
+    /// The dataset's chunk size (a chunk is sealed when the next record would pass it).
+    pub chunk_size_bytes: u64,
 }
 
 impl RebalanceReport {
@@ -87,6 +89,25 @@ impl RebalanceReport {
     /// Live stored bytes / bytes held in chunk files, after: 1.0 (every byte is live).
     pub fn utilization_after(&self) -> f64 {
         ratio(self.live_bytes, self.chunk_bytes_after)
+    }
+
+    /// The seed's measure, before: live stored bytes / (`chunk_size_bytes` × chunks), which also
+    /// counts the unused tail of every chunk.
+    pub fn capacity_utilization_before(&self) -> f64 {
+        ratio(
+            self.live_bytes,
+            self.chunk_size_bytes
+                .saturating_mul(self.chunks_before as u64),
+        )
+    }
+
+    /// The seed's measure, after: live stored bytes / (`chunk_size_bytes` × chunks).
+    pub fn capacity_utilization_after(&self) -> f64 {
+        ratio(
+            self.live_bytes,
+            self.chunk_size_bytes
+                .saturating_mul(self.chunks_after as u64),
+        )
     }
 }
 
@@ -749,6 +770,7 @@ impl Writer {
             chunk_bytes_after,
             chunks_before: old.len(),
             chunks_after: self.meta.chunks.len(),
+            chunk_size_bytes: self.meta.chunk_size_bytes,
         })
     }
 
