@@ -58,6 +58,9 @@ impl Default for WriterConfig {
     }
 }
 
+/// Old chunks a rebalance keeps open at once.
+const MAX_OPEN_READERS: usize = 64;
+
 /// What [`Writer::rebalance`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -799,6 +802,11 @@ impl Writer {
             ));
         }
         let path = layout::chunk(&self.dir, e.chunk);
+        if readers.len() >= MAX_OPEN_READERS && !readers.contains_key(&e.chunk) {
+            // Bounded descriptors, whatever the number of chunks (index order visits chunks
+            // mostly in the order they were written, so few are reopened).
+            readers.clear();
+        }
         let file = match readers.entry(e.chunk) {
             std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
             std::collections::btree_map::Entry::Vacant(v) => v.insert(self.vfs.open_read(&path)?),

@@ -177,26 +177,14 @@ pub fn run(w: &Workload, vfs: Arc<dyn Vfs>, dir: &Path) -> Outcome {
                 })
             }
             Step::Rebalance => {
-                // Pending changes are committed first, as a commit of their own.
-                if writer.len() != out.acked.as_ref().map_or(0, |a| a.len() as u64)
-                    || out.acked.as_ref() != Some(&out.working)
-                {
-                    out.in_flight = Some(out.working.clone());
-                }
-                let r = writer.rebalance();
-                match r {
-                    Ok(rep) => {
-                        assert_eq!(rep.records, out.working.len() as u64);
-                        out.acked = Some(out.working.clone());
-                        out.in_flight = None;
-                        Ok(())
-                    }
-                    Err(e) => {
-                        // The rewrite commits the same records: in flight either way.
-                        out.in_flight = Some(out.working.clone());
-                        Err(e)
-                    }
-                }
+                // Pending changes are committed first (a commit of their own), then the rewrite:
+                // both hold the working records.
+                out.in_flight = Some(out.working.clone());
+                writer.rebalance().map(|rep| {
+                    assert_eq!(rep.records, n);
+                    assert_eq!(rep.chunk_bytes_after, rep.live_bytes);
+                    out.acked = out.in_flight.take();
+                })
             }
             Step::Reopen => {
                 drop(writer);
