@@ -168,3 +168,20 @@ fn snapshot_opened_before_rebalance_keeps_reading() {
         assert_eq!(read_all(&dir).unwrap(), model);
     }
 }
+
+#[test]
+fn rebalance_of_many_small_chunks() {
+    // More old chunks than a rebalance keeps open at once.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ds");
+    let mut w = Writer::create(&dir, &support::schema(1024), config()).unwrap();
+    let mut model = Vec::new();
+    let mut r = Rng(77);
+    churn(&mut w, &mut model, &mut r, 400);
+    w.commit().unwrap();
+    let rep = w.rebalance().unwrap();
+    assert!(rep.chunks_before > 64, "{rep:?}");
+    assert_eq!(rep.utilization_after(), 1.0);
+    assert_eq!(chunk_files(&dir), rep.chunks_after);
+    assert_eq!(read_all(&dir).unwrap(), model);
+}

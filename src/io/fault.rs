@@ -7,7 +7,9 @@
 //!   operations (link, unlink, rename) made since. [`SimFs::crash_state`] freezes all of it, and
 //!   [`CrashState`] builds the post-crash images a real machine could show: unsynced writes
 //!   dropped, applied, torn at 512-byte boundaries, or the file grown with zeros; directory
-//!   operations durable or not (in order, per directory). It also counts open handles.
+//!   operations durable or not (in order, per directory). It also counts open handles. A
+//!   rename must stay inside one directory (`EXDEV` otherwise), as every rename of the writer
+//!   does. `tests/vfs_conformance.rs` checks it answers like the real file system.
 //! - [`FaultFs`]: wraps any [`Vfs`] (the simulated or the real one), numbers every operation
 //!   (`0, 1, 2, …`, including reads and `stat`s), and from a chosen operation on either crashes
 //!   (that operation and every later one fails without effect) or fails operations with `EIO`,
