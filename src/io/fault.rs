@@ -612,6 +612,13 @@ pub enum ContentMode {
         /// Bytes of the next write applied.
         keep: usize,
     },
+    /// The size reached the disk, and each 512-byte piece of each unsynced write did or did
+    /// not, independently (chosen by a hash of `seed`, the write and the piece): the disk wrote
+    /// sectors out of order.
+    Sectors {
+        /// Chooses the pieces.
+        seed: u64,
+    },
 }
 
 /// One post-crash image: a default for every directory and file with unsynced state, and
@@ -711,6 +718,14 @@ impl Image {
     }
 }
 
+/// splitmix64's finaliser: a well-mixed hash of `x`.
+fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 /// Up to `n` evenly spread items of `v`, first and last included.
 fn spread<T: Clone>(v: &[T], n: usize) -> Vec<T> {
     if v.len() <= n {
@@ -797,7 +812,13 @@ impl CrashState {
             {
                 for &(ino, f) in &files {
                     let mut modes = Self::torn_modes(f, max_torn);
-                    modes.extend([ContentMode::Apply, ContentMode::Drop, ContentMode::ZeroGrow]);
+                    modes.extend([
+                        ContentMode::Apply,
+                        ContentMode::Drop,
+                        ContentMode::ZeroGrow,
+                        ContentMode::Sectors { seed: 1 },
+                        ContentMode::Sectors { seed: 2 },
+                    ]);
                     for m in modes {
                         for others in [ContentMode::Apply, ContentMode::Drop] {
                             push(ImageSpec {
@@ -811,7 +832,12 @@ impl CrashState {
                 }
             } else {
                 for &(ino, f) in &files {
-                    for m in Self::torn_modes(f, max_torn) {
+                    let mut modes = Self::torn_modes(f, max_torn);
+                    modes.extend([
+                        ContentMode::Sectors { seed: 1 },
+                        ContentMode::Sectors { seed: 2 },
+                    ]);
+                    for m in modes {
                         push(ImageSpec {
                             dirs_applied,
                             dir_prefixes: Vec::new(),
@@ -855,16 +881,16 @@ impl CrashState {
             .map(|&(ino, f)| {
                 let mut m = Self::torn_modes(f, max_torn);
                 m.extend([ContentMode::Apply, ContentMode::Drop, ContentMode::ZeroGrow]);
+                m.extend((0..4).map(|k| ContentMode::Sectors {
+                    seed: mix(seed ^ k),
+                }));
                 (ino, m)
             })
             .collect();
         let mut x = seed;
         let mut next = move |below: usize| {
-            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = x;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            usize::try_from((z ^ (z >> 31)) % below.max(1) as u64).unwrap_or(0)
+            x = x.wrapping_add(1);
+            usize::try_from(mix(x) % below.max(1) as u64).unwrap_or(0)
         };
         (0..n)
             .map(|_| ImageSpec {
@@ -889,6 +915,30 @@ impl CrashState {
             ContentMode::ZeroGrow => {
                 let mut v = f.durable.clone();
                 v.resize(f.data.len(), 0);
+                v
+            }
+            ContentMode::Sectors { seed } => {
+                let mut v = f.durable.clone();
+                v.resize(f.data.len(), 0);
+                for (j, p) in f.pending.iter().enumerate() {
+                    let Pending::Write { offset, bytes } = p else {
+                        continue;
+                    };
+                    let mut at = *offset;
+                    let mut rest: &[u8] = bytes;
+                    let mut piece = 0u64;
+                    while !rest.is_empty() {
+                        let room = (SECTOR_BYTES - at % SECTOR_BYTES) as usize;
+                        let (head, tail) = rest.split_at(room.min(rest.len()));
+                        if mix(seed ^ mix(j as u64 ^ mix(piece))) & 1 == 1 {
+                            write_into(&mut v, at, head);
+                        }
+                        at += head.len() as u64;
+                        rest = tail;
+                        piece += 1;
+                    }
+                }
+                v.truncate(f.data.len());
                 v
             }
             ContentMode::Torn { write, keep } => {
@@ -1258,6 +1308,23 @@ mod tests {
         };
         let img = st.image(&torn, Path::new("/d")).unwrap();
         assert_eq!(img.entries[Path::new("a")], Some(vec![7u8; 512]));
+        // Sectors persisted out of order: each 512-byte piece is old (here: zeros) or new.
+        let mut seen = BTreeSet::new();
+        for seed in 0..16 {
+            let spec = ImageSpec {
+                files: ContentMode::Sectors { seed },
+                ..all.clone()
+            };
+            let img = st.image(&spec, Path::new("/d")).unwrap();
+            let bytes = img.entries[Path::new("a")].clone().unwrap();
+            assert_eq!(bytes.len(), 1500);
+            let pieces: Vec<bool> = bytes.chunks(512).map(|c| c[0] == 7).collect();
+            for (c, &new) in bytes.chunks(512).zip(&pieces) {
+                assert!(c.iter().all(|&b| b == if new { 7 } else { 0 }));
+            }
+            seen.insert(pieces);
+        }
+        assert!(seen.len() > 2, "the pieces should vary with the seed");
         // Synced: every image keeps it.
         f.sync_data().unwrap();
         fs.sync_dir(Path::new("/d")).unwrap();
