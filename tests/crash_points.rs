@@ -1,4 +1,4 @@
-//! A crash before or after any file operation — unsynced writes dropped, applied, torn at 512 bytes or grown with zeros; directory operations durable or not — leaves a dataset that reopens and equals, byte for byte with every checksum verified, the model at the last acknowledged commit or at the commit being made.
+//! A crash before or after any file operation — unsynced writes dropped, applied, torn at 512 bytes, persisted sector by sector out of order, or grown with zeros; directory operations durable or not — leaves a dataset that reopens and equals, byte for byte with every checksum verified, the model at the last acknowledged commit or at the commit being made.
 //!
 //! Each workload runs on the simulated file system (`zrecord::io::fault::SimFs`) behind the
 //! fault-injecting wrapper, once cleanly to count its file operations `N`, then once per crash
