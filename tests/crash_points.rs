@@ -5,9 +5,9 @@
 //! point `k` in `0..=N` (operation `k` and every later one fail: the machine stopped before
 //! operation `k`, i.e. after operation `k - 1`). From the frozen state the simulated file
 //! system builds every post-crash image a disk could show ([`CrashState::specs`]); each image is
-//! written to a scratch directory (on `/dev/shm`) and checked with the real `Writer::open`
-//! (recovery) and `Dataset` (a full read, checksums verified), then appended to and committed
-//! once more. Identical images are checked once (a 96-bit fingerprint of the tree), and every
+//! written to a scratch directory (on `/dev/shm`) and checked with the real `Dataset` (a full
+//! read, checksums verified) before and after the real `Writer::open` (recovery), then appended
+//! to and committed once more. Identical images are checked once (a 96-bit fingerprint of the tree), and every
 //! image is compared with the models of its own crash point.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 

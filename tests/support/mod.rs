@@ -239,14 +239,19 @@ pub enum Verdict {
     Data { len: usize, digest: u64 },
 }
 
-/// Opens `ds` on the real file system as a writer would after a crash (recovery), reads every
-/// record with checksums verified, then checks it is still writable: an append and a commit,
-/// read back.
+/// Reads every record of `ds` on the real file system with checksums verified, as a reader
+/// would right after a crash; opens a writer (recovery) and reads again, which must give the
+/// same records; then checks it is still writable: an append and a commit, read back.
 pub fn evaluate(ds: &Path) -> Verdict {
     if !ds.exists() {
         return Verdict::Absent;
     }
     let fail = |what: &str, e: Error| Verdict::Failed(format!("{what}: {e}"));
+    // Readers need no recovery: they see the committed state as the crash left it.
+    let unrecovered = match read_all(ds) {
+        Ok(m) => m,
+        Err(e) => return fail("read before recovery", e),
+    };
     let w = match Writer::open(ds, WriterConfig::default()) {
         Ok(w) => w,
         Err(e) => return fail("writer open", e),
@@ -256,6 +261,13 @@ pub fn evaluate(ds: &Path) -> Verdict {
         Ok(m) => m,
         Err(e) => return fail("read", e),
     };
+    if model != unrecovered {
+        return Verdict::Failed(format!(
+            "recovery changed the records: {} before, {} after",
+            unrecovered.len(),
+            model.len()
+        ));
+    }
     let extra: Rec = vec![b"after recovery".to_vec(), vec![7u8; 3]];
     let again = Writer::open(ds, WriterConfig::default()).and_then(|mut w| {
         w.append(&extra)?;
