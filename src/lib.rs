@@ -47,4 +47,4 @@ pub use store::dataset::Dataset;
 pub use store::dataset::GatherFuture;
 pub use store::schema::{Field, Schema};
 pub use store::snapshot::{RecordLocation, Snapshot};
-pub use store::writer::{Writer, WriterConfig};
+pub use store::writer::{RebalanceReport, Writer, WriterConfig};

@@ -6,12 +6,17 @@
 //! - [`mmap`]: read-only mappings of committed file prefixes (offset tables, and chunks for the
 //!   zero-copy path), with `mincore` residency checks.
 //! - [`fs`]: file-system calls with the durability rules of the commit protocol.
+//! - [`vfs`]: the seam every file operation of the writer and of recovery goes through, with the
+//!   real file system ([`vfs::StdFs`]); `fault` holds the simulated and fault-injecting ones
+//!   used by the crash and I/O-error tests.
 //! - [`pool`]: the worker threads async gathers run on (page faults, checksums, inflate).
 //!
 //! Which backend serves a read is decided by [`Backend`], overridden by the `ZRECORD_IO`
 //! environment variable (`uring`, `psync`, `mmap` or `auto`), and reported once through
 //! `tracing`.
 
+#[doc(hidden)]
+pub mod fault;
 pub mod fs;
 pub mod job;
 pub mod mmap;
@@ -19,6 +24,7 @@ pub mod pool;
 pub mod psync;
 #[cfg(feature = "uring")]
 pub mod uring;
+pub mod vfs;
 
 pub use pool::{stats, Stats};
 

@@ -10,12 +10,12 @@ use crate::error::{Error, Result};
 use crate::format::entry::{decode_patch, Entry, ENTRY_BYTES, PATCH_BYTES};
 use crate::format::meta::{FieldMeta, Meta, MetaError};
 use crate::format::FORMAT_VERSION;
+use crate::io::fs;
 use crate::io::job::ReadFile;
 use crate::io::mmap::SharedMap;
-use crate::io::{fs, mmap::Mapping};
+use crate::io::vfs::{Prefix, StdFs, Vfs, VfsFile};
 use crate::store::layout;
 use std::collections::HashMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -24,27 +24,27 @@ use std::sync::{Arc, OnceLock};
 pub(crate) struct FieldTable {
     pub(crate) meta: FieldMeta,
     pub(crate) table_path: PathBuf,
-    pub(crate) map: Mapping,
+    pub(crate) map: Prefix,
     pub(crate) patches: HashMap<u64, Entry>,
 }
 
 impl FieldTable {
     /// Opens, checks and maps the committed prefix of a field's table and reads its patch log.
-    pub(crate) fn load(dir: &Path, meta: &FieldMeta) -> Result<FieldTable> {
+    pub(crate) fn load(vfs: &dyn Vfs, dir: &Path, meta: &FieldMeta) -> Result<FieldTable> {
         let t = meta.table;
         let table_path = layout::table(dir, &meta.name, t.generation);
-        let file = fs::open_read(&table_path)?;
+        let file = vfs.open_read(&table_path)?;
         let want = t.table_len.saturating_mul(ENTRY_BYTES as u64);
-        check_len(&file, &table_path, want)?;
-        let map = Mapping::new(&file, &table_path, want)?;
+        check_len(&*file, want)?;
+        let map = file.map_prefix(want)?;
         map.advise_random();
 
         let patch_path = layout::patches(dir, &meta.name, t.generation);
-        let pfile = fs::open_read(&patch_path)?;
+        let pfile = vfs.open_read(&patch_path)?;
         let pwant = t.patch_len.saturating_mul(PATCH_BYTES as u64);
-        check_len(&pfile, &patch_path, pwant)?;
+        check_len(&*pfile, pwant)?;
         let mut buf = vec![0u8; usize::try_from(pwant).unwrap_or(usize::MAX)];
-        fs::read_exact_at(&pfile, &patch_path, &mut buf, 0)?;
+        pfile.read_exact_at(&mut buf, 0)?;
         let mut patches = HashMap::with_capacity(buf.len() / PATCH_BYTES);
         for (i, raw) in buf.chunks_exact(PATCH_BYTES).enumerate() {
             let pos = (i * PATCH_BYTES) as u64;
@@ -157,12 +157,27 @@ impl ChunkFile {
     pub(crate) fn direct(&self) -> Option<&Arc<ReadFile>> {
         self.direct
             .get_or_init(|| {
-                use std::os::unix::fs::OpenOptionsExt;
-                match std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_DIRECT)
-                    .open(&self.file.path)
-                {
+                use std::os::fd::AsRawFd;
+                use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+                let open = |p: &Path| {
+                    std::fs::OpenOptions::new()
+                        .read(true)
+                        .custom_flags(libc::O_DIRECT)
+                        .open(p)
+                };
+                // Reopen the very file this snapshot holds, not whatever the path names now: a
+                // rebalance may have unlinked it and a later chunk may reuse its id.
+                let held = PathBuf::from(format!("/proc/self/fd/{}", self.file.file.as_raw_fd()));
+                let opened = open(&held).or_else(|_| {
+                    let f = open(&self.file.path)?;
+                    let (a, b) = (f.metadata()?, self.file.file.metadata()?);
+                    if a.dev() == b.dev() && a.ino() == b.ino() {
+                        Ok(f)
+                    } else {
+                        Err(std::io::Error::other("the chunk file was replaced"))
+                    }
+                });
+                match opened {
                     Ok(file) => Some(Arc::new(ReadFile {
                         file,
                         path: self.file.path.clone(),
@@ -188,11 +203,11 @@ pub struct Snapshot {
     pub(crate) chunks: Vec<Option<Arc<ChunkFile>>>,
 }
 
-fn check_len(file: &File, path: &Path, want: u64) -> Result<()> {
-    let have = fs::file_len(file, path)?;
+fn check_len(file: &dyn VfsFile, want: u64) -> Result<()> {
+    let have = file.len()?;
     if have < want {
         return Err(Error::Truncated {
-            path: path.to_path_buf(),
+            path: file.path().to_path_buf(),
             expected: want,
             actual: have,
         });
@@ -202,8 +217,13 @@ fn check_len(file: &File, path: &Path, want: u64) -> Result<()> {
 
 /// Reads and decodes `dir/meta.json`, returning the bytes too.
 pub(crate) fn read_meta(dir: &Path) -> Result<(Vec<u8>, Meta)> {
+    read_meta_with(&StdFs, dir)
+}
+
+/// Reads and decodes `dir/meta.json` through `vfs`, returning the bytes too.
+pub(crate) fn read_meta_with(vfs: &dyn Vfs, dir: &Path) -> Result<(Vec<u8>, Meta)> {
     let path = layout::meta(dir);
-    let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, "read", e))?;
+    let bytes = vfs.read(&path)?;
     let meta = Meta::decode(&bytes).map_err(|e| match e {
         MetaError::Corrupt(reason) => Error::MetaCorrupt {
             path: path.clone(),
@@ -240,7 +260,7 @@ impl Snapshot {
         let tables = meta
             .fields
             .iter()
-            .map(|f| FieldTable::load(dir, f))
+            .map(|f| FieldTable::load(&StdFs, dir, f))
             .collect::<Result<Vec<_>>>()?;
         let max_id = meta
             .chunks
@@ -252,7 +272,14 @@ impl Snapshot {
         for c in &meta.chunks {
             let path = layout::chunk(dir, c.id);
             let file = fs::open_read(&path)?;
-            check_len(&file, &path, c.size)?;
+            let have = fs::file_len(&file, &path)?;
+            if have < c.size {
+                return Err(Error::Truncated {
+                    path,
+                    expected: c.size,
+                    actual: have,
+                });
+            }
             fs::advise_random(&file);
             if let Some(slot) = chunks.get_mut(usize::from(c.id)) {
                 *slot = Some(Arc::new(ChunkFile {

@@ -18,6 +18,11 @@
 //!
 //! Any I/O failure while writing poisons the writer: every later call returns
 //! [`Error::Poisoned`], and reopening recovers the last commit.
+//!
+//! Every file operation goes through the [`Vfs`] seam chosen at create/open ([`StdFs`] by
+//! default), so tests can run the writer on a simulated file system that crashes or fails at
+//! any operation (`tests/crash_points.rs`, `tests/io_errors.rs`). [`Writer::rebalance`]
+//! rewrites live records into fresh chunks (`docs/FORMAT.md`, "Rebalance").
 
 use crate::error::{Error, Result};
 use crate::format::codec::Deflater;
@@ -25,13 +30,13 @@ use crate::format::dtype::Codec;
 use crate::format::entry::{encode_patch, Entry, ENTRY_BYTES, PATCH_BYTES};
 use crate::format::meta::{ChunkMeta, FieldMeta, Meta, TableMeta};
 use crate::format::{FORMAT_VERSION, MAX_CHUNKS, MAX_CHUNK_BYTES};
-use crate::io::{fs, mmap::Mapping};
+use crate::io::vfs::{self, StdFs, Vfs, VfsFile, VfsLock};
 use crate::store::layout;
 use crate::store::schema::{check_record, Schema};
-use crate::store::snapshot::{read_meta, FieldTable};
+use crate::store::snapshot::{read_meta_with, FieldTable};
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Options of a [`Writer`].
 #[derive(Clone, Debug)]
@@ -53,12 +58,76 @@ impl Default for WriterConfig {
     }
 }
 
+/// Old chunks a rebalance keeps open at once.
+const MAX_OPEN_READERS: usize = 64;
+
+/// What [`Writer::rebalance`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RebalanceReport {
+    /// The generation of the rebalanced commit.
+    pub generation: u64,
+    /// Records rewritten.
+    pub records: u64,
+    /// Stored bytes of every live record and field (what the chunks must hold at least).
+    pub live_bytes: u64,
+    /// Bytes held in chunk files before (their committed sizes).
+    pub chunk_bytes_before: u64,
+    /// Bytes held in chunk files after.
+    pub chunk_bytes_after: u64,
+    /// Chunk files before.
+    pub chunks_before: usize,
+    /// Chunk files after.
+    pub chunks_after: usize,
+    /// The dataset's chunk size (a chunk is sealed when the next record would pass it).
+    pub chunk_size_bytes: u64,
+}
+
+impl RebalanceReport {
+    /// Live stored bytes / bytes held in chunk files, before (1.0 when the chunks were empty).
+    pub fn utilization_before(&self) -> f64 {
+        ratio(self.live_bytes, self.chunk_bytes_before)
+    }
+
+    /// Live stored bytes / bytes held in chunk files, after: 1.0 (every byte is live).
+    pub fn utilization_after(&self) -> f64 {
+        ratio(self.live_bytes, self.chunk_bytes_after)
+    }
+
+    /// The seed's measure, before: live stored bytes / (`chunk_size_bytes` × chunks), which also
+    /// counts the unused tail of every chunk.
+    pub fn capacity_utilization_before(&self) -> f64 {
+        ratio(
+            self.live_bytes,
+            self.chunk_size_bytes
+                .saturating_mul(self.chunks_before as u64),
+        )
+    }
+
+    /// The seed's measure, after: live stored bytes / (`chunk_size_bytes` × chunks).
+    pub fn capacity_utilization_after(&self) -> f64 {
+        ratio(
+            self.live_bytes,
+            self.chunk_size_bytes
+                .saturating_mul(self.chunks_after as u64),
+        )
+    }
+}
+
+fn ratio(live: u64, held: u64) -> f64 {
+    if held == 0 {
+        1.0
+    } else {
+        live as f64 / held as f64
+    }
+}
+
 /// A chunk being appended to.
 #[derive(Debug)]
 struct ActiveChunk {
     id: u16,
     path: PathBuf,
-    file: File,
+    file: Box<dyn VfsFile>,
     /// Size including buffered bytes.
     size: u64,
     /// Bytes not yet written, starting at `size - buf.len()`.
@@ -70,8 +139,8 @@ struct ActiveChunk {
 struct WriterField {
     /// Committed table; its `patches` also holds the pending patches.
     committed: FieldTable,
-    table_file: File,
-    patch_file: File,
+    table_file: Box<dyn VfsFile>,
+    patch_file: Box<dyn VfsFile>,
     /// Entries for indices `table_len..`, not yet written to the table file.
     appended: Vec<Entry>,
     /// Patches not yet written to the patch log, in order.
@@ -118,8 +187,10 @@ impl WriterField {
 /// returns. Not `Sync`: one thread drives it at a time.
 #[derive(Debug)]
 pub struct Writer {
+    /// Every file operation goes through this seam (see [`crate::io::vfs`]).
+    vfs: Arc<dyn Vfs>,
     dir: PathBuf,
-    _lock: File,
+    _lock: Box<dyn VfsLock>,
     config: WriterConfig,
     meta: Meta,
     fields: Vec<WriterField>,
@@ -137,6 +208,8 @@ pub struct Writer {
     next_chunk_hint: u32,
     deflater: Deflater,
     poisoned: Option<String>,
+    /// Compact every table at the next commit (tests).
+    force_compaction: bool,
 }
 
 impl Writer {
@@ -145,18 +218,38 @@ impl Writer {
     /// built in a sibling directory and renamed into place, so a crash leaves either nothing or
     /// a complete empty dataset.
     pub fn create(path: impl AsRef<Path>, schema: &Schema, config: WriterConfig) -> Result<Writer> {
+        Writer::create_with_vfs(StdFs::shared(), path, schema, config)
+    }
+
+    /// [`Writer::create`] on the file system `vfs` (the real one is [`StdFs`]; tests use the
+    /// simulated and fault-injecting ones of `zrecord::io::fault`).
+    pub fn create_with_vfs(
+        vfs: Arc<dyn Vfs>,
+        path: impl AsRef<Path>,
+        schema: &Schema,
+        config: WriterConfig,
+    ) -> Result<Writer> {
         let path = path.as_ref();
         schema.validate()?;
-        if let Ok(mut rd) = std::fs::read_dir(path) {
-            if rd.next().is_some() {
-                return Err(Error::AlreadyExists {
-                    path: path.to_path_buf(),
-                });
+        let exists = || Error::AlreadyExists {
+            path: path.to_path_buf(),
+        };
+        match vfs.read_dir(path) {
+            Ok(names) if names.is_empty() => {}
+            Ok(_) => return Err(exists()),
+            Err(e) => {
+                if vfs.exists(path)? {
+                    // It exists but cannot be listed: not a directory, or an I/O failure.
+                    return Err(match e {
+                        Error::Io { ref source, .. }
+                            if source.raw_os_error() == Some(libc::ENOTDIR) =>
+                        {
+                            exists()
+                        }
+                        e => e,
+                    });
+                }
             }
-        } else if path.exists() {
-            return Err(Error::AlreadyExists {
-                path: path.to_path_buf(),
-            });
         }
         let name = path
             .file_name()
@@ -167,53 +260,47 @@ impl Writer {
             _ => PathBuf::from("."),
         };
         let tmp = parent.join(format!(".{name}.zrecord-create-{}", std::process::id()));
-        if tmp.exists() {
-            std::fs::remove_dir_all(&tmp).map_err(|e| Error::io(&tmp, "remove stale", e))?;
+        if vfs.exists(&tmp)? {
+            vfs.remove_dir_all(&tmp)?;
         }
-        let built = build_empty(&tmp, schema);
+        let built = build_empty(&*vfs, &tmp, schema);
         if let Err(e) = built {
-            let _ = std::fs::remove_dir_all(&tmp);
+            let _ = vfs.remove_dir_all(&tmp);
             return Err(e);
         }
         // rename(2) replaces an empty directory atomically.
-        if let Err(e) = std::fs::rename(&tmp, path) {
-            let _ = std::fs::remove_dir_all(&tmp);
-            return Err(Error::io(path, "rename", e));
+        if let Err(e) = vfs.rename(&tmp, path) {
+            let _ = vfs.remove_dir_all(&tmp);
+            return Err(e);
         }
-        fs::sync_dir(&parent)?;
-        Writer::open(path, config)
+        vfs.sync_dir(&parent)?;
+        Writer::open_with_vfs(vfs, path, config)
     }
 
     /// Opens the writer of an existing dataset at its latest commit, cleaning what a crash left
     /// behind: a stale `meta.json.tmp`, files no commit names, and bytes past committed sizes.
     pub fn open(path: impl AsRef<Path>, config: WriterConfig) -> Result<Writer> {
+        Writer::open_with_vfs(StdFs::shared(), path, config)
+    }
+
+    /// [`Writer::open`] on the file system `vfs`.
+    pub fn open_with_vfs(
+        vfs: Arc<dyn Vfs>,
+        path: impl AsRef<Path>,
+        config: WriterConfig,
+    ) -> Result<Writer> {
         let dir = path.as_ref().to_path_buf();
-        let lock_path = dir.join(layout::LOCK);
-        let lock = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
-            .map_err(|e| Error::io(&lock_path, "open", e))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(Error::WriterBusy { path: lock_path })
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&lock_path, "lock", e)),
-        }
-        let (_, meta) = read_meta(&dir)?;
-        clean_orphans(&dir, &meta)?;
+        let lock = vfs.lock(&dir.join(layout::LOCK))?;
+        let (_, meta) = read_meta_with(&*vfs, &dir)?;
+        clean_orphans(&*vfs, &dir, &meta)?;
         let mut fields = Vec::with_capacity(meta.fields.len());
         for f in &meta.fields {
-            fields.push(open_field(&dir, f)?);
+            fields.push(open_field(&*vfs, &dir, f)?);
         }
         let chunks: BTreeMap<u16, u64> = meta.chunks.iter().map(|c| (c.id, c.size)).collect();
         for c in &meta.chunks {
             let p = layout::chunk(&dir, c.id);
-            let file = fs::open_read(&p)?;
-            let have = fs::file_len(&file, &p)?;
+            let have = vfs.open_read(&p)?.len()?;
             if have < c.size {
                 return Err(Error::Truncated {
                     path: p,
@@ -223,6 +310,7 @@ impl Writer {
             }
         }
         Ok(Writer {
+            vfs,
             len: meta.len,
             deflater: Deflater::new(config.deflate_level),
             dir,
@@ -236,6 +324,7 @@ impl Writer {
             created_chunk_file: false,
             next_chunk_hint: 0,
             poisoned: None,
+            force_compaction: false,
         })
     }
 
@@ -257,6 +346,13 @@ impl Writer {
     /// The dataset directory.
     pub fn path(&self) -> &Path {
         &self.dir
+    }
+
+    /// Makes the next commit write every field's table as a new generation (compaction), as if
+    /// the patch thresholds were reached. For tests of the compaction path.
+    #[doc(hidden)]
+    pub fn force_compaction_at_next_commit(&mut self) {
+        self.force_compaction = true;
     }
 
     fn check_poisoned(&self) -> Result<()> {
@@ -503,7 +599,7 @@ impl Writer {
         } else if let Some((&id, &size)) = self.chunks.iter().next_back() {
             if size < self.meta.chunk_size_bytes {
                 let path = layout::chunk(&self.dir, id);
-                let file = fs::open_rw(&path)?;
+                let file = self.vfs.open_rw(&path)?;
                 self.active = Some(ActiveChunk {
                     id,
                     path,
@@ -515,7 +611,12 @@ impl Writer {
                 return Ok(());
             }
         }
-        // The lowest free id at or after the last one taken, wrapping: O(1) amortised.
+        self.open_fresh_chunk()
+    }
+
+    /// Creates a chunk file with the lowest free id at or after the last one taken (wrapping:
+    /// O(1) amortised) and makes it the active chunk.
+    fn open_fresh_chunk(&mut self) -> Result<()> {
         let id = (0..MAX_CHUNKS)
             .map(|k| (self.next_chunk_hint + k) % MAX_CHUNKS)
             .filter_map(|i| u16::try_from(i).ok())
@@ -523,7 +624,7 @@ impl Writer {
             .ok_or(Error::TooManyChunks { max: MAX_CHUNKS })?;
         self.next_chunk_hint = (u32::from(id) + 1) % MAX_CHUNKS;
         let path = layout::chunk(&self.dir, id);
-        let file = fs::create_new(&path)?;
+        let file = self.vfs.create_new(&path)?;
         self.created_chunk_file = true;
         self.chunks.insert(id, 0);
         self.active = Some(ActiveChunk {
@@ -536,6 +637,197 @@ impl Writer {
         Ok(())
     }
 
+    /// True if there are changes since the last commit.
+    fn has_pending(&self) -> bool {
+        self.len != self.meta.len
+            || self
+                .fields
+                .iter()
+                .any(|f| !f.appended.is_empty() || !f.pending.is_empty())
+            || self.meta.chunks.len() != self.chunks.len()
+            || self
+                .meta
+                .chunks
+                .iter()
+                .any(|c| self.chunks.get(&c.id) != Some(&c.size))
+    }
+
+    /// Rewrites every live record (all fields), in index order, into fresh chunks, writes every
+    /// field's offset table as a new generation, and commits that atomically (the same
+    /// `meta.json` rename as any commit). The old chunk files are then unlinked: snapshots opened
+    /// before keep reading them through the descriptors and mappings they hold (a file is never
+    /// truncated while a snapshot may map it), and a crash at any point leaves either the old or
+    /// the new commit, with the unreferenced files removed at the next writer open.
+    ///
+    /// Pending changes are committed first (a commit of their own), so a rebalance never mixes
+    /// with unacknowledged work. Stored bytes are copied as they are (codec and checksum kept);
+    /// each is checked against its CRC32C while copied, so damage is reported
+    /// ([`Error::ChecksumMismatch`]) rather than carried over. Any error poisons the writer;
+    /// reopening recovers the last commit. Runs only when called: nothing triggers it.
+    ///
+    /// The new chunks take ids the old ones do not use, so old and new chunks together must fit
+    /// in the 65,535 ids of the format ([`Error::TooManyChunks`] otherwise).
+    pub fn rebalance(&mut self) -> Result<RebalanceReport> {
+        self.check_poisoned()?;
+        if self.has_pending() {
+            self.commit()?;
+        }
+        let r = self.rebalance_inner();
+        if let Err(e) = &r {
+            if self.poisoned.is_none() {
+                self.poisoned = Some(format!("rebalance failed: {e}"));
+            }
+        }
+        r
+    }
+
+    fn rebalance_inner(&mut self) -> Result<RebalanceReport> {
+        let old: Vec<ChunkMeta> = self.meta.chunks.clone();
+        let chunk_bytes_before: u64 = old.iter().map(|c| c.size).sum();
+        // New table generations, written block by block as records are copied: memory stays
+        // bounded by one block per field whatever the dataset's size.
+        let mut tables = Vec::with_capacity(self.fields.len());
+        for wf in &self.fields {
+            let generation = wf.table().generation + 1;
+            let name = &wf.committed.meta.name;
+            let tpath = layout::table(&self.dir, name, generation);
+            let ppath = layout::patches(&self.dir, name, generation);
+            for p in [&tpath, &ppath] {
+                // A leftover of a crashed compaction or rebalance is not named by any commit.
+                if self.vfs.exists(p)? {
+                    self.vfs.remove_file(p)?;
+                }
+            }
+            let table = self.vfs.create_new(&tpath)?;
+            let patches = self.vfs.create_new(&ppath)?;
+            tables.push((generation, table, patches));
+        }
+        // Start from a fresh chunk, not the newest old one.
+        self.active = None;
+        self.open_fresh_chunk()?;
+        let mut readers: BTreeMap<u16, Box<dyn VfsFile>> = BTreeMap::new();
+        let mut live_bytes = 0u64;
+        let mut stored = Vec::new();
+        const BLOCK: u64 = 16 * 1024;
+        let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); self.fields.len()];
+        let mut start = 0u64;
+        while start < self.len {
+            let end = (start + BLOCK).min(self.len);
+            for b in &mut blocks {
+                b.clear();
+            }
+            for index in start..end {
+                for (f, block) in blocks.iter_mut().enumerate() {
+                    let e = self.copy_record(f, index, &old, &mut readers, &mut stored)?;
+                    live_bytes += u64::from(e.physical_len);
+                    block.extend_from_slice(&e.encode(index));
+                }
+            }
+            for ((_, table, _), block) in tables.iter().zip(&blocks) {
+                table.write_all_at(block, start * ENTRY_BYTES as u64)?;
+            }
+            start = end;
+        }
+        drop(readers);
+        for c in &old {
+            self.chunks.remove(&c.id);
+        }
+        if self.chunks.values().all(|&s| s == 0) {
+            // Nothing live: no chunk at all. The empty fresh chunk is unlisted, an orphan.
+            if let Some(a) = self.active.take() {
+                self.chunks.remove(&a.id);
+                let _ = self.vfs.remove_file(&a.path);
+            }
+            self.sealed.clear();
+        }
+        self.sync_chunks()?;
+        for (_, table, patches) in &tables {
+            table.sync_data()?;
+            patches.sync_data()?;
+        }
+        self.vfs.sync_dir(&self.dir)?;
+        let metas: Vec<TableMeta> = tables
+            .iter()
+            .map(|(generation, _, _)| TableMeta {
+                generation: *generation,
+                table_len: self.len,
+                patch_len: 0,
+            })
+            .collect();
+        drop(tables);
+        let generation = self.publish(&metas)?;
+        // The new commit is durable; the old chunks are garbage. Open snapshots hold their own
+        // descriptors (see `Snapshot`), so unlinking cannot disturb them.
+        for c in &old {
+            let p = layout::chunk(&self.dir, c.id);
+            if let Err(e) = self.vfs.remove_file(&p) {
+                tracing::warn!(path = %p.display(), error = %e, "could not remove a chunk the rebalanced commit no longer uses");
+            }
+        }
+        let chunk_bytes_after: u64 = self.meta.chunks.iter().map(|c| c.size).sum();
+        Ok(RebalanceReport {
+            generation,
+            records: self.len,
+            live_bytes,
+            chunk_bytes_before,
+            chunk_bytes_after,
+            chunks_before: old.len(),
+            chunks_after: self.meta.chunks.len(),
+            chunk_size_bytes: self.meta.chunk_size_bytes,
+        })
+    }
+
+    /// Copies the stored bytes of field `f` of record `index` into the active chunk (checking
+    /// them against their CRC32C); returns the record's new entry.
+    fn copy_record(
+        &mut self,
+        f: usize,
+        index: u64,
+        old: &[ChunkMeta],
+        readers: &mut BTreeMap<u16, Box<dyn VfsFile>>,
+        buf: &mut Vec<u8>,
+    ) -> Result<Entry> {
+        let wf = self.fields.get(f).ok_or_else(|| Error::UnknownField {
+            field: format!("#{f}"),
+        })?;
+        let e = wf.entry(index)?;
+        if e.physical_len == 0 {
+            return Ok(e);
+        }
+        let size = old.iter().find(|c| c.id == e.chunk).map(|c| c.size);
+        if size.is_none_or(|s| e.end() > s) {
+            return Err(wf.committed.corrupt(
+                index,
+                format!("record ends past committed chunk {}", e.chunk),
+            ));
+        }
+        let path = layout::chunk(&self.dir, e.chunk);
+        if readers.len() >= MAX_OPEN_READERS && !readers.contains_key(&e.chunk) {
+            // Bounded descriptors, whatever the number of chunks (index order visits chunks
+            // mostly in the order they were written, so few are reopened).
+            readers.clear();
+        }
+        let file = match readers.entry(e.chunk) {
+            std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::btree_map::Entry::Vacant(v) => v.insert(self.vfs.open_read(&path)?),
+        };
+        buf.resize(e.physical_len as usize, 0);
+        file.read_exact_at(buf, e.offset)?;
+        let crc = crc32c::crc32c(buf);
+        if crc != e.data_crc {
+            return Err(Error::ChecksumMismatch {
+                path,
+                field: wf.committed.meta.name.clone(),
+                index,
+                offset: e.offset,
+                expected: e.data_crc,
+                actual: crc,
+            });
+        }
+        let (chunk, offset) = self.place(buf)?;
+        Ok(Entry { chunk, offset, ..e })
+    }
+
     /// Makes everything appended, modified and deleted so far durable and visible to readers
     /// that open or refresh afterwards. Returns the new generation. On an I/O error the writer is
     /// poisoned, and the dataset on disk still holds the previous commit (or this one, if the
@@ -545,37 +837,52 @@ impl Writer {
     }
 
     fn commit_inner(&mut self) -> Result<u64> {
-        // 1-2. Chunk data: flush, fdatasync, and make new chunk files' names durable.
-        if let Some(a) = self.active.as_mut() {
-            flush(a)?;
-            fs::sync_data(&a.file, &a.path)?;
-        }
-        for path in self.sealed.drain(..) {
-            fs::sync_data(&fs::open_read(&path)?, &path)?;
-        }
-        if self.created_chunk_file {
-            fs::sync_dir(&layout::chunk_dir(&self.dir))?;
-            self.created_chunk_file = false;
-        }
+        self.sync_chunks()?;
         // 3. Offset data.
         let mut tables = Vec::with_capacity(self.fields.len());
         let mut new_files = false;
         for wf in &mut self.fields {
             let t = wf.table();
             let patches = wf.committed.patches.len() as u64;
-            let needs_compaction = patches > (64 * 1024).max(t.table_len / 4)
+            let needs_compaction = self.force_compaction
+                || patches > (64 * 1024).max(t.table_len / 4)
                 || t.table_len > 2 * self.len + 64 * 1024;
             let table = if needs_compaction {
                 new_files = true;
-                compact(&self.dir, wf, self.len)?
+                compact(&*self.vfs, &self.dir, wf, self.len)?
             } else {
                 append_entries(wf)?
             };
             tables.push(table);
         }
         if new_files {
-            fs::sync_dir(&self.dir)?;
+            self.vfs.sync_dir(&self.dir)?;
         }
+        self.force_compaction = false;
+        self.publish(&tables)
+    }
+
+    /// Commit steps 1-2: flush, `fdatasync` every chunk written since the last commit, and make
+    /// new chunk files' names durable.
+    fn sync_chunks(&mut self) -> Result<()> {
+        if let Some(a) = self.active.as_mut() {
+            flush(a)?;
+            a.file.sync_data()?;
+        }
+        for path in self.sealed.drain(..) {
+            self.vfs.open_read(&path)?.sync_data()?;
+        }
+        if self.created_chunk_file {
+            self.vfs.sync_dir(&layout::chunk_dir(&self.dir))?;
+            self.created_chunk_file = false;
+        }
+        Ok(())
+    }
+
+    /// Commit steps 4-5, once chunks and tables are durable: the `meta.json` rename naming
+    /// `tables` and the working chunk list, then adopting it and removing the table files it no
+    /// longer names.
+    fn publish(&mut self, tables: &[TableMeta]) -> Result<u64> {
         // 4. The commit point.
         let mut meta = self.meta.clone();
         meta.generation += 1;
@@ -585,10 +892,11 @@ impl Writer {
             .iter()
             .map(|(&id, &size)| ChunkMeta { id, size })
             .collect();
-        for (fm, t) in meta.fields.iter_mut().zip(&tables) {
+        for (fm, t) in meta.fields.iter_mut().zip(tables) {
             fm.table = *t;
         }
-        fs::replace_atomically(
+        vfs::replace_atomically(
+            &*self.vfs,
             &self.dir,
             &self.dir.join(layout::META_TMP),
             &layout::meta(&self.dir),
@@ -601,15 +909,12 @@ impl Writer {
             if old.generation != fm.table.generation {
                 stale.push(layout::table(&self.dir, &fm.name, old.generation));
                 stale.push(layout::patches(&self.dir, &fm.name, old.generation));
-                let fresh = open_field(&self.dir, fm)?;
+                let fresh = open_field(&*self.vfs, &self.dir, fm)?;
                 *wf = fresh;
             } else {
-                let path = wf.committed.table_path.clone();
-                let map = Mapping::new(
-                    &wf.table_file,
-                    &path,
-                    fm.table.table_len * ENTRY_BYTES as u64,
-                )?;
+                let map = wf
+                    .table_file
+                    .map_prefix(fm.table.table_len * ENTRY_BYTES as u64)?;
                 map.advise_random();
                 wf.committed.map = map;
                 wf.committed.meta = fm.clone();
@@ -618,7 +923,7 @@ impl Writer {
             }
         }
         for p in stale {
-            if let Err(e) = std::fs::remove_file(&p) {
+            if let Err(e) = self.vfs.remove_file(&p) {
                 tracing::warn!(path = %p.display(), error = %e, "could not remove a table file the new commit no longer uses");
             }
         }
@@ -633,7 +938,7 @@ fn flush(a: &mut ActiveChunk) -> Result<()> {
         return Ok(());
     }
     let at = a.size - a.buf.len() as u64;
-    fs::write_all_at(&a.file, &a.path, &a.buf, at)?;
+    a.file.write_all_at(&a.buf, at)?;
     a.buf.clear();
     Ok(())
 }
@@ -646,13 +951,9 @@ fn append_entries(wf: &mut WriterField) -> Result<TableMeta> {
         for (k, e) in wf.appended.iter().enumerate() {
             buf.extend_from_slice(&e.encode(t.table_len + k as u64));
         }
-        fs::write_all_at(
-            &wf.table_file,
-            &wf.committed.table_path,
-            &buf,
-            t.table_len * ENTRY_BYTES as u64,
-        )?;
-        fs::sync_data(&wf.table_file, &wf.committed.table_path)?;
+        wf.table_file
+            .write_all_at(&buf, t.table_len * ENTRY_BYTES as u64)?;
+        wf.table_file.sync_data()?;
         t.table_len += wf.appended.len() as u64;
     }
     if !wf.pending.is_empty() {
@@ -660,37 +961,28 @@ fn append_entries(wf: &mut WriterField) -> Result<TableMeta> {
         for (index, e) in &wf.pending {
             buf.extend_from_slice(&encode_patch(*index, e));
         }
-        let path = layout::patches(
-            wf.committed.table_path.parent().unwrap_or(Path::new(".")),
-            &wf.committed.meta.name,
-            t.generation,
-        );
-        fs::write_all_at(
-            &wf.patch_file,
-            &path,
-            &buf,
-            t.patch_len * PATCH_BYTES as u64,
-        )?;
-        fs::sync_data(&wf.patch_file, &path)?;
+        wf.patch_file
+            .write_all_at(&buf, t.patch_len * PATCH_BYTES as u64)?;
+        wf.patch_file.sync_data()?;
         t.patch_len += wf.pending.len() as u64;
     }
     Ok(t)
 }
 
 /// Writes a field's `len` live entries as a new table generation with an empty patch log.
-fn compact(dir: &Path, wf: &WriterField, len: u64) -> Result<TableMeta> {
+fn compact(vfs: &dyn Vfs, dir: &Path, wf: &WriterField, len: u64) -> Result<TableMeta> {
     let generation = wf.table().generation + 1;
     let name = &wf.committed.meta.name;
     let tpath = layout::table(dir, name, generation);
     let ppath = layout::patches(dir, name, generation);
     for p in [&tpath, &ppath] {
         // A leftover of a crashed compaction is not named by any commit.
-        if p.exists() {
-            std::fs::remove_file(p).map_err(|e| Error::io(p, "remove", e))?;
+        if vfs.exists(p)? {
+            vfs.remove_file(p)?;
         }
     }
-    let tfile = fs::create_new(&tpath)?;
-    let pfile = fs::create_new(&ppath)?;
+    let tfile = vfs.create_new(&tpath)?;
+    let pfile = vfs.create_new(&ppath)?;
     const BLOCK: u64 = 16 * 1024;
     let mut buf = Vec::with_capacity(BLOCK as usize * ENTRY_BYTES);
     let mut start = 0u64;
@@ -700,11 +992,11 @@ fn compact(dir: &Path, wf: &WriterField, len: u64) -> Result<TableMeta> {
         for i in start..end {
             buf.extend_from_slice(&wf.entry(i)?.encode(i));
         }
-        fs::write_all_at(&tfile, &tpath, &buf, start * ENTRY_BYTES as u64)?;
+        tfile.write_all_at(&buf, start * ENTRY_BYTES as u64)?;
         start = end;
     }
-    fs::sync_data(&tfile, &tpath)?;
-    fs::sync_data(&pfile, &ppath)?;
+    tfile.sync_data()?;
+    pfile.sync_data()?;
     Ok(TableMeta {
         generation,
         table_len: len,
@@ -713,11 +1005,11 @@ fn compact(dir: &Path, wf: &WriterField, len: u64) -> Result<TableMeta> {
 }
 
 /// Opens a field's committed table and patch log for appending.
-fn open_field(dir: &Path, f: &FieldMeta) -> Result<WriterField> {
-    let committed = FieldTable::load(dir, f)?;
-    let table_file = fs::open_rw(&committed.table_path)?;
+fn open_field(vfs: &dyn Vfs, dir: &Path, f: &FieldMeta) -> Result<WriterField> {
+    let committed = FieldTable::load(vfs, dir, f)?;
+    let table_file = vfs.open_rw(&committed.table_path)?;
     let ppath = layout::patches(dir, &f.name, f.table.generation);
-    let patch_file = fs::open_rw(&ppath)?;
+    let patch_file = vfs.open_rw(&ppath)?;
     Ok(WriterField {
         committed,
         table_file,
@@ -728,17 +1020,15 @@ fn open_field(dir: &Path, f: &FieldMeta) -> Result<WriterField> {
 }
 
 /// Builds a committed empty dataset in `dir` (which must not exist).
-fn build_empty(dir: &Path, schema: &Schema) -> Result<()> {
-    std::fs::create_dir_all(layout::chunk_dir(dir))
-        .map_err(|e| Error::io(dir, "create directory", e))?;
+fn build_empty(vfs: &dyn Vfs, dir: &Path, schema: &Schema) -> Result<()> {
+    vfs.create_dir_all(&layout::chunk_dir(dir))?;
     let mut fields = Vec::with_capacity(schema.fields.len());
     for f in &schema.fields {
         for p in [
             layout::table(dir, &f.name, 0),
             layout::patches(dir, &f.name, 0),
         ] {
-            let file = fs::create_new(&p)?;
-            fs::sync_data(&file, &p)?;
+            vfs.create_new(&p)?.sync_data()?;
         }
         fields.push(FieldMeta {
             name: f.name.clone(),
@@ -753,7 +1043,7 @@ fn build_empty(dir: &Path, schema: &Schema) -> Result<()> {
         });
     }
     let lock = dir.join(layout::LOCK);
-    fs::create_new(&lock)?;
+    vfs.create_new(&lock)?;
     let meta = Meta {
         format: "zrecord".to_string(),
         version: FORMAT_VERSION,
@@ -763,8 +1053,9 @@ fn build_empty(dir: &Path, schema: &Schema) -> Result<()> {
         fields,
         chunks: Vec::new(),
     };
-    fs::sync_dir(&layout::chunk_dir(dir))?;
-    fs::replace_atomically(
+    vfs.sync_dir(&layout::chunk_dir(dir))?;
+    vfs::replace_atomically(
+        vfs,
         dir,
         &dir.join(layout::META_TMP),
         &layout::meta(dir),
@@ -773,14 +1064,14 @@ fn build_empty(dir: &Path, schema: &Schema) -> Result<()> {
 }
 
 /// Removes what a crash left behind and truncates committed files to their committed sizes.
-fn clean_orphans(dir: &Path, meta: &Meta) -> Result<()> {
+fn clean_orphans(vfs: &dyn Vfs, dir: &Path, meta: &Meta) -> Result<()> {
     let mut changed_dir = false;
     let tmp = dir.join(layout::META_TMP);
-    if tmp.exists() {
-        std::fs::remove_file(&tmp).map_err(|e| Error::io(&tmp, "remove", e))?;
+    if vfs.exists(&tmp)? {
+        vfs.remove_file(&tmp)?;
         changed_dir = true;
     }
-    let live: Vec<(String, u64, u64)> = meta
+    let live: Vec<(String, u64)> = meta
         .fields
         .iter()
         .flat_map(|f| {
@@ -789,64 +1080,62 @@ fn clean_orphans(dir: &Path, meta: &Meta) -> Result<()> {
                 (
                     format!("{}.{}.offsets", f.name, t.generation),
                     t.table_len * ENTRY_BYTES as u64,
-                    0,
                 ),
                 (
                     format!("{}.{}.patches", f.name, t.generation),
                     t.patch_len * PATCH_BYTES as u64,
-                    0,
                 ),
             ]
         })
         .collect();
-    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, "list", e))? {
-        let entry = entry.map_err(|e| Error::io(dir, "list", e))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
+    let mut names = vfs.read_dir(dir)?;
+    names.sort_unstable();
+    for name in names {
         if !layout::is_table_file(&name) {
             continue;
         }
-        let path = entry.path();
-        match live.iter().find(|(n, _, _)| *n == name) {
-            Some((_, size, _)) => truncate_past(&path, *size)?,
+        let path = dir.join(&name);
+        match live.iter().find(|(n, _)| *n == name) {
+            Some((_, size)) => truncate_past(vfs, &path, *size)?,
             None => {
-                std::fs::remove_file(&path).map_err(|e| Error::io(&path, "remove", e))?;
+                vfs.remove_file(&path)?;
                 changed_dir = true;
             }
         }
     }
     if changed_dir {
-        fs::sync_dir(dir)?;
+        vfs.sync_dir(dir)?;
     }
     let cdir = layout::chunk_dir(dir);
     let mut changed_chunks = false;
-    for entry in std::fs::read_dir(&cdir).map_err(|e| Error::io(&cdir, "list", e))? {
-        let entry = entry.map_err(|e| Error::io(&cdir, "list", e))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
+    let mut names = vfs.read_dir(&cdir)?;
+    names.sort_unstable();
+    for name in names {
         let Some(id) = layout::parse_chunk(&name) else {
             continue;
         };
-        let path = entry.path();
+        let path = cdir.join(&name);
         match meta.chunks.iter().find(|c| c.id == id) {
-            Some(c) => truncate_past(&path, c.size)?,
+            Some(c) => truncate_past(vfs, &path, c.size)?,
             None => {
-                std::fs::remove_file(&path).map_err(|e| Error::io(&path, "remove", e))?;
+                vfs.remove_file(&path)?;
                 changed_chunks = true;
             }
         }
     }
     if changed_chunks {
-        fs::sync_dir(&cdir)?;
+        vfs.sync_dir(&cdir)?;
     }
     Ok(())
 }
 
 /// Truncates a file to `size` if it is longer (bytes past a committed size are leftovers of an
 /// interrupted commit). A file shorter than `size` is left for the open checks to report.
-fn truncate_past(path: &Path, size: u64) -> Result<()> {
-    let file = fs::open_rw(path)?;
-    if fs::file_len(&file, path)? > size {
-        fs::set_len(&file, path, size)?;
-        fs::sync_data(&file, path)?;
+fn truncate_past(vfs: &dyn Vfs, path: &Path, size: u64) -> Result<()> {
+    let file = vfs.open_rw(path)?;
+    if file.len()? > size {
+        file.set_len(size)?;
+        file.sync_data()?;
     }
     Ok(())
 }
