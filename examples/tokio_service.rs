@@ -150,7 +150,11 @@ async fn serve(listener: TcpListener, ds: Arc<Dataset>) {
 }
 
 /// Answers batch requests on one connection until the client sends 0 or hangs up.
-async fn handle(stream: TcpStream, ds: &Dataset, seed: u64) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+async fn handle(
+    stream: TcpStream,
+    ds: &Dataset,
+    seed: u64,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     stream.set_nodelay(true)?;
     let (r, w) = stream.into_split();
     let (mut r, mut w) = (BufReader::new(r), BufWriter::with_capacity(1 << 20, w));

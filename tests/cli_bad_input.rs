@@ -24,14 +24,23 @@ fn fails(dir: &Path, inputs: &[&str], expect: &[&str]) {
         assert!(r.stderr.contains(e), "{:?} lacks {e:?}", r.stderr);
     }
     assert!(!out.exists(), "{} left behind", out.display());
-    assert_eq!(listing(dir), before, "something was left in {}", dir.display());
+    assert_eq!(
+        listing(dir),
+        before,
+        "something was left in {}",
+        dir.display()
+    );
 }
 
 #[test]
 fn a_missing_file_is_named() {
     let tmp = tempfile::tempdir().unwrap();
     write_f32(&tmp.path().join("a.npy"), 4, 2);
-    fails(tmp.path(), &["a.npy", "nope.npy"], &["nope.npy", "No such file"]);
+    fails(
+        tmp.path(),
+        &["a.npy", "nope.npy"],
+        &["nope.npy", "No such file"],
+    );
 }
 
 #[test]
@@ -39,13 +48,24 @@ fn mismatched_row_counts_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
     write_f32(&tmp.path().join("a.npy"), 4, 2);
     write_f32(&tmp.path().join("b.npy"), 5, 2);
-    fails(tmp.path(), &["a.npy", "b.npy"], &["b.npy", "5 rows", "a.npy", "4"]);
+    fails(
+        tmp.path(),
+        &["a.npy", "b.npy"],
+        &["b.npy", "5 rows", "a.npy", "4"],
+    );
 }
 
 #[test]
 fn an_object_array_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
-    write_npy(&tmp.path().join("obj.npy"), 1, "|O", false, &[3], &[0u8; 24]);
+    write_npy(
+        &tmp.path().join("obj.npy"),
+        1,
+        "|O",
+        false,
+        &[3],
+        &[0u8; 24],
+    );
     fails(tmp.path(), &["obj.npy"], &["obj.npy", "object array"]);
 }
 
@@ -106,7 +126,10 @@ fn a_non_empty_out_is_refused_and_kept() {
     assert!(r.stderr.contains("not empty"), "{}", r.stderr);
     assert_eq!(listing(&out), vec!["precious.txt".to_string()]);
     assert_eq!(std::fs::read(out.join("precious.txt")).unwrap(), b"keep me");
-    assert_eq!(listing(tmp.path()), vec!["a.npy".to_string(), "busy".to_string()]);
+    assert_eq!(
+        listing(tmp.path()),
+        vec!["a.npy".to_string(), "busy".to_string()]
+    );
 }
 
 #[test]
@@ -123,7 +146,10 @@ fn an_empty_out_directory_is_used() {
     ]);
     assert!(r.ok, "{}", r.stderr);
     assert!(out.join("meta.json").exists());
-    assert_eq!(listing(tmp.path()), vec!["a.npy".to_string(), "empty".to_string()]);
+    assert_eq!(
+        listing(tmp.path()),
+        vec!["a.npy".to_string(), "empty".to_string()]
+    );
 }
 
 #[test]
@@ -137,7 +163,12 @@ fn bad_flags_are_one_line_usage_errors() {
         &["--codec", "zstd"][..],
         &["--chunk-size", "lots"][..],
     ] {
-        let mut args = vec!["convert", a.to_str().unwrap(), "--out", out.to_str().unwrap()];
+        let mut args = vec![
+            "convert",
+            a.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ];
         args.extend_from_slice(extra);
         let r = zrecord(&args);
         assert_eq!(r.code, Some(2), "{extra:?}: {}", r.stderr);

@@ -65,7 +65,9 @@ fn check_item(code: &str, v: &Value, want: &[u8], ctx: &str) {
             (v.as_f64().unwrap() as f32).to_bits()
                 == f32::from_le_bytes(want.try_into().unwrap()).to_bits()
         }
-        "f8" => v.as_f64().unwrap().to_bits() == f64::from_le_bytes(want.try_into().unwrap()).to_bits(),
+        "f8" => {
+            v.as_f64().unwrap().to_bits() == f64::from_le_bytes(want.try_into().unwrap()).to_bits()
+        }
         _ => unreachable!(),
     };
     assert!(ok, "{ctx}: got {v}, want bytes {want:?}");
@@ -151,7 +153,14 @@ fn write_cases(dir: &Path) -> Vec<Case> {
                         v
                     })
                     .collect();
-                write_npy(&path, version, &format!("{bo}{code}"), fortran, &shape, &data);
+                write_npy(
+                    &path,
+                    version,
+                    &format!("{bo}{code}"),
+                    fortran,
+                    &shape,
+                    &data,
+                );
                 cases.push(Case {
                     field,
                     code,
@@ -189,7 +198,11 @@ fn convert_and_check(extra: &[&str]) {
     args.extend(["--out".to_string(), out.display().to_string()]);
     args.extend(extra.iter().map(|s| s.to_string()));
     let r = zrecord_ok(&args);
-    assert!(r.stdout_str().contains("converted 7 rows"), "{}", r.stdout_str());
+    assert!(
+        r.stdout_str().contains("converted 7 rows"),
+        "{}",
+        r.stdout_str()
+    );
 
     // info: length, dtypes, shapes.
     let info = zrecord_ok(&["info", out.to_str().unwrap(), "--json"]);
@@ -290,7 +303,14 @@ fn field_names_can_be_given() {
         "--field",
         "label",
     ]);
-    let j = zrecord_ok(&["cat", out.to_str().unwrap(), "--index", "2", "--field", "label"]);
+    let j = zrecord_ok(&[
+        "cat",
+        out.to_str().unwrap(),
+        "--index",
+        "2",
+        "--field",
+        "label",
+    ]);
     let v: Value = serde_json::from_slice(&j.stdout).unwrap();
     assert_eq!(v, serde_json::json!([2000.0]));
     let j = zrecord_ok(&["cat", out.to_str().unwrap(), "--index", "1"]);

@@ -40,7 +40,10 @@ fn ratio_and_utilization_follow_the_tables() {
     assert_eq!(v["fields"][0]["codec"], "deflate");
     assert_eq!(v["logical_bytes"], 100 * 512);
     let stored = v["stored_bytes"].as_u64().unwrap();
-    assert!(stored < 100 * 512 / 4, "deflate should shrink runs: {stored}");
+    assert!(
+        stored < 100 * 512 / 4,
+        "deflate should shrink runs: {stored}"
+    );
     let ratio = v["compression_ratio"].as_f64().unwrap();
     assert!((ratio - 51_200.0 / stored as f64).abs() < 1e-9);
     assert_eq!(v["utilization"].as_f64().unwrap(), 1.0);
@@ -65,7 +68,14 @@ fn ratio_and_utilization_follow_the_tables() {
 
     // The text form names the same figures.
     let text = zrecord_ok(&["info", dir.to_str().unwrap()]).stdout_str();
-    for want in ["records     100", "tokens", "u16", "deflate", "compression", "utilization"] {
+    for want in [
+        "records     100",
+        "tokens",
+        "u16",
+        "deflate",
+        "compression",
+        "utilization",
+    ] {
         assert!(text.contains(want), "{want:?} missing from:\n{text}");
     }
 }

@@ -26,7 +26,11 @@ fn build(dir: &Path) {
 }
 
 fn flip(path: &Path, at: u64) {
-    let f = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
     let mut b = [0u8; 1];
     f.read_exact_at(&mut b, at).unwrap();
     b[0] ^= 0x40;
@@ -75,7 +79,11 @@ fn flipped_bytes_in_chunks_are_each_reported() {
     }
     // Three problems and a summary line.
     assert_eq!(r.stderr.lines().count(), 4, "{}", r.stderr);
-    assert!(r.stderr.lines().last().unwrap().contains("3 problem"), "{}", r.stderr);
+    assert!(
+        r.stderr.lines().last().unwrap().contains("3 problem"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]

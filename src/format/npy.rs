@@ -254,7 +254,10 @@ impl NpyHeader {
         };
         let (dtype, big_endian) = parse_descr(&descr).map_err(|r| r.at(descr_at))?;
         let Lit::Bool(fortran_order) = fortran else {
-            return Err(NpyError::malformed(f_at, "'fortran_order' is not True/False"));
+            return Err(NpyError::malformed(
+                f_at,
+                "'fortran_order' is not True/False",
+            ));
         };
         let Lit::Tuple(dims) = shape else {
             return Err(NpyError::malformed(s_at, "'shape' is not a tuple"));
@@ -341,12 +344,8 @@ impl NpyHeader {
     pub fn fortran_segments(&self, first: u64, n: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
         let item = self.item_bytes();
         let rows = self.rows();
-        (0..self.items_per_row()).map(move |p| {
-            (
-                self.data_offset + (p * rows + first) * item,
-                n * item,
-            )
-        })
+        (0..self.items_per_row())
+            .map(move |p| (self.data_offset + (p * rows + first) * item, n * item))
     }
 
     /// Decodes `n` rows from their stored bytes and appends them to `out` as little-endian,
@@ -380,7 +379,11 @@ impl NpyHeader {
             fortran_to_c(self.item_shape(), n, item, stored, dst);
         }
         if swap {
-            for v in out.get_mut(start..).unwrap_or_default().chunks_exact_mut(item) {
+            for v in out
+                .get_mut(start..)
+                .unwrap_or_default()
+                .chunks_exact_mut(item)
+            {
                 v.reverse();
             }
         }
@@ -403,7 +406,8 @@ fn fortran_to_c(item_shape: &[u64], n: u64, item: usize, stored: &[u8], dst: &mu
     // C-order strides of the item shape.
     let mut c_strides = vec![1usize; dims.len()];
     for k in (0..dims.len().saturating_sub(1)).rev() {
-        let next = c_strides.get(k + 1).copied().unwrap_or(1) * dims.get(k + 1).copied().unwrap_or(1);
+        let next =
+            c_strides.get(k + 1).copied().unwrap_or(1) * dims.get(k + 1).copied().unwrap_or(1);
         if let Some(s) = c_strides.get_mut(k) {
             *s = next;
         }
@@ -691,7 +695,10 @@ impl Parser<'_> {
             }
             Some(c) if c.is_ascii_alphabetic() => {
                 let start = self.pos;
-                while self.peek().is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_') {
+                while self
+                    .peek()
+                    .is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_')
+                {
                     self.pos += 1;
                 }
                 match self.s.get(start..self.pos) {
@@ -789,12 +796,10 @@ impl<R: Read + Seek> NpyReader<R> {
 
     fn read_at(&mut self, at: u64, len: u64, out: &mut Vec<u8>) -> Result<(), NpyError> {
         if self.pos != at {
-            self.inner
-                .seek(SeekFrom::Start(at))
-                .map_err(|e| NpyError {
-                    offset: at,
-                    kind: NpyErrorKind::Io(e),
-                })?;
+            self.inner.seek(SeekFrom::Start(at)).map_err(|e| NpyError {
+                offset: at,
+                kind: NpyErrorKind::Io(e),
+            })?;
             self.pos = at;
         }
         let before = out.len() as u64;
@@ -966,10 +971,7 @@ mod tests {
                 &[0u8; 64],
             );
             let e = NpyReader::new(Cursor::new(f)).unwrap_err();
-            assert!(
-                matches!(e.kind, NpyErrorKind::Unsupported(_)),
-                "{d}: {e}"
-            );
+            assert!(matches!(e.kind, NpyErrorKind::Unsupported(_)), "{d}: {e}");
         }
     }
 
@@ -992,14 +994,22 @@ mod tests {
             assert!(NpyReader::new(Cursor::new(f)).is_err(), "{h}");
         }
         // A 0-d array has no rows.
-        let f = npy((1, 0), "{'descr': '<f4', 'fortran_order': False, 'shape': (), }", &[0; 4]);
+        let f = npy(
+            (1, 0),
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (), }",
+            &[0; 4],
+        );
         assert!(matches!(
             NpyReader::new(Cursor::new(f)).unwrap_err().kind,
             NpyErrorKind::Unsupported(_)
         ));
         // Bad magic, unknown version.
         assert!(NpyHeader::decode(b"\x93NUMPZ\x01\x00\x00\x00").is_err());
-        let mut f = npy((1, 0), "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }", &[0; 4]);
+        let mut f = npy(
+            (1, 0),
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }",
+            &[0; 4],
+        );
         f[6] = 4;
         assert!(matches!(
             NpyHeader::decode(&f).unwrap_err().kind,

@@ -1,5 +1,10 @@
 //! Shared helpers of the `cli_*` tests: running the real binary and writing `.npy` files.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing
+)]
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -48,11 +53,16 @@ pub fn npy_bytes(version: u8, descr: &str, fortran: bool, shape: &[u64], data: &
         [n] => format!("({n},)"),
         _ => format!(
             "({})",
-            shape.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+            shape
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     };
     let fortran = if fortran { "True" } else { "False" };
-    let text = format!("{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': {shape_txt}, }}");
+    let text =
+        format!("{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': {shape_txt}, }}");
     npy_with_header(version, &text, data)
 }
 

@@ -8,11 +8,13 @@ use std::path::PathBuf;
 use zrecord::{DType, Dataset, Error};
 
 #[derive(Args)]
-#[command(after_help = "JSON: without --field, an object with one member per field; with \
+#[command(
+    after_help = "JSON: without --field, an object with one member per field; with \
     --field, that field's value alone. Numbers are typed by the field's dtype (f16 and bf16 as \
     numbers, bool as true/false, bytes as a string when valid UTF-8), nested by the field's \
     shape; an absent value is null; NaN and infinities are the strings \"NaN\", \"Infinity\", \
-    \"-Infinity\". Raw: the stored value's bytes (little-endian, row-major), exactly.")]
+    \"-Infinity\". Raw: the stored value's bytes (little-endian, row-major), exactly."
+)]
 pub struct CatArgs {
     /// The dataset directory.
     dir: PathBuf,
@@ -111,7 +113,7 @@ fn render(out: &mut String, dtype: DType, shape: Option<&[u64]>, bytes: &[u8]) {
     let n = (bytes.len() / item) as u64;
     let flat = [n];
     let dims: &[u64] = match shape {
-        Some(s) if s.iter().product::<u64>() == n && bytes.len() % item == 0 => s,
+        Some(s) if s.iter().product::<u64>() == n && bytes.len().is_multiple_of(item) => s,
         _ => &flat,
     };
     let mut items = bytes.chunks_exact(item);
@@ -168,7 +170,11 @@ fn float(v: f64, narrow: bool) -> String {
     if v.is_nan() {
         "\"NaN\"".to_string()
     } else if v.is_infinite() {
-        let s = if v > 0.0 { "\"Infinity\"" } else { "\"-Infinity\"" };
+        let s = if v > 0.0 {
+            "\"Infinity\""
+        } else {
+            "\"-Infinity\""
+        };
         s.to_string()
     } else if narrow {
         format!("{:?}", v as f32)

@@ -34,10 +34,12 @@ const BLOCK_BYTES: u64 = 8 << 20;
 const MAX_BLOCK_ROWS: u64 = 1 << 16;
 
 #[derive(Args)]
-#[command(after_help = "Example:\n  zrecord convert images.npy labels.npy --out train.zr --codec deflate\n\n\
+#[command(
+    after_help = "Example:\n  zrecord convert images.npy labels.npy --out train.zr --codec deflate\n\n\
     Each input becomes one field (named after the file's stem unless --field is given) with its \
     dtype and row shape (the dimensions after axis 0). Inputs may be C- or Fortran-order, either \
-    byte order, .npy format 1.0, 2.0 or 3.0; dtypes bool, i1-i8, u1-u8, f2, f4, f8.")]
+    byte order, .npy format 1.0, 2.0 or 3.0; dtypes bool, i1-i8, u1-u8, f2, f4, f8."
+)]
 pub struct ConvertArgs {
     /// Input .npy files; all must have the same number of rows (axis 0).
     #[arg(required = true, value_name = "IN.npy")]
@@ -229,14 +231,14 @@ pub fn run(a: &ConvertArgs) -> Res {
             block_bytes: a.block_bytes,
         },
     )
-        .and_then(|()| publish(&tmp, &a.out));
+    .and_then(|()| publish(&tmp, &a.out));
     if let Err(e) = built {
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(e);
     }
     let secs = start.elapsed().as_secs_f64();
     println!(
-        "converted {rows} rows × {} fields ({total_bytes} bytes) into {} in {secs:.2} s: {:.1} MB/s",
+        "converted {rows} rows × {} field(s) ({total_bytes} bytes) into {} in {secs:.2} s: {:.1} MB/s",
         schema.fields.len(),
         a.out.display(),
         total_bytes as f64 / secs.max(1e-9) / 1e6

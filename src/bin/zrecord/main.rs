@@ -61,13 +61,16 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 };
             }
-            // One line: clap's first line, without the usage block that follows it.
+            // One line: clap's message (up to its first blank line), without the usage block.
             let text = e.render().to_string();
-            let line = text
+            let message: Vec<&str> = text
                 .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("invalid arguments")
-                .trim_start_matches("error: ");
+                .map(str::trim)
+                .skip_while(|l| l.is_empty())
+                .take_while(|l| !l.is_empty())
+                .collect();
+            let line = message.join(" ");
+            let line = line.trim_start_matches("error: ");
             eprintln!("zrecord: {line} (see --help)");
             return ExitCode::from(2);
         }

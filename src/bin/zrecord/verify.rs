@@ -19,9 +19,11 @@ const MAX_LISTED: usize = 100;
 const BATCH: u64 = 1024;
 
 #[derive(Args)]
-#[command(after_help = "Exit status 0 if everything checks out. Otherwise each problem is \
+#[command(
+    after_help = "Exit status 0 if everything checks out. Otherwise each problem is \
     listed on stderr (file, record index, field and byte offset; the first 100, then a count) \
-    and the exit status is 1.")]
+    and the exit status is 1."
+)]
 pub struct VerifyArgs {
     /// The dataset directory.
     dir: PathBuf,
@@ -90,7 +92,7 @@ pub fn run(a: &VerifyArgs) -> Res {
             );
         }
         return Err(format!(
-            "{}: {} problem(s) found in {len} records × {} fields",
+            "{}: {} problem(s) found in {len} records × {} field(s)",
             a.dir.display(),
             problems.count,
             names.len()
@@ -98,7 +100,7 @@ pub fn run(a: &VerifyArgs) -> Res {
         .into());
     }
     println!(
-        "{}: {len} records × {} fields, {bytes} bytes, every checksum and invariant verified",
+        "{}: {len} records × {} field(s), {bytes} bytes, every checksum and invariant verified",
         a.dir.display(),
         names.len()
     );
@@ -119,7 +121,7 @@ fn check_shapes(snap: &Snapshot, i: u64, problems: &mut Problems<'_>) {
             .shape
             .as_ref()
             .map(|s| s.iter().product::<u64>() * item);
-        let bad = if len % item != 0 {
+        let bad = if !len.is_multiple_of(item) {
             Some(format!(
                 "{len} bytes is not a whole number of {} items",
                 meta.dtype
