@@ -26,7 +26,9 @@ const REQUESTS: usize = 250; // per client
 const BATCH: u32 = 128;
 const TICK: Duration = Duration::from_millis(1);
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+fn main() -> Result<(), BoxError> {
     let tmp = tempfile::tempdir()?;
     let dir = tmp.path().join("service.zr");
     write_dataset(&dir)?;
@@ -110,7 +112,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ms(pct(&late, 0.99)),
             ms(late.last().copied().unwrap_or_default())
         );
-        Ok::<(), Box<dyn std::error::Error>>(())
+        Ok::<(), BoxError>(())
     })?;
     Ok(())
 }
@@ -150,11 +152,7 @@ async fn serve(listener: TcpListener, ds: Arc<Dataset>) {
 }
 
 /// Answers batch requests on one connection until the client sends 0 or hangs up.
-async fn handle(
-    stream: TcpStream,
-    ds: &Dataset,
-    seed: u64,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+async fn handle(stream: TcpStream, ds: &Dataset, seed: u64) -> Result<(), BoxError> {
     stream.set_nodelay(true)?;
     let (r, w) = stream.into_split();
     let (mut r, mut w) = (BufReader::new(r), BufWriter::with_capacity(1 << 20, w));
@@ -191,10 +189,7 @@ async fn handle(
 }
 
 /// One client: `REQUESTS` batch requests on one connection; returns latencies and bytes.
-async fn client(
-    addr: SocketAddr,
-    id: u64,
-) -> Result<(Vec<Duration>, u64), Box<dyn std::error::Error + Send + Sync>> {
+async fn client(addr: SocketAddr, id: u64) -> Result<(Vec<Duration>, u64), BoxError> {
     let stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
     let (r, mut w) = stream.into_split();

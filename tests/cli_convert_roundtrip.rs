@@ -31,7 +31,7 @@ const DTYPES: &[(&str, &str, usize)] = &[
 fn value_le(code: &str, k: u64) -> Vec<u8> {
     let mix = k.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17) ^ k;
     match code {
-        "b1" => vec![u8::from(k % 3 == 0)],
+        "b1" => vec![u8::from(k.is_multiple_of(3))],
         "i1" | "u1" => vec![mix as u8],
         "i2" | "u2" => (mix as u16).to_le_bytes().to_vec(),
         "i4" | "u4" => (mix as u32).to_le_bytes().to_vec(),

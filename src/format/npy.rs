@@ -833,7 +833,7 @@ mod tests {
     fn npy(version: (u8, u8), header: &str, data: &[u8]) -> Vec<u8> {
         let prefix = if version.0 == 1 { 10 } else { 12 };
         let mut text = header.to_string();
-        while (prefix + text.len() + 1) % 64 != 0 {
+        while !(prefix + text.len() + 1).is_multiple_of(64) {
             text.push(' ');
         }
         text.push('\n');
@@ -847,6 +847,11 @@ mod tests {
         f.extend_from_slice(text.as_bytes());
         f.extend_from_slice(data);
         f
+    }
+
+    /// Big-endian bytes from little-endian ones (the crate denies `to_be_bytes`).
+    fn be(le: &[u8]) -> Vec<u8> {
+        le.iter().rev().copied().collect()
     }
 
     fn read_all(file: Vec<u8>, block: u64) -> Result<(NpyHeader, Vec<u8>), NpyError> {
@@ -880,7 +885,7 @@ mod tests {
     #[test]
     fn big_endian_is_swapped() {
         let vals = [1u32, 0x0102_0304, u32::MAX, 7];
-        let data: Vec<u8> = vals.iter().flat_map(|v| v.to_be_bytes()).collect();
+        let data: Vec<u8> = vals.iter().flat_map(|v| be(&v.to_le_bytes())).collect();
         let f = npy(
             (1, 0),
             "{'descr': '>u4', 'fortran_order': False, 'shape': (4,), }",
@@ -901,7 +906,7 @@ mod tests {
         for k in 0..c {
             for j in 0..b {
                 for i in 0..a {
-                    stored.extend_from_slice(&((100 * i + 10 * j + k) as i16).to_be_bytes());
+                    stored.extend_from_slice(&be(&((100 * i + 10 * j + k) as i16).to_le_bytes()));
                 }
             }
         }

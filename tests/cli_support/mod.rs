@@ -70,7 +70,7 @@ pub fn npy_bytes(version: u8, descr: &str, fortran: bool, shape: &[u64], data: &
 pub fn npy_with_header(version: u8, header: &str, data: &[u8]) -> Vec<u8> {
     let mut text = header.to_string();
     let prefix = if version == 1 { 10 } else { 12 };
-    while (prefix + text.len() + 1) % 64 != 0 {
+    while !(prefix + text.len() + 1).is_multiple_of(64) {
         text.push(' ');
     }
     text.push('\n');
