@@ -22,7 +22,7 @@ use zrecord::{DType, Dataset, Field, Schema, Writer, WriterConfig};
 const RECORDS: u64 = 50_000;
 const FEATURES: usize = 256; // f32 features per record: 1 KiB
 const CLIENTS: usize = 8;
-const REQUESTS: usize = 250; // per client
+const REQUESTS: usize = 1500; // per client
 const BATCH: u32 = 128;
 const TICK: Duration = Duration::from_millis(1);
 
@@ -44,76 +44,83 @@ fn main() -> Result<(), BoxError> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(async move {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        println!("serving random batches of {BATCH} on {addr} to {CLIENTS} concurrent clients");
-        tokio::spawn(serve(listener, Arc::clone(&ds)));
+    println!(
+        "{CLIENTS} concurrent clients × {REQUESTS} requests for random batches of {BATCH}, \
+         2 runtime worker threads, a 1 ms ticker (tokio's timer resolution is 1 ms: ~1 ms of \
+         lateness is the floor)"
+    );
+    rt.block_on(phase(ds))?;
+    Ok(())
+}
 
-        // The ticker: wakes every millisecond and records how late each wake-up was.
-        let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let ticker = tokio::spawn(async move {
-            let mut late = Vec::new();
-            loop {
-                let due = tokio::time::Instant::now() + TICK;
-                tokio::select! {
-                    _ = tokio::time::sleep_until(due) => {
-                        late.push(tokio::time::Instant::now().saturating_duration_since(due));
-                    }
-                    _ = &mut stop_rx => break,
+/// Runs the service, its clients and the ticker, and prints what they measured.
+async fn phase(ds: Arc<Dataset>) -> Result<(), BoxError> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let server = tokio::spawn(serve(listener, ds));
+
+    // The ticker: wakes every millisecond and records how late each wake-up was.
+    let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let ticker = tokio::spawn(async move {
+        let mut late = Vec::new();
+        loop {
+            let due = tokio::time::Instant::now() + TICK;
+            tokio::select! {
+                _ = tokio::time::sleep_until(due) => {
+                    late.push(tokio::time::Instant::now().saturating_duration_since(due));
                 }
+                _ = &mut stop_rx => break,
             }
-            late
-        });
-
-        let start = Instant::now();
-        let clients: Vec<_> = (0..CLIENTS)
-            .map(|c| tokio::spawn(client(addr, c as u64)))
-            .collect();
-        let mut latencies = Vec::new();
-        let mut bytes = 0u64;
-        for c in clients {
-            let (lat, b) = c.await??;
-            latencies.extend(lat);
-            bytes += b;
         }
-        let secs = start.elapsed().as_secs_f64();
-        let _ = stop_tx.send(());
-        let mut late = ticker.await?;
+        late
+    });
 
-        latencies.sort();
-        late.sort();
-        let pct = |v: &[Duration], p: f64| {
-            v.get(((v.len() as f64 - 1.0) * p) as usize)
-                .copied()
-                .unwrap_or_default()
-        };
-        let batches = latencies.len();
-        println!(
-            "served {batches} batches ({} records, {:.1} MB) in {secs:.2} s: {:.0} batches/s, \
-             {:.0} records/s, {:.1} MB/s",
-            batches as u64 * u64::from(BATCH),
-            bytes as f64 / 1e6,
-            batches as f64 / secs,
-            batches as f64 * f64::from(BATCH) / secs,
-            bytes as f64 / secs / 1e6
-        );
-        println!(
-            "request latency: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-            ms(pct(&latencies, 0.5)),
-            ms(pct(&latencies, 0.99)),
-            ms(latencies.last().copied().unwrap_or_default())
-        );
-        println!(
-            "runtime responsiveness: {} ticks of 1 ms; lateness p50 {:.3} ms, p99 {:.3} ms, \
-             max {:.3} ms",
-            late.len(),
-            ms(pct(&late, 0.5)),
-            ms(pct(&late, 0.99)),
-            ms(late.last().copied().unwrap_or_default())
-        );
-        Ok::<(), BoxError>(())
-    })?;
+    let start = Instant::now();
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| tokio::spawn(client(addr, c as u64)))
+        .collect();
+    let mut latencies = Vec::new();
+    let mut bytes = 0u64;
+    for c in clients {
+        let (lat, b) = c.await??;
+        latencies.extend(lat);
+        bytes += b;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let _ = stop_tx.send(());
+    let mut late = ticker.await?;
+    server.abort();
+
+    latencies.sort();
+    late.sort();
+    let pct = |v: &[Duration], p: f64| {
+        v.get(((v.len() as f64 - 1.0) * p) as usize)
+            .copied()
+            .unwrap_or_default()
+    };
+    let batches = latencies.len();
+    println!(
+        "  served {batches} batches ({} records, {:.1} MB) in {secs:.2} s: {:.0} batches/s, \
+         {:.0} records/s, {:.1} MB/s",
+        batches as u64 * u64::from(BATCH),
+        bytes as f64 / 1e6,
+        batches as f64 / secs,
+        batches as f64 * f64::from(BATCH) / secs,
+        bytes as f64 / secs / 1e6
+    );
+    println!(
+        "  request latency: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        ms(pct(&latencies, 0.5)),
+        ms(pct(&latencies, 0.99)),
+        ms(latencies.last().copied().unwrap_or_default())
+    );
+    println!(
+        "  ticker: {} ticks; lateness p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+        late.len(),
+        ms(pct(&late, 0.5)),
+        ms(pct(&late, 0.99)),
+        ms(late.last().copied().unwrap_or_default())
+    );
     Ok(())
 }
 
@@ -173,7 +180,9 @@ async fn handle(stream: TcpStream, ds: &Dataset, seed: u64) -> Result<(), BoxErr
                 rng % n
             })
             .collect();
-        // Non-blocking: the gather runs on zrecord's threads and wakes this task once.
+        // Non-blocking: the gather (reads, checksums, copies) runs on zrecord's threads and
+        // wakes this task once. `gather_blocking` here would stall this runtime worker, and
+        // every task queued on it, for as long as the reads take (long, when they go to disk).
         let batch = ds.gather(&indices).await?;
         w.write_u32_le(batch.len() as u32).await?;
         for rec in 0..batch.len() {
