@@ -329,6 +329,13 @@ impl NpyHeader {
             .filter(|n| n.checked_add(self.data_offset).is_some())
     }
 
+    /// True if the stored bytes already are little-endian and row-major, so
+    /// [`NpyHeader::decode_rows`] is a plain copy (a caller may use the stored bytes as they are).
+    pub fn stored_as_decoded(&self) -> bool {
+        (!self.fortran_order || self.item_shape().is_empty())
+            && (!self.big_endian || self.item_bytes() == 1)
+    }
+
     /// Checks that a file of `file_len` bytes holds all the data the header declares.
     pub fn check_file_len(&self, file_len: u64) -> Result<(), NpyError> {
         let needed = self.data_offset.saturating_add(self.data_bytes());
@@ -873,6 +880,7 @@ mod tests {
                 &data,
             );
             let (h, out) = read_all(f, 2).unwrap();
+            assert!(h.stored_as_decoded());
             assert_eq!(h.version, v);
             assert_eq!(h.dtype, DType::F32);
             assert_eq!(h.shape, vec![3, 2]);
@@ -893,6 +901,7 @@ mod tests {
         );
         let (h, out) = read_all(f, 3).unwrap();
         assert!(h.big_endian);
+        assert!(!h.stored_as_decoded());
         assert_eq!(h.item_shape(), &[] as &[u64]);
         let want: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
         assert_eq!(out, want);

@@ -415,9 +415,14 @@ fn decode_blocks(
             block.decoded.resize_with(headers.len(), Vec::new);
             for (((path, h), stored), out) in headers
                 .iter()
-                .zip(&block.stored)
+                .zip(block.stored.iter_mut())
                 .zip(block.decoded.iter_mut())
             {
+                if h.stored_as_decoded() {
+                    // Already little-endian and row-major: hand the buffer over, no copy.
+                    std::mem::swap(stored, out);
+                    continue;
+                }
                 out.clear();
                 h.decode_rows(block.rows, stored, out)
                     .map_err(|source| Error::Npy {
