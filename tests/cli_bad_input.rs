@@ -190,3 +190,37 @@ fn bad_flags_are_one_line_usage_errors() {
     assert!(r.stderr.contains("--field"), "{}", r.stderr);
     assert!(!out.exists());
 }
+
+#[test]
+fn a_failure_while_writing_leaves_nothing_behind() {
+    // 65,600 one-byte rows, one chunk each (chunk size 1): the writer runs out of chunk ids
+    // (65,535) in the middle of the conversion. Deflate skips the up-front chunk-count check
+    // (compressed sizes are unknown before writing), so the failure comes from the writer.
+    let tmp = tempfile::tempdir().unwrap();
+    let rows = 65_600u64;
+    let data: Vec<u8> = (0..rows).map(|i| i as u8).collect();
+    write_npy(
+        &tmp.path().join("bytes.npy"),
+        1,
+        "|u1",
+        false,
+        &[rows],
+        &data,
+    );
+    let out = tmp.path().join("new").join("parents").join("out.zr");
+    let r = zrecord(&[
+        "convert",
+        tmp.path().join("bytes.npy").to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--codec",
+        "deflate",
+        "--chunk-size",
+        "1",
+    ]);
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+    assert!(r.stderr.contains("chunk"), "{}", r.stderr);
+    // Neither the dataset, nor its staging directory, nor the parents convert created.
+    assert_eq!(listing(tmp.path()), vec!["bytes.npy".to_string()]);
+}

@@ -219,6 +219,18 @@ pub fn run(a: &ConvertArgs) -> Res {
     }
 
     let tmp = staging_dir(&a.out)?;
+    // Missing parent directories are created, and removed again if the conversion fails.
+    let parent = parent_dir(&a.out);
+    let created_parents = parent
+        .ancestors()
+        .take_while(|p| !p.as_os_str().is_empty() && !p.exists())
+        .last()
+        .map(Path::to_path_buf);
+    std::fs::create_dir_all(&parent).map_err(|e| Error::Io {
+        path: parent.clone(),
+        op: "create directory",
+        source: e,
+    })?;
     let start = Instant::now();
     let built = build(
         &tmp,
@@ -234,6 +246,9 @@ pub fn run(a: &ConvertArgs) -> Res {
     .and_then(|()| publish(&tmp, &a.out));
     if let Err(e) = built {
         let _ = std::fs::remove_dir_all(&tmp);
+        if let Some(top) = created_parents {
+            let _ = std::fs::remove_dir_all(top);
+        }
         return Err(e);
     }
     let secs = start.elapsed().as_secs_f64();
@@ -254,11 +269,15 @@ fn staging_dir(out: &Path) -> Result<PathBuf, Error> {
         .ok_or_else(|| Error::InvalidConfig {
             reason: format!("--out {} has no directory name", out.display()),
         })?;
-    let parent = match out.parent() {
+    Ok(parent_dir(out).join(format!(".{name}.zrecord-convert-{}", std::process::id())))
+}
+
+/// The directory `out` is created in.
+fn parent_dir(out: &Path) -> PathBuf {
+    match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
-    };
-    Ok(parent.join(format!(".{name}.zrecord-convert-{}", std::process::id())))
+    }
 }
 
 /// Renames the committed dataset onto `out` (replacing an empty directory) and syncs the
@@ -269,10 +288,7 @@ fn publish(tmp: &Path, out: &Path) -> Result<(), Box<dyn std::error::Error>> {
         op: "rename the converted dataset into place",
         source: e,
     })?;
-    let parent = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
+    let parent = parent_dir(out);
     File::open(&parent)
         .and_then(|d| d.sync_all())
         .map_err(|e| Error::Io {
