@@ -1,5 +1,6 @@
-//! Quickstart: write a synthetic image dataset, then run a toy training loop over random
-//! batches of it and print the throughput.
+//! Quickstart: write a synthetic image dataset, run a toy training loop over two shuffled epochs
+//! of it, checkpoint in the middle of the second epoch, resume from the checkpoint, and print the
+//! throughput (records/s and MB/s).
 //!
 //! ```text
 //! cargo run --release --example quickstart [-- DIR]
@@ -17,7 +18,7 @@ use zrecord::{Codec, DType, Dataset, Field, Schema, Writer, WriterConfig};
 const RECORDS: u64 = 20_000;
 const SIDE: usize = 64;
 const BATCH: usize = 256;
-const STEPS: usize = 400;
+const EPOCHS: u64 = 2;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tmp;
@@ -56,81 +57,99 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         RECORDS as f64 / secs
     );
 
-    // 2. Train: a shuffled loader, batches of 256, two prefetch workers, every byte consumed.
+    // 2. Train: a shuffled loader, batches of 256, two prefetch workers, two epochs, every
+    //    byte consumed; a checkpoint is taken in the middle of the second epoch.
     let ds = Dataset::open(&dir)?;
     let source = Arc::new(DatasetSource::new(&ds));
     let builder = || {
         Loader::builder(Arc::clone(&source))
             .seed(17)
-            .epochs(None)
+            .epochs(Some(EPOCHS))
             .batch_size(BATCH as u64)
             .num_workers(2)
     };
+    let steps_per_epoch = RECORDS.div_ceil(BATCH as u64);
+    let checkpoint_step = steps_per_epoch + steps_per_epoch / 2;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .build()?;
-    let (records, bytes, loss, checkpoint, secs) = rt.block_on(async {
+    let run = rt.block_on(async {
         let mut loader = builder().build()?;
-        let (mut records, mut bytes, mut loss) = (0u64, 0u64, 0f64);
-        let mut checkpoint = None;
+        let mut run = Run::default();
         let t = Instant::now();
-        for step in 0..STEPS {
-            let Some(batch) = loader.next().await else {
-                break;
-            };
-            let batch = batch?.data;
+        while let Some(batch) = loader.next().await {
+            let batch = batch?;
+            run.epochs = run.epochs.max(batch.epoch() + 1);
+            if run.checkpoint.is_some() {
+                run.after_checkpoint.push(batch.indices());
+            }
+            let batch = batch.data;
             for r in 0..batch.len() {
                 let img = batch.typed::<u8>(r, 0)?;
                 let caption = batch.get(r, 1).unwrap_or_default();
                 let label = batch.typed::<i64>(r, 2)?.first().copied().unwrap_or(0);
                 let mean = img.iter().map(|&p| u64::from(p)).sum::<u64>() as f64 / img.len() as f64;
-                loss += (mean / 255.0 - label as f64 / 10.0).powi(2);
-                bytes += (img.len() + caption.len() + 8) as u64;
-                records += 1;
+                run.loss += (mean / 255.0 - label as f64 / 10.0).powi(2);
+                run.bytes += (img.len() + caption.len() + 8) as u64;
+                run.records += 1;
             }
-            if step + 1 == STEPS / 2 {
+            run.steps += 1;
+            if run.steps == checkpoint_step {
                 // What a trainer saves with its weights.
-                checkpoint = Some(serde_json::to_string(&loader.state())?);
+                run.checkpoint = Some(serde_json::to_string(&loader.state())?);
             }
         }
-        Ok::<_, Box<dyn std::error::Error>>((
-            records,
-            bytes,
-            loss,
-            checkpoint,
-            t.elapsed().as_secs_f64(),
-        ))
+        run.secs = t.elapsed().as_secs_f64();
+        Ok::<_, Box<dyn std::error::Error>>(run)
     })?;
     println!(
-        "trained {STEPS} steps of {BATCH}: {:.0} records/s, {:.1} MB/s, {:.3} ms/step, loss {:.4}",
-        records as f64 / secs,
-        bytes as f64 / secs / 1e6,
-        secs * 1e3 / STEPS as f64,
-        loss / records as f64
+        "trained {} epochs, {} steps of {BATCH}: {:.0} records/s, {:.1} MB/s, {:.3} ms/step, loss {:.4}",
+        run.epochs,
+        run.steps,
+        run.records as f64 / run.secs,
+        run.bytes as f64 / run.secs / 1e6,
+        run.secs * 1e3 / run.steps as f64,
+        run.loss / run.records as f64
     );
 
-    // 3. Resume from the mid-run checkpoint: the next batch is exactly step STEPS/2 + 1's.
-    if let Some(json) = checkpoint {
-        let state = serde_json::from_str(&json)?;
-        let (resumed, replay) = rt.block_on(async {
+    // 3. Resume from the mid-epoch checkpoint: the resumed loader yields exactly the batches the
+    //    uninterrupted run yielded after it.
+    if let Some(json) = &run.checkpoint {
+        let state = serde_json::from_str(json)?;
+        let resumed = rt.block_on(async {
             let mut resumed = builder().resume(&state)?;
-            let mut replay = builder().build()?;
-            for _ in 0..STEPS / 2 {
-                replay.next().await;
+            let mut rest = Vec::new();
+            while let Some(b) = resumed.next().await {
+                rest.push(b?.indices());
             }
-            let a = resumed.next().await.transpose()?.map(|b| b.indices());
-            let b = replay.next().await.transpose()?.map(|b| b.indices());
-            Ok::<_, zrecord::Error>((a, b))
+            Ok::<_, zrecord::Error>(rest)
         })?;
         println!(
-            "resumed from a {}-byte checkpoint: next batch {} the uninterrupted run's",
-            json.len(),
-            if resumed == replay && resumed.is_some() {
-                "equals"
+            "checkpoint at step {checkpoint_step} (epoch 2 of {EPOCHS}, mid-epoch): {} bytes of JSON",
+            json.len()
+        );
+        println!(
+            "resumed from it: {} remaining batches, {} the uninterrupted run's",
+            resumed.len(),
+            if resumed == run.after_checkpoint && !resumed.is_empty() {
+                "identical to"
             } else {
-                "DIFFERS FROM"
+                "DIFFERENT FROM"
             }
         );
     }
     Ok(())
+}
+
+/// What the training loop measured.
+#[derive(Default)]
+struct Run {
+    epochs: u64,
+    steps: u64,
+    records: u64,
+    bytes: u64,
+    loss: f64,
+    secs: f64,
+    checkpoint: Option<String>,
+    after_checkpoint: Vec<Vec<u64>>,
 }

@@ -219,6 +219,31 @@ pub enum Error {
         reason: String,
     },
 
+    /// A NumPy `.npy` input cannot be converted: it is malformed or truncated, or holds a dtype
+    /// zrecord does not store (object arrays, structured dtypes, strings, ...). The source names
+    /// the byte offset of the problem.
+    #[error("{path}: {source}")]
+    Npy {
+        /// The input file.
+        path: PathBuf,
+        /// What is wrong, and where.
+        #[source]
+        source: crate::format::npy::NpyError,
+    },
+
+    /// Inputs that become fields of one dataset have different numbers of rows.
+    #[error("{path} has {rows} rows but {reference} has {expected}: every input must have the same number of rows")]
+    RowCountMismatch {
+        /// The input that differs.
+        path: PathBuf,
+        /// Its row count.
+        rows: u64,
+        /// The first input, whose row count the others must match.
+        reference: PathBuf,
+        /// The first input's row count.
+        expected: u64,
+    },
+
     /// A typed view was asked for with the wrong element type.
     #[error("field {field:?} has dtype {dtype}, not {requested}")]
     DtypeMismatch {

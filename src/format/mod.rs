@@ -1,5 +1,6 @@
 //! Pure encode/decode of the on-disk format: dtypes and codecs, offset entries, patch entries and
-//! `meta.json`. No I/O and no unsafe: every decoder takes `&[u8]` and returns a `Result`.
+//! `meta.json`; and the decoder of NumPy `.npy` input files ([`npy`]). No I/O and no unsafe:
+//! every decoder takes `&[u8]` (or, for `.npy` rows, any reader) and returns a `Result`.
 //!
 //! The byte-level specification is `docs/FORMAT.md`.
 
@@ -7,6 +8,7 @@ pub mod codec;
 pub mod dtype;
 pub mod entry;
 pub mod meta;
+pub mod npy;
 
 /// The format version this build reads and writes.
 pub const FORMAT_VERSION: u32 = 1;

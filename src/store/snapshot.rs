@@ -388,6 +388,18 @@ impl Snapshot {
         Ok(u64::from(self.entry(field, index)?.logical_len))
     }
 
+    /// Stored (on-disk) length of record `index` of `field`, from the offset table alone: equal
+    /// to [`Snapshot::record_len`] for a raw record, smaller for a deflated one, 0 if absent.
+    pub fn stored_len(&self, field: usize, index: u64) -> Result<u64> {
+        Ok(u64::from(self.entry(field, index)?.physical_len))
+    }
+
+    /// Total committed bytes of the chunk files this snapshot reads (the bytes the dataset holds
+    /// on disk for record data, live or not).
+    pub fn chunk_bytes(&self) -> u64 {
+        self.meta.chunks.iter().map(|c| c.size).sum()
+    }
+
     pub(crate) fn table(&self, field: usize) -> Result<&FieldTable> {
         self.tables.get(field).ok_or_else(|| Error::UnknownField {
             field: format!("#{field}"),

@@ -1,41 +1,13 @@
-//! The `zrecord` command-line tool: inspect datasets and measure them.
+//! `zrecord bench`: throughput measurements (make a synthetic dataset, gather, loader).
 
-use clap::{Args, Parser, Subcommand};
+use crate::Res;
+use clap::{Args, Subcommand};
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Instant;
 use zrecord::{Backend, Codec, DType, Dataset, Field, ReadOptions, Schema, Writer, WriterConfig};
 
-#[derive(Parser)]
-#[command(
-    name = "zrecord",
-    version,
-    about = "zrecord datasets: inspect, verify, benchmark"
-)]
-struct Cli {
-    #[command(subcommand)]
-    cmd: Cmd,
-}
-
 #[derive(Subcommand)]
-enum Cmd {
-    /// Print a dataset's schema, length, generation and chunks.
-    Info {
-        /// The dataset directory.
-        dir: PathBuf,
-    },
-    /// Read every record and check every checksum; exits non-zero naming the first damage.
-    Verify {
-        /// The dataset directory.
-        dir: PathBuf,
-    },
-    /// Throughput measurements.
-    #[command(subcommand)]
-    Bench(BenchCmd),
-}
-
-#[derive(Subcommand)]
-enum BenchCmd {
+pub enum BenchCmd {
     /// Generate a synthetic dataset of `--records` records of `--record-bytes` bytes.
     Make(MakeArgs),
     /// Random batches over an existing dataset.
@@ -46,7 +18,7 @@ enum BenchCmd {
 }
 
 #[derive(Args)]
-struct LoaderArgs {
+pub struct LoaderArgs {
     /// The dataset directory.
     dir: PathBuf,
     /// Prefetch workers.
@@ -76,7 +48,7 @@ struct LoaderArgs {
 }
 
 #[derive(Args)]
-struct MakeArgs {
+pub struct MakeArgs {
     /// Where to create the dataset (must not exist).
     dir: PathBuf,
     /// Number of records.
@@ -94,7 +66,7 @@ struct MakeArgs {
 }
 
 #[derive(Args)]
-struct GatherArgs {
+pub struct GatherArgs {
     /// The dataset directory.
     dir: PathBuf,
     /// Records per batch.
@@ -130,78 +102,13 @@ struct GatherArgs {
     json: bool,
 }
 
-fn main() -> ExitCode {
-    tracing_init();
-    let cli = Cli::parse();
-    let result = match cli.cmd {
-        Cmd::Info { dir } => info(&dir),
-        Cmd::Verify { dir } => verify(&dir),
-        Cmd::Bench(BenchCmd::Make(a)) => make(&a),
-        Cmd::Bench(BenchCmd::Gather(a)) => gather(&a),
-        Cmd::Bench(BenchCmd::Loader(a)) => loader(&a),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("zrecord: {e}");
-            ExitCode::FAILURE
-        }
+/// Runs one bench subcommand.
+pub fn run(cmd: &BenchCmd) -> Res {
+    match cmd {
+        BenchCmd::Make(a) => make(a),
+        BenchCmd::Gather(a) => gather(a),
+        BenchCmd::Loader(a) => loader(a),
     }
-}
-
-/// Reports `tracing` events (the backend choice, warnings) on stderr when `RUST_LOG` is set.
-fn tracing_init() {}
-
-type Res = Result<(), Box<dyn std::error::Error>>;
-
-fn info(dir: &Path) -> Res {
-    let ds = Dataset::open(dir)?;
-    let snap = ds.snapshot();
-    let meta = snap.meta();
-    println!("{}", dir.display());
-    println!(
-        "  format {} v{}, generation {}",
-        meta.format, meta.version, meta.generation
-    );
-    println!("  records {}", meta.len);
-    for f in &meta.fields {
-        let shape = f
-            .shape
-            .as_ref()
-            .map_or("variable".to_string(), |s| format!("{s:?}"));
-        println!(
-            "  field {:<16} {:<5} shape {:<12} codec {:<7} table gen {} ({} entries, {} patches)",
-            f.name,
-            f.dtype,
-            shape,
-            f.codec,
-            f.table.generation,
-            f.table.table_len,
-            f.table.patch_len
-        );
-    }
-    let bytes: u64 = meta.chunks.iter().map(|c| c.size).sum();
-    println!("  chunks {} ({} bytes)", meta.chunks.len(), bytes);
-    Ok(())
-}
-
-fn verify(dir: &Path) -> Res {
-    let ds = Dataset::open_with(dir, ReadOptions::default().with_backend(Backend::Uring))?;
-    let n = ds.len();
-    let mut i = 0;
-    let mut bytes = 0usize;
-    while i < n {
-        let end = (i + 1024).min(n);
-        let idx: Vec<u64> = (i..end).collect();
-        let b = ds.gather_blocking(&idx)?;
-        bytes += b.total_bytes();
-        i = end;
-    }
-    println!(
-        "{}: {n} records, {bytes} bytes, every checksum verified",
-        dir.display()
-    );
-    Ok(())
 }
 
 struct Rng(u64);
