@@ -13,6 +13,7 @@ fn every_subcommand_has_help() {
         &["info"][..],
         &["verify"][..],
         &["cat"][..],
+        &["rebalance"][..],
         &["bench"][..],
         &["bench", "make"][..],
         &["bench", "gather"][..],

@@ -9,6 +9,7 @@ mod cat;
 mod convert;
 mod info;
 mod progress;
+mod rebalance;
 mod verify;
 
 use clap::{Parser, Subcommand};
@@ -18,7 +19,7 @@ use std::process::ExitCode;
 #[command(
     name = "zrecord",
     version,
-    about = "zrecord datasets: convert .npy arrays, inspect, verify, print records, benchmark"
+    about = "zrecord datasets: convert .npy arrays, inspect, verify, rebalance, print records, benchmark"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -33,6 +34,9 @@ enum Cmd {
     Info(info::InfoArgs),
     /// Check every checksum and structural invariant; exits non-zero listing each problem.
     Verify(verify::VerifyArgs),
+    /// Rewrite live records into fresh chunks (manual compaction); prints utilization before and
+    /// after.
+    Rebalance(rebalance::RebalanceArgs),
     /// Print one record, as typed JSON values or raw bytes.
     Cat(cat::CatArgs),
     /// Throughput measurements.
@@ -79,6 +83,7 @@ fn main() -> ExitCode {
         Cmd::Convert(a) => convert::run(a),
         Cmd::Info(a) => info::run(a),
         Cmd::Verify(a) => verify::run(a),
+        Cmd::Rebalance(a) => rebalance::run(a),
         Cmd::Cat(a) => cat::run(a),
         Cmd::Bench(b) => bench::run(b),
     };
