@@ -47,8 +47,11 @@ run "warm-64k-auto-1core" taskset -c 0 $z bench gather "$data/r64k" --backend au
 run "loader-64k-w2" bench loader "$data/r64k" --workers 2 --batch 256 --batches 800
 # Deflate (about 2:1), warm: decompressed output per core.
 warm d4k
-run "warm-4k-deflate-auto-t1" bench gather "$data/d4k" --backend auto --batches 3000
+# libdeflate alone on the same records is the limit: the data decides how fast inflating can go.
+run "warm-4k-deflate-auto-2core" bench gather "$data/d4k" --backend auto --batches 3000
+run "warm-4k-deflate-inflate-loop-2core" bench gather "$data/d4k" --inflate-loop --threads 2 --batches 1500
 run "warm-4k-deflate-auto-1core" taskset -c 0 $z bench gather "$data/d4k" --backend auto --batches 3000
+run "warm-4k-deflate-inflate-loop-1core" taskset -c 0 $z bench gather "$data/d4k" --inflate-loop --batches 3000
 # Cold: the dataset's pages dropped before each run.
 for args in "--backend uring" "--backend uring --threads 4" "--backend uring --direct --threads 4" "--backend psync --threads 4" "--backend auto --threads 4" "--pread-loop"; do
   run "cold-4k-$(echo $args | tr -d ' -')" bench gather "$data/r4k" $args --batches 300 --evict

@@ -97,6 +97,11 @@ pub struct GatherArgs {
     /// (first field) into a reused buffer, summing its bytes. Same indices, same consumption.
     #[arg(long)]
     pread_loop: bool,
+    /// Instead of zrecord's engine, run the decompression baseline: the first field's stored
+    /// bytes of each batch are read first (not timed), then inflated by libdeflate in a plain
+    /// loop on this thread (timed). What libdeflate alone does with the same records.
+    #[arg(long, conflicts_with = "pread_loop")]
+    inflate_loop: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -212,6 +217,7 @@ fn run_gather(a: &GatherArgs) -> Result<GatherStats, Box<dyn std::error::Error>>
                 batches: a.batches,
                 verify: !a.no_verify,
                 pread_loop: a.pread_loop,
+                inflate_loop: a.inflate_loop,
                 seed: a.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (t as u64 + 1),
             };
             std::thread::spawn(move || bench_thread(&ds, &job))
@@ -226,7 +232,11 @@ fn run_gather(a: &GatherArgs) -> Result<GatherStats, Box<dyn std::error::Error>>
         bytes += b;
         sink ^= s;
     }
-    let secs = start.elapsed().as_secs_f64();
+    let mut secs = start.elapsed().as_secs_f64();
+    if a.inflate_loop {
+        // Only the inflating is timed: the threads' timed seconds, run side by side.
+        secs = lat.iter().sum::<f64>() / 1e3 / a.threads.max(1) as f64;
+    }
     lat.sort_by(f64::total_cmp);
     let pct = |p: f64| -> f64 {
         let i = ((lat.len() as f64 - 1.0) * p).round() as usize;
@@ -234,6 +244,8 @@ fn run_gather(a: &GatherArgs) -> Result<GatherStats, Box<dyn std::error::Error>>
     };
     let effective = if a.pread_loop {
         "pread-loop"
+    } else if a.inflate_loop {
+        "inflate-loop"
     } else {
         ds.backend().name()
     };
@@ -266,6 +278,7 @@ struct ThreadJob {
     batches: usize,
     verify: bool,
     pread_loop: bool,
+    inflate_loop: bool,
     seed: u64,
 }
 
@@ -282,9 +295,46 @@ fn bench_thread(
     let mut files: std::collections::HashMap<PathBuf, std::fs::File> =
         std::collections::HashMap::new();
     let mut buf = Vec::new();
+    let mut stored: Vec<(zrecord::Codec, usize, Vec<u8>)> = Vec::new();
+    let mut inflater = libdeflater::Decompressor::new();
     for _ in 0..job.batches {
         for i in idx.iter_mut() {
             *i = rng.next() % n;
+        }
+        if job.inflate_loop {
+            // Untimed: the stored bytes of this batch, as the engine would have them in memory.
+            let snap = ds.snapshot();
+            stored.clear();
+            for &i in &idx {
+                let loc = snap.locate(0, i)?;
+                let Some(path) = loc.chunk else { continue };
+                let file = open_cached(&mut files, &path)?;
+                let mut b = vec![0u8; loc.stored_len as usize];
+                std::os::unix::fs::FileExt::read_exact_at(file, &mut b, loc.offset).map_err(
+                    |e| zrecord::Error::Io {
+                        path: path.clone(),
+                        op: "read",
+                        source: e,
+                    },
+                )?;
+                stored.push((loc.codec, loc.logical_len as usize, b));
+            }
+            let t0 = Instant::now();
+            for (codec, logical, b) in &stored {
+                if *codec == zrecord::Codec::Deflate {
+                    buf.resize(*logical, 0);
+                    let n = inflater.deflate_decompress(b, &mut buf).map_err(|e| {
+                        zrecord::Error::InvalidConfig {
+                            reason: format!("inflate: {e:?}"),
+                        }
+                    })?;
+                    sink = sink.wrapping_add(n as u64);
+                }
+                bytes += *logical as u64;
+            }
+            records += idx.len() as u64;
+            lat.push(t0.elapsed().as_secs_f64() * 1e3);
+            continue;
         }
         let t0 = Instant::now();
         if job.pread_loop {
@@ -292,17 +342,7 @@ fn bench_thread(
             for &i in &idx {
                 let loc = snap.locate(0, i)?;
                 let Some(path) = loc.chunk else { continue };
-                if !files.contains_key(&path) {
-                    let f = std::fs::File::open(&path).map_err(|e| zrecord::Error::Io {
-                        path: path.clone(),
-                        op: "open",
-                        source: e,
-                    })?;
-                    files.insert(path.clone(), f);
-                }
-                let Some(file) = files.get(&path) else {
-                    continue;
-                };
+                let file = open_cached(&mut files, &path)?;
                 buf.resize(loc.stored_len as usize, 0);
                 std::os::unix::fs::FileExt::read_exact_at(file, &mut buf, loc.offset).map_err(
                     |e| zrecord::Error::Io {
@@ -326,6 +366,26 @@ fn bench_thread(
         lat.push(t0.elapsed().as_secs_f64() * 1e3);
     }
     Ok((lat, records, bytes, sink))
+}
+
+/// The baselines' open files, one descriptor per chunk.
+fn open_cached<'a>(
+    files: &'a mut std::collections::HashMap<PathBuf, std::fs::File>,
+    path: &PathBuf,
+) -> Result<&'a std::fs::File, zrecord::Error> {
+    if !files.contains_key(path) {
+        let f = std::fs::File::open(path).map_err(|e| zrecord::Error::Io {
+            path: path.clone(),
+            op: "open",
+            source: e,
+        })?;
+        files.insert(path.clone(), f);
+    }
+    files.get(path).ok_or_else(|| zrecord::Error::Io {
+        path: path.clone(),
+        op: "open",
+        source: std::io::Error::other("vanished from the cache"),
+    })
 }
 
 /// Touches every byte of a batch (when checksums, which already do, are off): a vectorised sum.
@@ -424,6 +484,7 @@ fn loader(a: &LoaderArgs) -> Res {
             no_verify: false,
             seed: 1,
             pread_loop: false,
+            inflate_loop: false,
             json: false,
         };
         Some(run_gather(&g)?.records_per_s)
