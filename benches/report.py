@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 
-def limits(out):
+def limits(out, files=("limits-before.txt", "limits-after.txt")):
     got = {}
-    for name in ("limits-before.txt", "limits-after.txt"):
+    for name in files:
         p = out / name
         if not p.exists():
             continue
@@ -148,6 +148,14 @@ def tables(out):
         target = 0.85 if size >= 65536 else 0.5
         row(f"append + commit, {key}", "cargo bench --bench write", f"{x['bytes_per_s'] / 1e9:.2f} GB/s",
             f"buffered-seq-write-64k+fsync {lw / 1e9:.2f} GB/s", f"{q:.2f}×", f"≥ {target}×", q >= target)
+    x = r("convert-1g-f32")
+    lc = limits(out, ("limits-convert.txt",)).get("buffered-seq-write-64k+fsync", (0, 0))[1] * 1e6
+    if x and lc:
+        lw = lc
+        q = x["bytes_per_s"] / lw
+        row("convert, 1 GiB float32 .npy", "convert x.npy --out DIR --writers 2 (benches/convert.sh, median of 5)",
+            f"{x['bytes_per_s'] / 1e9:.2f} GB/s", f"buffered-seq-write-64k+fsync {lw / 1e9:.2f} GB/s", f"{q:.2f}×",
+            "reported", True)
     for key, x in sorted(criterion(out, "criterion-resume.txt").items()):
         if "seconds" in x:
             row(f"resume, {key}", "cargo bench --bench pipeline -- resume_deep", f"{x['seconds'] * 1e3:.3f} ms",
@@ -156,6 +164,8 @@ def tables(out):
     head = ("| figure | command (`zrecord …`) | measured | limit, same run | ratio | target |\n"
             "|---|---|---|---|---|---|")
     lim_lines = "\n".join(f"| {k} | {v[0]:.0f} | {v[1]:.1f} |" for k, v in lim.items())
+    if lc:
+        lim_lines += f"\n| buffered-seq-write-64k+fsync, right after convert (benches/convert.sh) | - | {lc / 1e6:.1f} |"
     return (head + "\n" + "\n".join(rows) + "\n\nLimits of this run (`../shared/bench/limits.sh`, the higher of "
             "the runs before and after the figures):\n\n| limit | IOPS | MB/s |\n|---|---|---|\n" + lim_lines + "\n")
 
