@@ -21,8 +21,15 @@ pub struct PsyncPool {
 }
 
 /// A job being worked on by the caller and some helpers.
+///
+/// Helpers may hold it after the job is over (a helper woken late finds no op left), so it owns
+/// nothing that must be released when `run` returns: the caller keeps the job's files and
+/// buffers, and `Shared` has their raw descriptors and addresses, used only while ops remain.
 struct Shared {
+    /// The job without its files and buffers.
     job: IoJob,
+    /// The descriptors of the caller's files, by file index.
+    fds: Vec<std::os::fd::RawFd>,
     /// The job's buffers, taken out of `job` by the caller (which keeps them alive and
     /// untouched until every op has finished).
     bases: Vec<*mut u8>,
@@ -35,7 +42,8 @@ struct Shared {
 // SAFETY: `bases` point into buffers owned by the caller of `PsyncPool::run`, which does not
 // touch it and keeps it alive until every op has been finished (counted in `state.done`); the
 // ops write disjoint pieces (checked by `IoJob::validate` plus the planner's construction), so
-// sharing the pointer across threads is sound.
+// sharing the pointer across threads is sound. `fds` are plain integers; the caller keeps the
+// files open until every op has finished, and no op runs after that.
 unsafe impl Send for Shared {}
 // SAFETY: as above; every other field is Sync.
 unsafe impl Sync for Shared {}
@@ -43,7 +51,8 @@ unsafe impl Sync for Shared {}
 #[derive(Default)]
 struct State {
     done: usize,
-    error: Option<JobError>,
+    /// The first failed op and its error.
+    error: Option<(usize, std::io::Error)>,
 }
 
 impl PsyncPool {
@@ -68,7 +77,11 @@ impl PsyncPool {
         job.validate().map_err(|e| JobError::new(&job, 0, e))?;
         let n = job.ops.len();
         let mut bufs = std::mem::take(&mut job.bufs);
+        // The caller keeps the files: their descriptors close when the job does, not when the
+        // last helper lets go of `Shared`.
+        let files = std::mem::take(&mut job.files);
         let shared = Arc::new(Shared {
+            fds: files.iter().map(|f| f.fd()).collect(),
             job,
             bases: bufs.iter_mut().map(|b| b.as_mut_ptr()).collect(),
             next: AtomicUsize::new(0),
@@ -95,26 +108,21 @@ impl PsyncPool {
         }
         let error = st.error.take();
         drop(st);
-        match Arc::try_unwrap(shared) {
-            Ok(s) => {
-                let mut job = s.job;
-                job.bufs = bufs;
-                match error {
-                    Some(e) => Err(e),
-                    None => Ok(job),
-                }
-            }
-            // A helper still holds the Arc but has no op left to run (all `n` are done): the job
-            // cannot be reclaimed without waiting for it, so rebuild the result from the buffer.
-            Err(s) => match error {
-                Some(e) => Err(e),
-                None => Ok(IoJob {
-                    files: s.job.files.clone(),
-                    ops: s.job.ops.clone(),
-                    pieces: s.job.pieces.clone(),
-                    bufs,
-                }),
+        let mut job = match Arc::try_unwrap(shared) {
+            Ok(s) => s.job,
+            // A helper still holds the Arc but has no op left to run (all `n` are done).
+            Err(s) => IoJob {
+                files: Vec::new(),
+                ops: s.job.ops.clone(),
+                pieces: s.job.pieces.clone(),
+                bufs: Vec::new(),
             },
+        };
+        job.files = files;
+        job.bufs = bufs;
+        match error {
+            Some((op, e)) => Err(JobError::new(&job, op, e)),
+            None => Ok(job),
         }
     }
 }
@@ -156,7 +164,7 @@ fn work(s: &Shared) {
         if let Err(e) = result {
             s.failed.store(true, Ordering::Relaxed);
             if st.error.is_none() {
-                st.error = Some(JobError::new(&s.job, i, e));
+                st.error = Some((i, e));
             }
         }
         st.done += 1;
@@ -168,9 +176,9 @@ fn work(s: &Shared) {
 
 /// Reads op `i` completely, retrying short reads and `EINTR`.
 fn run_op(s: &Shared, i: usize) -> std::io::Result<()> {
-    let (Some(op), Some(file)) = (
+    let (Some(op), Some(&fd)) = (
         s.job.ops.get(i),
-        s.job.ops.get(i).and_then(|o| s.job.files.get(o.file)),
+        s.job.ops.get(i).and_then(|o| s.fds.get(o.file)),
     ) else {
         return Ok(());
     };
@@ -197,8 +205,8 @@ fn run_op(s: &Shared, i: usize) -> std::io::Result<()> {
         let offset = op.offset + done as u64;
         // SAFETY: every iovec points into the caller's buffer, inside bounds (`IoJob::validate`)
         // and disjoint from every other op's pieces; the buffer outlives this call (the caller
-        // waits for all ops). The descriptor is kept open by `s.job.files`.
-        let r = unsafe { libc::preadv(file.fd(), rest.as_ptr(), count, offset as libc::off_t) };
+        // waits for all ops). The descriptor is kept open by the caller's `files` until then.
+        let r = unsafe { libc::preadv(fd, rest.as_ptr(), count, offset as libc::off_t) };
         if r < 0 {
             let e = std::io::Error::last_os_error();
             if e.kind() == std::io::ErrorKind::Interrupted {
