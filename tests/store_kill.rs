@@ -9,6 +9,10 @@
 //! `Vec<Vec<u8>>`-per-field model. `ZRECORD_KILLS` sets the number of kills (default 1,000).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+mod common;
+
+use common::Rng;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -21,25 +25,6 @@ const SEED: u64 = 0x5eed_0fc0_ffee;
 
 type Rec = Vec<Vec<u8>>;
 
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-    /// splitmix64.
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 enum Op {
     Append(Rec),
     Modify(u64, usize, Vec<u8>),
@@ -51,7 +36,7 @@ fn bytes(len: usize, x: u64) -> Vec<u8> {
     if x.is_multiple_of(2) {
         return (0..len).map(|i| ((i as u64 % 23) ^ x) as u8).collect();
     }
-    let mut r = Rng::new(x);
+    let mut r = Rng(x);
     (0..len).map(|_| r.next() as u8).collect()
 }
 
@@ -67,7 +52,7 @@ fn value(r: &mut Rng) -> Vec<u8> {
 
 /// The transaction committed on top of generation `generation` of a dataset of `len` records.
 fn txn(generation: u64, mut len: u64) -> Vec<Op> {
-    let mut r = Rng::new(SEED ^ generation.wrapping_mul(0x2545_f491_4f6c_dd1d));
+    let mut r = Rng(SEED ^ generation.wrapping_mul(0x2545_f491_4f6c_dd1d));
     let n = 1 + r.below(12);
     let mut ops = Vec::new();
     for _ in 0..n {
@@ -178,7 +163,7 @@ fn sigkill_never_loses_a_commit() {
     let exe = std::env::current_exe().unwrap();
     let mut model: Vec<Rec> = Vec::new();
     let mut generation = 0u64;
-    let mut rng = Rng::new(SEED);
+    let mut rng = Rng(SEED);
     let (mut acks_total, mut mid_commit) = (0u64, 0u64);
     let n = kills();
     for kill in 0..n {

@@ -6,6 +6,10 @@
 //! file's end) would kill the test process.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+mod common;
+
+use common::Rng;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,22 +17,6 @@ use zrecord::{Backend, Codec, DType, Dataset, Field, ReadOptions, Schema, Writer
 
 type Rec = Arc<Vec<Vec<u8>>>;
 type Models = Mutex<HashMap<u64, Arc<Vec<Rec>>>>;
-
-struct Rng(u64);
-
-impl Rng {
-    /// splitmix64.
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 fn value(r: &mut Rng) -> Vec<u8> {
     let len = match r.below(8) {

@@ -307,17 +307,10 @@ fn bench_thread(
             stored.clear();
             for &i in &idx {
                 let loc = snap.locate(0, i)?;
-                let Some(path) = loc.chunk else { continue };
-                let file = open_cached(&mut files, &path)?;
-                let mut b = vec![0u8; loc.stored_len as usize];
-                std::os::unix::fs::FileExt::read_exact_at(file, &mut b, loc.offset).map_err(
-                    |e| zrecord::Error::Io {
-                        path: path.clone(),
-                        op: "read",
-                        source: e,
-                    },
-                )?;
-                stored.push((loc.codec, loc.logical_len as usize, b));
+                let mut b = Vec::new();
+                if read_stored(&mut files, &loc, &mut b)? {
+                    stored.push((loc.codec, loc.logical_len as usize, b));
+                }
             }
             let t0 = Instant::now();
             for (codec, logical, b) in &stored {
@@ -341,16 +334,9 @@ fn bench_thread(
             let snap = ds.snapshot();
             for &i in &idx {
                 let loc = snap.locate(0, i)?;
-                let Some(path) = loc.chunk else { continue };
-                let file = open_cached(&mut files, &path)?;
-                buf.resize(loc.stored_len as usize, 0);
-                std::os::unix::fs::FileExt::read_exact_at(file, &mut buf, loc.offset).map_err(
-                    |e| zrecord::Error::Io {
-                        path: path.clone(),
-                        op: "read",
-                        source: e,
-                    },
-                )?;
+                if !read_stored(&mut files, &loc, &mut buf)? {
+                    continue;
+                }
                 sink = sink.wrapping_add(buf.iter().map(|&x| u64::from(x)).sum::<u64>());
                 bytes += buf.len() as u64;
             }
@@ -366,6 +352,28 @@ fn bench_thread(
         lat.push(t0.elapsed().as_secs_f64() * 1e3);
     }
     Ok((lat, records, bytes, sink))
+}
+
+/// The baselines' read: one `pread` of a value's stored bytes into `buf` (resized to fit).
+/// False for an absent value.
+fn read_stored(
+    files: &mut std::collections::HashMap<PathBuf, std::fs::File>,
+    loc: &zrecord::RecordLocation,
+    buf: &mut Vec<u8>,
+) -> Result<bool, zrecord::Error> {
+    let Some(path) = &loc.chunk else {
+        return Ok(false);
+    };
+    let file = open_cached(files, path)?;
+    buf.resize(loc.stored_len as usize, 0);
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, loc.offset).map_err(|e| {
+        zrecord::Error::Io {
+            path: path.clone(),
+            op: "read",
+            source: e,
+        }
+    })?;
+    Ok(true)
 }
 
 /// The baselines' open files, one descriptor per chunk.
