@@ -9,9 +9,9 @@
 //! `Vec<Vec<u8>>`-per-field model. `ZRECORD_KILLS` sets the number of kills (default 1,000).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-mod common;
+mod support;
 
-use common::Rng;
+use support::Rng;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;

@@ -6,9 +6,9 @@
 //! file's end) would kill the test process.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-mod common;
+mod support;
 
-use common::Rng;
+use support::Rng;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

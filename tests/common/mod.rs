@@ -1,5 +1,4 @@
-//! Shared by the integration tests: proptest strategies for small, random loader configurations,
-//! and a seeded generator for tests that script their own workloads.
+//! Proptest strategies for small, random loader configurations, shared by the pipeline tests.
 #![allow(dead_code)]
 
 use proptest::prelude::*;
@@ -63,23 +62,5 @@ prop_compose! {
                 merge: MergePolicy::Strict,
             },
         }
-    }
-}
-
-/// splitmix64: a seeded, portable generator for tests that script their own workloads.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform-ish in `[0, n)` (`n` = 0 counts as 1).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
     }
 }
