@@ -31,6 +31,7 @@ fn config(write_buffer_bytes: usize) -> WriterConfig {
     WriterConfig {
         deflate_level: 1,
         write_buffer_bytes,
+        ..WriterConfig::default()
     }
 }
 

@@ -43,6 +43,7 @@ fn workload() -> Workload {
         config: WriterConfig {
             deflate_level: 1,
             write_buffer_bytes: 600,
+            ..WriterConfig::default()
         },
         steps,
     }

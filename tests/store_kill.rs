@@ -95,6 +95,7 @@ fn config() -> WriterConfig {
     WriterConfig {
         deflate_level: 1,
         write_buffer_bytes: 16 << 10,
+        ..WriterConfig::default()
     }
 }
 

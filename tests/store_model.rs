@@ -1,5 +1,6 @@
-//! Any sequence of append / modify / delete / commit / reopen / get / gather leaves the dataset
-//! equal, byte for byte, to a plain `Vec<Vec<u8>>`-per-field model of its last commit.
+//! Any sequence of append / append_many / modify / delete / commit / reopen / get / gather, with any
+//! number of append tasks and any job size, leaves the dataset equal, byte for byte, to a plain
+//! `Vec<Vec<u8>>`-per-field model of its last commit.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use proptest::prelude::*;
@@ -46,6 +47,7 @@ fn bytes(len: usize, seed: u64) -> Vec<u8> {
 #[derive(Clone, Debug)]
 enum Op {
     Append(usize, u64, usize, u64),
+    AppendMany(Vec<(usize, u64, usize, u64)>),
     Modify(Index, bool, usize, u64),
     ModifyRecord(Index, usize, u64),
     Delete(Index),
@@ -59,6 +61,7 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         30 => (size(), any::<u64>(), size(), any::<u64>()).prop_map(|(a, b, c, d)| Op::Append(a, b, c, d)),
+        4 => prop::collection::vec((size(), any::<u64>(), size(), any::<u64>()), 0..12).prop_map(Op::AppendMany),
         8 => (any::<Index>(), any::<bool>(), size(), any::<u64>()).prop_map(|(i, f, s, x)| Op::Modify(i, f, s, x)),
         4 => (any::<Index>(), size(), any::<u64>()).prop_map(|(i, s, x)| Op::ModifyRecord(i, s, x)),
         10 => any::<Index>().prop_map(Op::Delete),
@@ -94,18 +97,10 @@ fn check_all(dir: &Path, model: &[Rec]) {
     }
 }
 
-fn run(ops: Vec<Op>, backend: Backend, direct: bool) {
+fn run(ops: Vec<Op>, backend: Backend, direct: bool, config: WriterConfig) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("ds");
-    let mut w = Writer::create(
-        &dir,
-        &schema(),
-        WriterConfig {
-            deflate_level: 1,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let mut w = Writer::create(&dir, &schema(), config.clone()).unwrap();
     let opts = ReadOptions::default()
         .with_backend(backend)
         .with_direct_io(direct);
@@ -120,6 +115,15 @@ fn run(ops: Vec<Op>, backend: Backend, direct: bool) {
                 let rec = vec![bytes(s1, x1), bytes(s2, x2)];
                 assert_eq!(w.append(&rec).unwrap(), working.len() as u64);
                 working.push(rec);
+            }
+            Op::AppendMany(recs) => {
+                let recs: Vec<Rec> = recs
+                    .into_iter()
+                    .map(|(s1, x1, s2, x2)| vec![bytes(s1, x1), bytes(s2, x2)])
+                    .collect();
+                let n = working.len() as u64;
+                assert_eq!(w.append_many(&recs).unwrap(), n..n + recs.len() as u64);
+                working.extend(recs);
             }
             Op::Modify(i, f, s, x) => {
                 if working.is_empty() {
@@ -162,14 +166,7 @@ fn run(ops: Vec<Op>, backend: Backend, direct: bool) {
             Op::Reopen => {
                 drop(w);
                 check_all(&dir, &committed);
-                w = Writer::open(
-                    &dir,
-                    WriterConfig {
-                        deflate_level: 1,
-                        ..Default::default()
-                    },
-                )
-                .unwrap();
+                w = Writer::open(&dir, config.clone()).unwrap();
                 working = committed.clone();
             }
             Op::Get(i) => {
@@ -235,7 +232,16 @@ proptest! {
         ops in prop::collection::vec(op(), 1..200),
         backend in prop::sample::select(vec![Backend::Auto, Backend::Uring, Backend::Psync, Backend::Mmap]),
         direct in prop::bool::weighted(0.2),
+        num_writers in 1usize..=4,
+        write_buffer_bytes in prop::sample::select(vec![1usize, 300, 5000, 4 << 20]),
+        queue_depth in 1usize..=3,
     ) {
-        run(ops, backend, direct);
+        let config = WriterConfig {
+            deflate_level: 1,
+            write_buffer_bytes,
+            num_writers,
+            queue_depth,
+        };
+        run(ops, backend, direct, config);
     }
 }

@@ -11,6 +11,7 @@ fn config() -> WriterConfig {
     WriterConfig {
         deflate_level: 1,
         write_buffer_bytes: 4096,
+        ..WriterConfig::default()
     }
 }
 

@@ -43,6 +43,7 @@ fn write(dir: &std::path::Path, models: &Models, stop: &AtomicBool) {
         WriterConfig {
             deflate_level: 1,
             write_buffer_bytes: 32 << 10,
+            ..WriterConfig::default()
         },
     )
     .unwrap();

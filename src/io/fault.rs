@@ -1049,6 +1049,10 @@ struct Plan {
 pub struct FaultFs {
     inner: Arc<dyn Vfs>,
     plan: Arc<Mutex<Plan>>,
+    /// While true, file writes and syncs wait (see [`FaultFs::hold_writes`]).
+    held: Arc<(Mutex<bool>, std::sync::Condvar)>,
+    /// Operations waiting at the gate.
+    waiting: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 enum Go {
@@ -1062,7 +1066,38 @@ impl FaultFs {
         FaultFs {
             inner,
             plan: Arc::new(Mutex::new(Plan::default())),
+            held: Arc::new((Mutex::new(false), std::sync::Condvar::new())),
+            waiting: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
         }
+    }
+
+    /// Operations waiting because writes are held.
+    pub fn held_waiters(&self) -> usize {
+        self.waiting.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// With `true`, every file write and sync waits until called again with `false`: a disk that
+    /// stopped answering, for tests of backpressure and cancellation.
+    pub fn hold_writes(&self, hold: bool) {
+        let (lock, cv) = &*self.held;
+        *lock_state(lock) = hold;
+        cv.notify_all();
+    }
+
+    /// Waits while writes are held.
+    fn pass_gate(&self) {
+        let (lock, cv) = &*self.held;
+        let mut held = lock_state(lock);
+        if !*held {
+            return;
+        }
+        self.waiting
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        while *held {
+            held = cv.wait(held).unwrap_or_else(|e| e.into_inner());
+        }
+        self.waiting
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Operations started so far.
@@ -1158,6 +1193,7 @@ impl VfsFile for FaultFile {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize> {
+        self.fs.pass_gate();
         match self.fs.begin(OpClass::Write, self.path(), "write")? {
             Go::Run => self.inner.write_at(buf, offset),
             Go::Short => self
@@ -1182,6 +1218,7 @@ impl VfsFile for FaultFile {
     }
 
     fn sync_data(&self) -> Result<()> {
+        self.fs.pass_gate();
         self.fs.begin(OpClass::Alloc, self.path(), "fdatasync")?;
         self.inner.sync_data()
     }
