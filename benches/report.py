@@ -143,10 +143,14 @@ def tables(out):
     for key, x in sorted(criterion(out, "criterion-write.txt").items()):
         if "bytes_per_s" not in x or not lw:
             continue
-        size = int(key.rsplit("/", 1)[1])
+        m = re.search(r"raw/(\d+)(?:/writers=(\d+))?", key)
+        if not m:
+            continue
+        size, writers = int(m.group(1)), m.group(2) or "1"
         q = x["bytes_per_s"] / lw
         target = 0.85 if size >= 65536 else 0.5
-        row(f"append + commit, {key}", "cargo bench --bench write", f"{x['bytes_per_s'] / 1e9:.2f} GB/s",
+        row(f"append + commit, {size // 1024} KiB records, {writers} writer{'s' if writers != '1' else ''}",
+            f"cargo bench --bench write -- raw/{size}/writers={writers}", f"{x['bytes_per_s'] / 1e9:.2f} GB/s",
             f"buffered-seq-write-64k+fsync {lw / 1e9:.2f} GB/s", f"{q:.2f}×", f"≥ {target}×", q >= target)
     x = r("convert-1g-f32")
     lc = limits(out, ("limits-convert.txt",)).get("buffered-seq-write-64k+fsync", (0, 0))[1] * 1e6

@@ -1,8 +1,9 @@
 //! Append + commit throughput: how fast a writer turns records into durable bytes.
 //!
-//! One iteration appends `RECORDS_PER_COMMIT` records of the given size to a fresh dataset
-//! and commits (fdatasync of the chunk, the offset table, meta.json, the directory), so the
-//! figure includes every fsync a real ingest pays. Compare it with
+//! One iteration appends 256 MiB of records of the given size to a fresh dataset with 1, 2 or 4
+//! append tasks (`WriterConfig::num_writers`) and commits (fdatasync of the chunks, the offset
+//! table, meta.json, the directories), so the figure includes every fsync a real ingest pays.
+//! Compare it with
 //! `../shared/bench/limits.sh`'s `buffered-seq-write-64k+fsync` (see docs/BENCHMARKS.md).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
@@ -21,27 +22,32 @@ fn append_commit(c: &mut Criterion) {
         let records = BYTES_PER_ITER / record_bytes;
         let payload: Vec<u8> = (0..record_bytes).map(|i| (i * 31 % 251) as u8).collect();
         group.throughput(Throughput::Bytes((records * record_bytes) as u64));
-        group.bench_with_input(
-            BenchmarkId::new("raw", record_bytes),
-            &record_bytes,
-            |b, _| {
-                b.iter_batched(
-                    || tempfile::tempdir_in(bench_dir()).unwrap(),
-                    |tmp| {
-                        let schema = Schema::new().field(Field::new("x", DType::U8));
-                        let mut w =
-                            Writer::create(tmp.path().join("ds"), &schema, WriterConfig::default())
-                                .unwrap();
-                        for _ in 0..records {
-                            w.append(&[&payload[..]]).unwrap();
-                        }
-                        w.commit().unwrap();
-                        tmp
-                    },
-                    criterion::BatchSize::PerIteration,
-                );
-            },
-        );
+        for writers in [1usize, 2, 4] {
+            group.bench_with_input(
+                BenchmarkId::new(format!("raw/{record_bytes}"), format!("writers={writers}")),
+                &writers,
+                |b, &writers| {
+                    b.iter_batched(
+                        || tempfile::tempdir_in(bench_dir()).unwrap(),
+                        |tmp| {
+                            let schema = Schema::new().field(Field::new("x", DType::U8));
+                            let config = WriterConfig {
+                                num_writers: writers,
+                                ..WriterConfig::default()
+                            };
+                            let mut w =
+                                Writer::create(tmp.path().join("ds"), &schema, config).unwrap();
+                            for _ in 0..records {
+                                w.append(&[&payload[..]]).unwrap();
+                            }
+                            w.commit().unwrap();
+                            tmp
+                        },
+                        criterion::BatchSize::PerIteration,
+                    );
+                },
+            );
+        }
     }
     group.finish();
 }

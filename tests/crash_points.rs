@@ -235,7 +235,7 @@ fn crash_during_rebalance() {
     });
 }
 
-/// A seeded mix of 50 operations.
+/// A seeded mix of 50 operations, with 1 to 4 append tasks.
 fn mix(seed: u64) -> Workload {
     let mut r = Rng(seed);
     let mut steps = Vec::new();
@@ -260,7 +260,12 @@ fn mix(seed: u64) -> Workload {
     Workload {
         name: "mix",
         schema: support::schema(4096),
-        config: config(1000),
+        // 1 to 4 append tasks: their writes interleave differently from run to run, and every
+        // interleaving must recover to a commit.
+        config: WriterConfig {
+            num_writers: 1 + (seed % 4) as usize,
+            ..config(1000)
+        },
         steps,
     }
 }

@@ -561,8 +561,7 @@ impl Writer {
         &self,
         positions: impl Iterator<Item = usize> + Clone,
         values: &[B],
-        task: usize,
-        proj: &mut [Projection],
+        p: &mut Projection,
         projected_new: &mut u64,
     ) -> Result<()> {
         for (f, v) in positions.clone().zip(values) {
@@ -572,16 +571,31 @@ impl Writer {
             check_record(meta, v.as_ref())?;
         }
         let limit = self.shared.chunk_size_bytes;
-        if let Some(p) = proj.get_mut(task) {
-            for v in values {
-                if p.add(v.as_ref().len() as u64, limit) {
-                    *projected_new += 1;
-                }
+        for v in values {
+            if p.add(v.as_ref().len() as u64, limit) {
+                *projected_new += 1;
             }
         }
         if *projected_new > self.free_ids {
             return Err(Error::TooManyChunks { max: MAX_CHUNKS });
         }
+        Ok(())
+    }
+
+    /// [`Writer::check_values`] for the open job's task; its projection is updated on success.
+    fn check_for_open_job<B: AsRef<[u8]>>(
+        &mut self,
+        positions: impl Iterator<Item = usize> + Clone,
+        values: &[B],
+    ) -> Result<()> {
+        let task = self.open_task;
+        let mut p = self.projections.get(task).copied().ok_or_else(task_gone)?;
+        let mut new = self.projected_new;
+        self.check_values(positions, values, &mut p, &mut new)?;
+        if let Some(slot) = self.projections.get_mut(task) {
+            *slot = p;
+        }
+        self.projected_new = new;
         Ok(())
     }
 
@@ -639,11 +653,7 @@ impl Writer {
                 actual: fields.len(),
             });
         }
-        let mut proj = self.projections.clone();
-        let mut new = self.projected_new;
-        self.check_values(0..fields.len(), fields, self.open_task, &mut proj, &mut new)?;
-        self.projections = proj;
-        self.projected_new = new;
+        self.check_for_open_job(0..fields.len(), fields)?;
         let index = self.len;
         let op = Op::Set {
             index,
@@ -670,7 +680,8 @@ impl Writer {
                     actual: r.len(),
                 });
             }
-            self.check_values(0..n, r, task, &mut proj, &mut new)?;
+            let p = proj.get_mut(task).ok_or_else(task_gone)?;
+            self.check_values(0..n, r, p, &mut new)?;
             bytes += r.iter().map(|v| v.as_ref().len()).sum::<usize>();
             if bytes >= self.config.write_buffer_bytes {
                 bytes = 0;
@@ -708,8 +719,11 @@ impl Writer {
     }
 
     fn apply_ready_inner(&mut self) -> Result<()> {
-        if self.ops.is_empty() {
-            return Ok(());
+        match self.ops.front() {
+            None => return Ok(()),
+            // The common case while appending: the oldest op still waits for its job.
+            Some(Op::Set { ticket, .. }) if !self.answered.contains_key(ticket) => return Ok(()),
+            Some(_) => {}
         }
         let core = self.core.clone();
         let mut core = core.lock().unwrap_or_else(|e| e.into_inner());
@@ -996,17 +1010,7 @@ impl Writer {
         futures::executor::block_on(self.ready())?;
         let f = self.field_position(field)?;
         self.check_index(index)?;
-        let mut proj = self.projections.clone();
-        let mut new = self.projected_new;
-        self.check_values(
-            std::iter::once(f),
-            &[data],
-            self.open_task,
-            &mut proj,
-            &mut new,
-        )?;
-        self.projections = proj;
-        self.projected_new = new;
+        self.check_for_open_job(std::iter::once(f), &[data])?;
         let op = Op::Set {
             index,
             field: Some(f),
@@ -1026,11 +1030,7 @@ impl Writer {
             });
         }
         self.check_index(index)?;
-        let mut proj = self.projections.clone();
-        let mut new = self.projected_new;
-        self.check_values(0..fields.len(), fields, self.open_task, &mut proj, &mut new)?;
-        self.projections = proj;
-        self.projected_new = new;
+        self.check_for_open_job(0..fields.len(), fields)?;
         let op = Op::Set {
             index,
             field: None,
