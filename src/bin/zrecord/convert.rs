@@ -5,7 +5,8 @@
 //! ```text
 //! reader thread ──stored blocks──► N decode threads ──decoded blocks──► writer (this thread)
 //!   (pread of ~8 MiB of rows     (byte order, Fortran     (reorders by block number, appends
-//!    from every input)            transpose)               each row, commits once at the end)
+//!    from every input)            transpose)               each row, commits once at the end;
+//!                                                          N append tasks deflate and write)
 //!        ▲                                                         │
 //!        └──────────────── block buffers returned for reuse ───────┘
 //! ```
@@ -57,8 +58,9 @@ pub struct ConvertArgs {
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes, default_value_t = DEFAULT_CHUNK_SIZE_BYTES)]
     chunk_size: u64,
     /// Threads decoding rows (byte-order conversion, Fortran transpose) ahead of the dataset's
-    /// single writer, 1-4. The store has one writer: compression runs on it.
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=4))]
+    /// writer, and append tasks of the writer (deflate, checksums and writes, each task into
+    /// its own chunk), 1-4 of each.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=4))]
     writers: u8,
     /// Stored bytes read per block (testing aid: small values exercise the pipeline).
     #[arg(long, hide = true, default_value_t = BLOCK_BYTES)]
@@ -334,7 +336,11 @@ fn build(
     let row_bytes: Vec<u64> = inputs.iter().map(|i| i.header().row_bytes()).collect();
     let stored_row_bytes: u64 = row_bytes.iter().sum();
     let block_rows = (block_bytes / stored_row_bytes.max(1)).clamp(1, MAX_BLOCK_ROWS);
-    let mut writer = Writer::create(dir, schema, WriterConfig::default())?;
+    let config = WriterConfig {
+        num_writers: decoders,
+        ..WriterConfig::default()
+    };
+    let mut writer = Writer::create(dir, schema, config)?;
     let bar = progress::bytes_bar(total_bytes, "convert");
 
     let buffers = decoders * 2 + 2;
