@@ -3,6 +3,7 @@
 
 pub mod batch;
 pub mod dataset;
+mod finish;
 pub(crate) mod layout;
 pub mod schema;
 pub mod snapshot;
