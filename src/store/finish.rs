@@ -340,3 +340,75 @@ fn cut<'a, 'b>(tasks: &'a [Task<'b>], out: &'a mut [u8], verify: bool, n: usize)
         failed: AtomicUsize::new(usize::MAX),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::entry::Entry;
+
+    /// `n` raw records of `len` bytes, with 64-byte slots laid end to end from `pad`.
+    fn wants(n: usize, len: u32) -> Vec<Want> {
+        (0..n)
+            .map(|i| Want {
+                field: 0,
+                index: i as u64,
+                e: Entry {
+                    physical_len: len,
+                    logical_len: len,
+                    ..Entry::EMPTY
+                },
+            })
+            .collect()
+    }
+
+    #[test]
+    fn pieces_tile_the_tasks_and_the_slab() {
+        let pad = 24;
+        let len = 1000usize;
+        let slot = len.next_multiple_of(64);
+        let ws = wants(100, len as u32);
+        let stored = vec![7u8; len];
+        let tasks: Vec<Task<'_>> = ws
+            .iter()
+            .enumerate()
+            .map(|(i, w)| Task {
+                w,
+                stored: &stored,
+                dst: Some((pad + i * slot, len)),
+            })
+            .collect();
+        let mut out = vec![0u8; pad + 100 * slot + 40];
+        let total = out.len();
+        for n in [1, 2, 3, 7, 100, 1000] {
+            let pieces = cut(&tasks, &mut out, true, n);
+            assert!(pieces.slots.len() <= n.max(1), "{n}");
+            let (mut next_task, mut next_byte) = (0usize, 0usize);
+            for slot in &pieces.slots {
+                let guard = slot.lock().unwrap();
+                let Piece::Todo {
+                    tasks: ts,
+                    out,
+                    base,
+                } = &*guard
+                else {
+                    panic!("not todo");
+                };
+                assert!(!ts.is_empty());
+                assert_eq!(*base, next_byte);
+                // The piece's slice starts at or before its first destination and holds all
+                // of its tasks' destinations.
+                let first = ts[0].dst.unwrap().0;
+                assert!(*base <= first);
+                for t in ts.iter() {
+                    let (at, l) = t.dst.unwrap();
+                    assert!(at >= *base && at + l <= *base + out.len());
+                }
+                assert_eq!(ts[0].w.index as usize, next_task);
+                next_task += ts.len();
+                next_byte += out.len();
+            }
+            assert_eq!(next_task, tasks.len());
+            assert_eq!(next_byte, total);
+        }
+    }
+}
