@@ -114,8 +114,11 @@ def tables(out):
         flags = f"--backend {x['backend']}" + (" --direct" if x.get("direct") else "") + f" --threads {x['threads']}"
         row("cold 64 KiB", f"bench gather r64k {flags} --evict", f"{x['bytes_per_s'] / 1e9:.2f} GB/s",
             f"direct-rand-64k-qd32 {l64c / 1e9:.2f} GB/s", f"{q:.2f}×", "≥ 0.9×", q >= 0.9)
-    # Deflate.
-    for name in ("warm-4k-deflate-auto-1core", "warm-4k-deflate-auto-2core"):
+    # Deflate: d4k (nibbles, literal-heavy) and t4k (text).
+    for ds, what, name in (("d4k", "deflate 4 KiB", "warm-4k-deflate-auto-1core"),
+                           ("d4k", "deflate 4 KiB", "warm-4k-deflate-auto-2core"),
+                           ("t4k", "deflate 4 KiB text", "warm-4k-text-auto-1core"),
+                           ("t4k", "deflate 4 KiB text", "warm-4k-text-auto-2core")):
         x = r(name)
         if not x:
             continue
@@ -127,7 +130,7 @@ def tables(out):
             limit_text = f"libdeflate alone on the same records {base['bytes_per_s'] / 1e9 / cores:.2f} GB/s per core"
             ratio = f"{x['bytes_per_s'] / base['bytes_per_s']:.2f}×"
         how = " (taskset -c 0)" if cores == 1 else " (2 cores)"
-        row("deflate 4 KiB, output per core", f"bench gather d4k{how}", f"{per_core / 1e9:.2f} GB/s",
+        row(f"{what}, output per core", f"bench gather {ds}{how}", f"{per_core / 1e9:.2f} GB/s",
             limit_text, ratio, "≥ 1 GB/s per core", per_core >= 1e9)
     # Loader.
     for name in ("loader-1k-w2", "loader-64k-w2", "loader-1k-w2-bucket"):

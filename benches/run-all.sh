@@ -18,6 +18,7 @@ bash "$limits" "$data/limits" 2G | tee "$out/limits-before.txt"
 [ -d "$data/r64k" ] || $z bench make "$data/r64k" --records 32768   --record-bytes 65536
 [ -d "$data/r4k" ]  || $z bench make "$data/r4k"  --records 1000000 --record-bytes 4096
 [ -d "$data/d4k" ]  || $z bench make "$data/d4k"  --records 500000  --record-bytes 4096 --codec deflate
+[ -d "$data/t4k" ]  || $z bench make "$data/t4k"  --records 500000  --record-bytes 4096 --codec deflate --content text
 
 run() { # name, args... (args start with a zrecord subcommand, or with `taskset ... $z`)
   local name=$1; shift
@@ -45,13 +46,19 @@ run "warm-64k-auto-t2" bench gather "$data/r64k" --backend auto --batches 1000 -
 # One core for everything (fio's limit is one job): verification cannot spread over both.
 run "warm-64k-auto-1core" taskset -c 0 $z bench gather "$data/r64k" --backend auto --batches 1500
 run "loader-64k-w2" bench loader "$data/r64k" --workers 2 --batch 256 --batches 800
-# Deflate (about 2:1), warm: decompressed output per core.
+# Deflate (nibbles, about 3:1), warm: decompressed output per core.
 warm d4k
 # libdeflate alone on the same records is the limit: the data decides how fast inflating can go.
 run "warm-4k-deflate-auto-2core" bench gather "$data/d4k" --backend auto --batches 3000
 run "warm-4k-deflate-inflate-loop-2core" bench gather "$data/d4k" --inflate-loop --threads 2 --batches 1500
 run "warm-4k-deflate-auto-1core" taskset -c 0 $z bench gather "$data/d4k" --backend auto --batches 3000
 run "warm-4k-deflate-inflate-loop-1core" taskset -c 0 $z bench gather "$data/d4k" --inflate-loop --batches 3000
+# The same four on text (Zipf words, about 2.6:1): what compressible captions or tokens inflate at.
+warm t4k
+run "warm-4k-text-auto-2core" bench gather "$data/t4k" --backend auto --batches 3000
+run "warm-4k-text-inflate-loop-2core" bench gather "$data/t4k" --inflate-loop --threads 2 --batches 1500
+run "warm-4k-text-auto-1core" taskset -c 0 $z bench gather "$data/t4k" --backend auto --batches 3000
+run "warm-4k-text-inflate-loop-1core" taskset -c 0 $z bench gather "$data/t4k" --inflate-loop --batches 3000
 # Cold: the dataset's pages dropped before each run.
 for args in "--backend uring" "--backend uring --threads 4" "--backend uring --direct --threads 4" "--backend psync --threads 4" "--backend auto --threads 4" "--pread-loop"; do
   run "cold-4k-$(echo $args | tr -d ' -')" bench gather "$data/r4k" $args --batches 300 --evict

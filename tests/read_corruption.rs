@@ -142,3 +142,56 @@ fn a_flipped_byte_in_a_big_batch_is_reported_by_every_backend() {
         }
     }
 }
+
+/// Two damaged records in a batch big enough to be finished on several threads: the one that
+/// comes first in the caller's order is reported, whichever thread gets to it first.
+#[test]
+fn the_first_damaged_record_in_batch_order_is_reported() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ds");
+    let schema = Schema::new().field(Field::new("packed", DType::U8).codec(Codec::Deflate));
+    let mut w = Writer::create(&dir, &schema, WriterConfig::default()).unwrap();
+    let rec = |i: u64| -> Vec<u8> { (0..64 * 1024).map(|j| ((j % 31) ^ i) as u8).collect() };
+    for i in 0..256 {
+        w.append(&[&rec(i)]).unwrap();
+    }
+    w.commit().unwrap();
+    drop(w);
+    let snap = Dataset::open(&dir).unwrap().snapshot();
+    for i in [40, 200] {
+        let loc = snap.locate(0, i).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(loc.chunk.as_ref().unwrap())
+            .unwrap();
+        let at = loc.offset + u64::from(loc.stored_len / 2);
+        let mut b = [0u8; 1];
+        f.read_exact_at(&mut b, at).unwrap();
+        f.write_all_at(&[b[0] ^ 0x40], at).unwrap();
+    }
+    drop(snap);
+    let up: Vec<u64> = (0..256).collect();
+    let down: Vec<u64> = (0..256).rev().collect();
+    for backend in [Backend::Uring, Backend::Psync, Backend::Mmap, Backend::Auto] {
+        let ds = Dataset::open_with(&dir, ReadOptions::default().with_backend(backend)).unwrap();
+        for (indices, first) in [(&up, 40), (&down, 200)] {
+            match ds.gather_blocking(indices).unwrap_err() {
+                Error::ChecksumMismatch { index, .. } => assert_eq!(index, first, "{backend}"),
+                other => panic!("{backend}: {other}"),
+            }
+        }
+        // Checksums off: the damaged streams are still caught, as decompression errors or
+        // wrong bytes, never a panic; the first damaged one in order is the one named.
+        let ds = Dataset::open_with(
+            &dir,
+            ReadOptions::default()
+                .with_backend(backend)
+                .with_verify_checksums(false),
+        )
+        .unwrap();
+        if let Err(Error::Decompress { index, .. }) = ds.gather_blocking(&up) {
+            assert!(index == 40 || index == 200, "{backend}: {index}");
+        }
+    }
+}

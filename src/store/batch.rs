@@ -1,13 +1,13 @@
 //! Gathered records: one owned slab per batch, every slot 64-byte aligned, in caller order.
 
 use crate::error::{Error, Result};
-use crate::format::codec;
 use crate::format::dtype::{Codec, DType};
 use crate::format::entry::Entry;
 use crate::io::job::{IoJob, Piece, ReadOp};
 use crate::io::mmap::SharedMap;
 use crate::io::{self, Backend};
-use crate::store::snapshot::{Snapshot, DECOMPRESSOR};
+use crate::store::finish::{run_parallel, Task};
+use crate::store::snapshot::Snapshot;
 use bytes::Bytes;
 use std::sync::Arc;
 
@@ -217,10 +217,6 @@ impl ReadOptions {
 
 /// How many records ahead the entry loop prefetches table entries.
 const ENTRY_AHEAD: usize = 8;
-/// How many values ahead the mmap loop prefetches record bytes.
-const DATA_AHEAD: usize = 3;
-/// Cache lines of each record the mmap loop prefetches (the hardware prefetcher follows on).
-const DATA_LINES: usize = 4;
 
 /// Records probed with `mincore` per batch by [`Backend::Auto`].
 const PROBES: usize = 8;
@@ -232,10 +228,10 @@ const MAX_OP_PIECES: usize = 256;
 const DIRECT_ALIGN: usize = 4096;
 
 /// One value to produce.
-struct Want {
-    field: usize,
-    index: u64,
-    e: Entry,
+pub(crate) struct Want {
+    pub(crate) field: usize,
+    pub(crate) index: u64,
+    pub(crate) e: Entry,
 }
 
 /// Reads `indices` × `fields` from `snap` in caller order, through the backend `opts` and
@@ -324,55 +320,7 @@ fn slab(lens: impl Iterator<Item = usize>, align: usize) -> (Vec<u8>, Vec<usize>
     (buf, starts)
 }
 
-/// CRC32C of a record's stored bytes. `crc-fast` folds with VPCLMULQDQ where the CPU has it:
-/// 64 KiB records from DRAM checked at 13-15 GB/s on this machine against 8-10 GB/s for the
-/// `crc32c` crate (the same with 4 KiB blocks and software prefetch), 2.5× in cache at 4 KiB.
-fn crc(data: &[u8]) -> u32 {
-    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, data) as u32
-}
-
-fn checksum(snap: &Snapshot, w: &Want, stored: &[u8]) -> Result<()> {
-    let actual = crc(stored);
-    if actual == w.e.data_crc {
-        return Ok(());
-    }
-    Err(Error::ChecksumMismatch {
-        path: chunk_path(snap, w),
-        field: field_name(snap, w),
-        index: w.index,
-        offset: w.e.offset,
-        expected: w.e.data_crc,
-        actual,
-    })
-}
-
-fn chunk_path(snap: &Snapshot, w: &Want) -> std::path::PathBuf {
-    snap.chunk(w.e.chunk)
-        .map(|c| c.path().to_path_buf())
-        .unwrap_or_default()
-}
-
-fn field_name(snap: &Snapshot, w: &Want) -> String {
-    snap.tables
-        .get(w.field)
-        .map(|t| t.meta.name.clone())
-        .unwrap_or_default()
-}
-
-/// Inflates `stored` into exactly `out.len()` bytes.
-fn inflate(snap: &Snapshot, w: &Want, stored: &[u8], out: &mut [u8]) -> Result<()> {
-    DECOMPRESSOR
-        .with(|d| codec::inflate(&mut d.borrow_mut(), stored, out))
-        .map_err(|reason| Error::Decompress {
-            path: chunk_path(snap, w),
-            field: field_name(snap, w),
-            index: w.index,
-            offset: w.e.offset,
-            reason,
-        })
-}
-
-fn missing_chunk(snap: &Snapshot, w: &Want) -> Error {
+pub(crate) fn missing_chunk(snap: &Snapshot, w: &Want) -> Error {
     match snap.table(w.field) {
         Ok(t) => t.corrupt(
             w.index,
@@ -380,145 +328,6 @@ fn missing_chunk(snap: &Snapshot, w: &Want) -> Error {
         ),
         Err(e) => e,
     }
-}
-
-/// Work for one record after its bytes are in memory: verify, then inflate or copy into `dst`
-/// (an `(offset, len)` in the output slab) if it has one.
-struct Task<'a> {
-    w: &'a Want,
-    stored: &'a [u8],
-    dst: Option<(usize, usize)>,
-}
-
-/// Bytes of checksum and copy work per thread below which a batch is finished on one thread.
-const PAR_WORK: usize = 2 << 20;
-
-impl Task<'_> {
-    fn work(&self, verify: bool) -> usize {
-        let check = if verify { self.stored.len() } else { 0 };
-        let out = match (self.dst, self.w.e.codec) {
-            (Some((_, len)), Codec::Deflate) => 4 * len,
-            (Some((_, len)), Codec::Raw) => len,
-            (None, _) => 0,
-        };
-        check + out
-    }
-}
-
-/// Runs `tasks` (their `dst`s ascending) on this thread, prefetching the stored bytes of the
-/// records a few ahead: random records are cache misses, and this overlaps them. `out` is the
-/// part of the slab starting at `base`.
-fn run_tasks(
-    snap: &Snapshot,
-    tasks: &[Task<'_>],
-    out: &mut [u8],
-    base: usize,
-    verify: bool,
-) -> Result<()> {
-    let prefetch = |k: usize| {
-        if let Some(t) = tasks.get(k) {
-            let len = t.stored.len().min(DATA_LINES * 64);
-            for line in (0..len).step_by(64) {
-                crate::io::prefetch(t.stored.as_ptr().wrapping_add(line));
-            }
-        }
-    };
-    for k in 0..DATA_AHEAD {
-        prefetch(k);
-    }
-    for (k, t) in tasks.iter().enumerate() {
-        prefetch(k + DATA_AHEAD);
-        if verify {
-            checksum(snap, t.w, t.stored)?;
-        }
-        if let Some((at, len)) = t.dst {
-            let dst = at
-                .checked_sub(base)
-                .and_then(|a| out.get_mut(a..a + len))
-                .ok_or_else(|| missing_chunk(snap, t.w))?;
-            match t.w.e.codec {
-                Codec::Deflate => inflate(snap, t.w, t.stored, dst)?,
-                Codec::Raw => dst.copy_from_slice(t.stored),
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The machine's parallelism, asked once (`available_parallelism` reads cgroup files).
-fn cores() -> usize {
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CORES
-        .get_or_init(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))
-}
-
-/// Runs `tasks` (their `dst`s ascending), on several threads when the batch is big enough for
-/// it to pay (a 256 × 64 KiB batch is 16 MiB of checksums: one core's memory bandwidth, not the
-/// machine's). Reports the error of the first failing record in batch order.
-fn run_parallel(snap: &Snapshot, tasks: &[Task<'_>], out: &mut [u8], verify: bool) -> Result<()> {
-    let work: usize = tasks.iter().map(|t| t.work(verify)).sum();
-    let threads = (work / PAR_WORK).clamp(1, cores().min(8));
-    if threads <= 1 || tasks.len() < 2 {
-        return run_tasks(snap, tasks, out, 0, verify);
-    }
-    // Cut the tasks into `threads` runs of about equal work, and the slab at the first
-    // destination of each run.
-    let share = work.div_ceil(threads);
-    let mut cuts = vec![0usize];
-    let mut acc = 0usize;
-    for (k, t) in tasks.iter().enumerate() {
-        if acc >= share * cuts.len() && cuts.len() < threads {
-            cuts.push(k);
-        }
-        acc += t.work(verify);
-    }
-    cuts.push(tasks.len());
-    let out_len = out.len();
-    let first_dst = |from: usize| {
-        tasks
-            .get(from..)
-            .and_then(|rest| rest.iter().find_map(|t| t.dst.map(|(at, _)| at)))
-            .unwrap_or(out_len)
-            .min(out_len)
-    };
-    let mut parts: Vec<(&[Task<'_>], &mut [u8], usize)> = Vec::with_capacity(threads);
-    let mut rest: &mut [u8] = out;
-    let mut rest_base = 0usize;
-    for pair in cuts.windows(2) {
-        let (Some(&a), Some(&b)) = (pair.first(), pair.get(1)) else {
-            continue;
-        };
-        let end = if b == tasks.len() {
-            out_len
-        } else {
-            first_dst(b)
-        };
-        let take = end.saturating_sub(rest_base).min(rest.len());
-        let (mine, tail) = std::mem::take(&mut rest).split_at_mut(take);
-        let len = mine.len();
-        parts.push((tasks.get(a..b).unwrap_or_default(), mine, rest_base));
-        rest_base += len;
-        rest = tail;
-    }
-    let results: Vec<Result<()>> = std::thread::scope(|scope| {
-        let mut handles = Vec::new();
-        let mut iter = parts.into_iter();
-        let first = iter.next();
-        for (ts, o, b) in iter {
-            handles.push(scope.spawn(move || run_tasks(snap, ts, o, b, verify)));
-        }
-        let mut results =
-            vec![first.map_or(Ok(()), |(ts, o, b)| run_tasks(snap, ts, o, b, verify))];
-        for h in handles {
-            results.push(h.join().unwrap_or_else(|_| {
-                Err(Error::InvalidConfig {
-                    reason: "a checksum thread panicked".to_string(),
-                })
-            }));
-        }
-        results
-    });
-    results.into_iter().collect()
 }
 
 /// The mmap path: raw records are zero-copy slices of the chunk mappings; deflate records are

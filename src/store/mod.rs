@@ -4,6 +4,7 @@
 pub(crate) mod append;
 pub mod batch;
 pub mod dataset;
+mod finish;
 pub(crate) mod layout;
 pub mod schema;
 pub mod snapshot;
