@@ -123,3 +123,23 @@ fn async_appends_and_commits_from_tokio_tasks() {
         }
     }
 }
+
+#[test]
+fn the_blocking_api_works_inside_another_executor_and_drop_releases_the_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ds");
+    Writer::create(&dir, &schema(), WriterConfig::default()).unwrap();
+    for round in 0..20u64 {
+        // The blocking calls wait without `futures::executor::block_on`, which would panic here.
+        futures::executor::block_on(async {
+            let mut w = Writer::open(&dir, WriterConfig::default()).unwrap();
+            w.append(&record(round)).unwrap();
+            w.commit_async().await.unwrap();
+            // Dropping the writer right after `commit_async` returns must release the lock:
+            // the commit thread lets go of it before answering.
+            drop(w);
+            let w = Writer::open(&dir, WriterConfig::default()).unwrap();
+            assert_eq!(w.len(), round + 1);
+        });
+    }
+}

@@ -26,6 +26,16 @@ fn config(num_writers: usize, queue_depth: usize) -> WriterConfig {
     }
 }
 
+/// Lets the disk answer again when dropped, so a failed assertion cannot leave the writer's
+/// drop waiting on a held write.
+struct Release(FaultFs);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.0.hold_writes(false);
+    }
+}
+
 /// Polls `append_async` once per record with a no-op waker until one is pending; returns how
 /// many were taken before.
 fn fill(w: &mut Writer, from: u64) -> u64 {
@@ -60,7 +70,13 @@ fn full_queues_hold_appends_and_dropped_futures_take_nothing() {
         )
         .unwrap();
         fault.hold_writes(true);
-        let taken = fill(&mut w, 0);
+        let _release = Release(fault.clone());
+        // Fill until every task is stuck in a write: from then on nothing frees queue room.
+        let mut taken = fill(&mut w, 0);
+        while fault.held_waiters() < num_writers {
+            std::thread::yield_now();
+            taken += fill(&mut w, taken);
+        }
         // Each task holds one job in its write and `queue_depth` queued; the writer holds one
         // full job waiting to be handed over and one being filled.
         let bound = (num_writers * (queue_depth + 1) + 2) as u64;
@@ -110,6 +126,7 @@ fn a_commit_dropped_while_finishing_completes_and_is_taken_by_the_next_call() {
         w.append(&[&record(i)[..]]).unwrap();
     }
     fault.hold_writes(true);
+    let _release = Release(fault.clone());
     // Poll the commit a few times: it gets as far as the held disk lets it.
     let mut fut = Box::pin(w.commit_async());
     for _ in 0..3 {
@@ -148,6 +165,7 @@ fn a_commit_dropped_on_its_own_thread_still_lands_and_the_next_call_reports_it()
     // A delete writes no record bytes: only the patch log and meta.json.
     w.delete(3).unwrap();
     fault.hold_writes(true);
+    let _release = Release(fault.clone());
     let mut fut = Box::pin(w.commit_async());
     // Poll until the commit's own thread waits on the held disk (the tasks answer first).
     while fault.held_waiters() == 0 {

@@ -30,6 +30,32 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+/// Runs `fut` to completion on this thread, parking it while the future is pending.
+///
+/// The writer's blocking API and the append tasks wait with this rather than
+/// `futures::executor::block_on`, which panics when called from inside another `futures`
+/// executor: a blocking `append` must work wherever a blocking call may be made.
+pub(crate) fn wait<F: std::future::Future>(fut: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let std::task::Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
+    }
+}
+
 /// The chunk ids and sizes the append tasks and the writer share.
 #[derive(Debug, Default)]
 pub(crate) struct Book {
@@ -481,12 +507,29 @@ impl Task {
     }
 }
 
+/// Runs `f`, turning a panic (a `Vfs` implementation that panics, an allocation failure) into
+/// an error, so the writer is answered and poisons itself instead of waiting forever.
+fn unwound<T>(task: &mut Task, f: impl FnOnce(&mut Task) -> Result<T>) -> Result<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut *task))) {
+        Ok(r) => r,
+        Err(_) => {
+            let e = Error::Poisoned {
+                cause: "an append task panicked".to_string(),
+            };
+            task.failed.get_or_insert(Error::Poisoned {
+                cause: "an append task panicked".to_string(),
+            });
+            Err(e)
+        }
+    }
+}
+
 /// The thread body of an append task: serves messages until the writer drops its sender.
 fn serve(mut task: Task, mut rx: mpsc::Receiver<Msg>, done: mpsc::UnboundedSender<Done>) {
-    while let Some(msg) = futures::executor::block_on(rx.next()) {
+    while let Some(msg) = wait(rx.next()) {
         match msg {
             Msg::Job(mut job) => {
-                let entries = task.run_job(&job);
+                let entries = unwound(&mut task, |t| t.run_job(&job));
                 job.data.clear();
                 // The writer may be gone (dropped mid-flight): nothing left to tell.
                 let _ = done.unbounded_send(Done {
@@ -496,21 +539,25 @@ fn serve(mut task: Task, mut rx: mpsc::Receiver<Msg>, done: mpsc::UnboundedSende
                 });
             }
             Msg::Sync(reply) => {
-                let r = task.check().and_then(|()| task.appender.sync());
-                let r = task
-                    .fail(r)
-                    .map(|()| task.appender.open_chunk().map(|(_, s)| s));
+                let r = unwound(&mut task, |t| {
+                    let r = t.check().and_then(|()| t.appender.sync());
+                    t.fail(r).map(|()| t.appender.open_chunk().map(|(_, s)| s))
+                });
                 let _ = reply.send(r);
             }
             Msg::Seal(reply) => {
-                let r = task.check().and_then(|()| task.appender.seal());
-                let r = task.fail(r);
+                let r = unwound(&mut task, |t| {
+                    let r = t.check().and_then(|()| t.appender.seal());
+                    t.fail(r)
+                });
                 let _ = reply.send(r);
             }
             Msg::Resume(id, size) => {
-                let r = task.check().and_then(|()| task.appender.resume(id, size));
                 // An error here is answered by the next job or sync.
-                let _ = task.fail(r);
+                let _ = unwound(&mut task, |t| {
+                    let r = t.check().and_then(|()| t.appender.resume(id, size));
+                    t.fail(r)
+                });
             }
         }
     }

@@ -39,7 +39,7 @@ use crate::format::meta::{ChunkMeta, FieldMeta, Meta, TableMeta};
 use crate::format::{FORMAT_VERSION, MAX_CHUNKS};
 use crate::io::vfs::{self, StdFs, Vfs, VfsFile, VfsLock};
 use crate::store::append::{
-    fits, Appender, Book, Done, Item, Job, Msg, Shared, Synced, TaskHandle,
+    fits, wait, Appender, Book, Done, Item, Job, Msg, Shared, Synced, TaskHandle,
 };
 use crate::store::layout;
 use crate::store::schema::{check_record, Schema};
@@ -59,13 +59,15 @@ pub struct WriterConfig {
     /// Default 6.
     pub deflate_level: i32,
     /// Records are handed to an append task in jobs of about this many bytes, and a task
-    /// buffers deflated bytes up to this size per write. Default 4 MiB.
+    /// buffers deflated bytes up to this size per write. 1 to [`MAX_WRITE_BUFFER_BYTES`].
+    /// Default 4 MiB.
     pub write_buffer_bytes: usize,
     /// Chunk append tasks: threads that each append only to their own open chunk, so records are
     /// deflated, checksummed and written on that many cores. 1 to [`MAX_WRITERS`]; the seed
     /// advises 1–4. Default 2.
     pub num_writers: usize,
-    /// Jobs queued per append task before `append` waits (backpressure). At least 1. Default 2.
+    /// Jobs queued per append task before `append` waits (backpressure). 1 to
+    /// [`MAX_QUEUE_DEPTH`]. Default 2.
     /// A writer holds at most about `num_writers × (queue_depth + 2) × write_buffer_bytes` of
     /// record bytes.
     pub queue_depth: usize,
@@ -73,6 +75,10 @@ pub struct WriterConfig {
 
 /// The most append tasks a writer runs.
 pub const MAX_WRITERS: usize = 16;
+/// The deepest append-task queue, in jobs.
+pub const MAX_QUEUE_DEPTH: usize = 64;
+/// The largest job and write buffer: 1 GiB.
+pub const MAX_WRITE_BUFFER_BYTES: usize = 1 << 30;
 
 impl Default for WriterConfig {
     fn default() -> Self {
@@ -95,9 +101,20 @@ impl WriterConfig {
                 ),
             });
         }
-        if self.queue_depth == 0 || self.write_buffer_bytes == 0 {
+        if !(1..=MAX_QUEUE_DEPTH).contains(&self.queue_depth) {
             return Err(Error::InvalidConfig {
-                reason: "queue_depth and write_buffer_bytes must be at least 1".to_string(),
+                reason: format!(
+                    "queue_depth is {}; it must be between 1 and {MAX_QUEUE_DEPTH}",
+                    self.queue_depth
+                ),
+            });
+        }
+        if !(1..=MAX_WRITE_BUFFER_BYTES).contains(&self.write_buffer_bytes) {
+            return Err(Error::InvalidConfig {
+                reason: format!(
+                    "write_buffer_bytes is {}; it must be between 1 and {MAX_WRITE_BUFFER_BYTES}",
+                    self.write_buffer_bytes
+                ),
             });
         }
         Ok(())
@@ -831,6 +848,14 @@ impl Writer {
         &mut self,
         msg: impl Fn(oneshot::Sender<Result<T>>) -> Msg,
     ) -> Result<Vec<T>> {
+        let r = self.ask_tasks_inner(msg).await;
+        self.poison_on(r)
+    }
+
+    async fn ask_tasks_inner<T>(
+        &mut self,
+        msg: impl Fn(oneshot::Sender<Result<T>>) -> Msg,
+    ) -> Result<Vec<T>> {
         let mut replies = Vec::with_capacity(self.tasks.len());
         for t in &mut self.tasks {
             let (tx, rx) = oneshot::channel();
@@ -854,7 +879,7 @@ impl Writer {
             }
         }
         match first_err {
-            Some(e) => self.poison_on(Err(e)),
+            Some(e) => Err(e),
             None => Ok(out),
         }
     }
@@ -928,8 +953,10 @@ impl Writer {
     /// # Cancel safety
     ///
     /// Cancel safe: the future waits before it takes the records, and takes all of them at once
-    /// (dropping it means none was appended). Jobs beyond the queues' room are handed over by the
-    /// next call (backpressure then applies to it).
+    /// (dropping it means none was appended). Jobs beyond the queues' room wait in the writer and
+    /// are handed over by the next call (backpressure then applies to it): the writer holds up
+    /// to the whole batch's bytes until then, beyond its usual bound (the blocking
+    /// [`Writer::append_many`] hands each job over before copying the next).
     pub async fn append_many_async<R, B>(&mut self, records: &[R]) -> Result<Range<u64>>
     where
         R: AsRef<[B]> + Sync,
@@ -963,7 +990,12 @@ impl Writer {
         let spawned = std::thread::Builder::new()
             .name("zrecord-commit".to_string())
             .spawn(move || {
-                let _ = tx.send(Writer::commit_tail(&core, &shared, len));
+                let r = Writer::commit_tail(&core, &shared, len);
+                // The writer may be dropped as soon as the answer arrives: let go of the lock
+                // and the table descriptors first.
+                drop(core);
+                drop(shared);
+                let _ = tx.send(r);
             });
         if let Err(e) = spawned {
             let r = Err(Error::io(&self.shared.dir, "spawn a commit thread", e));
@@ -980,8 +1012,13 @@ impl Writer {
     /// Appends a record — one byte string per field, in schema order; an empty one is an absent
     /// field — and returns its index. Every limit is checked before the index is taken. Blocks
     /// only while the append tasks' queues are full (backpressure).
+    ///
+    /// The chunk-id limit (65,535 chunks) is checked before the bytes are deflated, so between
+    /// two commits each value counts at its logical length, an upper bound of what it stores: a
+    /// dataset close to the limit may refuse a deflate record that would have fit
+    /// ([`Error::TooManyChunks`]); a commit resets the count to the chunks really used.
     pub fn append<B: AsRef<[u8]>>(&mut self, fields: &[B]) -> Result<u64> {
-        futures::executor::block_on(self.ready())?;
+        wait(self.ready())?;
         self.accept_record(fields)
     }
 
@@ -991,8 +1028,18 @@ impl Writer {
         &mut self,
         records: &[R],
     ) -> Result<Range<u64>> {
-        futures::executor::block_on(self.ready())?;
-        self.accept_many(records)
+        wait(self.ready())?;
+        self.check_many(records)?;
+        let start = self.len;
+        for r in records {
+            // Checked above, as a batch: this cannot fail.
+            self.accept_record(r.as_ref())?;
+            if !self.outbox.is_empty() {
+                // Hand each full job over before copying more: memory stays bounded.
+                wait(self.send_outbox())?;
+            }
+        }
+        Ok(start..self.len)
     }
 
     fn accept_many<R: AsRef<[B]>, B: AsRef<[u8]>>(&mut self, records: &[R]) -> Result<Range<u64>> {
@@ -1007,7 +1054,7 @@ impl Writer {
 
     /// Replaces one field of record `index`.
     pub fn modify(&mut self, index: u64, field: &str, data: &[u8]) -> Result<()> {
-        futures::executor::block_on(self.ready())?;
+        wait(self.ready())?;
         let f = self.field_position(field)?;
         self.check_index(index)?;
         self.check_for_open_job(std::iter::once(f), &[data])?;
@@ -1022,7 +1069,7 @@ impl Writer {
 
     /// Replaces every field of record `index`.
     pub fn modify_record<B: AsRef<[u8]>>(&mut self, index: u64, fields: &[B]) -> Result<()> {
-        futures::executor::block_on(self.ready())?;
+        wait(self.ready())?;
         if fields.len() != self.field_metas.len() {
             return Err(Error::FieldCount {
                 expected: self.field_metas.len(),
@@ -1043,7 +1090,7 @@ impl Writer {
     /// Deletes record `index` by swap-remove: the last record moves into its place and the
     /// length shrinks by one. Indices of other records do not change.
     pub fn delete(&mut self, index: u64) -> Result<()> {
-        futures::executor::block_on(self.ready())?;
+        wait(self.ready())?;
         self.check_index(index)?;
         let last = self.len - 1;
         self.ops.push_back(Op::Delete { index, last });
@@ -1056,7 +1103,7 @@ impl Writer {
     /// poisoned, and the dataset on disk still holds the previous commit (or this one, if the
     /// failure came after the rename).
     pub fn commit(&mut self) -> Result<u64> {
-        futures::executor::block_on(async {
+        wait(async {
             self.ready().await?;
             self.finish_jobs().await?;
             self.ask_tasks(|tx: oneshot::Sender<Synced>| Msg::Sync(tx))
@@ -1105,16 +1152,14 @@ impl Writer {
     /// The new chunks take ids the old ones do not use, so old and new chunks together must fit
     /// in the 65,535 ids of the format ([`Error::TooManyChunks`] otherwise).
     pub fn rebalance(&mut self) -> Result<RebalanceReport> {
-        futures::executor::block_on(async {
+        wait(async {
             self.ready().await?;
             self.finish_jobs().await
         })?;
         if self.has_pending() {
             self.commit()?;
         }
-        let r = futures::executor::block_on(
-            self.ask_tasks(|tx: oneshot::Sender<Result<()>>| Msg::Seal(tx)),
-        );
+        let r = wait(self.ask_tasks(|tx: oneshot::Sender<Result<()>>| Msg::Seal(tx)));
         self.poison_on(r)?;
         // The sealed chunks were synced by the last commit and nothing was appended since.
         self.shared.book().sealed.clear();
@@ -1124,7 +1169,7 @@ impl Writer {
         // Task 0 continues the last rebalanced chunk, if it has room.
         let mut sizes = vec![None; self.tasks.len()];
         if let Some((id, size)) = resume {
-            let r = futures::executor::block_on(async {
+            let r = wait(async {
                 let t = self.tasks.first_mut().ok_or_else(task_gone)?;
                 futures::future::poll_fn(|cx| t.tx.poll_ready(cx))
                     .await
@@ -1146,7 +1191,7 @@ impl Drop for Writer {
     fn drop(&mut self) {
         // A commit still finishing on its thread holds the lock: let it end first.
         if let Some(rx) = self.committing.take() {
-            let _ = futures::executor::block_on(rx);
+            let _ = wait(rx);
         }
         for t in &mut self.tasks {
             t.stop();
