@@ -1232,6 +1232,11 @@ impl VfsFile for FaultFile {
         self.fs.begin(OpClass::Read, self.path(), "mmap")?;
         self.inner.map_prefix(len)
     }
+
+    fn start_writeback(&self, offset: u64, len: u64) {
+        // A hint with no effect on what is durable: not an operation of the crash model.
+        self.inner.start_writeback(offset, len);
+    }
 }
 
 impl Vfs for FaultFs {

@@ -102,6 +102,12 @@ pub trait VfsFile: Send + Sync + Debug {
     /// The first `len` bytes, which the caller checked exist and which nobody modifies while
     /// the result lives (a committed prefix).
     fn map_prefix(&self, len: u64) -> Result<Prefix>;
+
+    /// Starts writing `len` bytes at `offset` back to the disk without waiting (a hint for
+    /// speed, never a durability point: only `sync_data` is). The default does nothing.
+    fn start_writeback(&self, offset: u64, len: u64) {
+        let _ = (offset, len);
+    }
 }
 
 /// A held exclusive lock; dropping it releases the lock.
@@ -223,6 +229,10 @@ impl VfsFile for StdFile {
 
     fn map_prefix(&self, len: u64) -> Result<Prefix> {
         Mapping::new(&self.file, &self.path, len).map(Prefix::Mapped)
+    }
+
+    fn start_writeback(&self, offset: u64, len: u64) {
+        fs::start_writeback(&self.file, offset, len);
     }
 }
 

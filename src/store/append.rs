@@ -146,6 +146,8 @@ struct ActiveChunk {
     size: u64,
     /// Bytes not yet written, starting at `size - buf.len()`.
     buf: Vec<u8>,
+    /// Writeback was started for the bytes before this offset.
+    written_back: u64,
 }
 
 impl ActiveChunk {
@@ -155,11 +157,30 @@ impl ActiveChunk {
             return Ok(());
         }
         let at = self.size - self.buf.len() as u64;
-        self.file.write_all_at(&self.buf, at)?;
+        self.write(at, None)?;
         self.buf.clear();
         Ok(())
     }
+
+    /// Writes `run` (or the buffer) at `at`, and starts writeback of every whole
+    /// [`WRITEBACK_BYTES`] span the write completed.
+    fn write(&mut self, at: u64, run: Option<&[u8]>) -> Result<()> {
+        let bytes = run.unwrap_or(&self.buf);
+        self.file.write_all_at(bytes, at)?;
+        let end = at + bytes.len() as u64;
+        let done = end - end % WRITEBACK_BYTES;
+        if done > self.written_back {
+            self.file
+                .start_writeback(self.written_back, done - self.written_back);
+            self.written_back = done;
+        }
+        Ok(())
+    }
 }
+
+/// Written chunk bytes are handed to the disk (`start_writeback`) in spans of this size, so the
+/// disk works while later records are appended instead of all at the commit's `fdatasync`.
+const WRITEBACK_BYTES: u64 = 8 << 20;
 
 /// True if `n` more bytes go into a chunk of `size` bytes under the chunk-size `limit`: a
 /// record larger than a chunk still goes, alone, into an empty one.
@@ -226,6 +247,8 @@ impl Appender {
                         file,
                         size,
                         buf: Vec::new(),
+                        // Committed bytes are durable already.
+                        written_back: size,
                     });
                 }
             }
@@ -250,6 +273,7 @@ impl Appender {
                 file,
                 size: 0,
                 buf: Vec::with_capacity(self.shared.write_buffer_bytes.min(1 << 20)),
+                written_back: 0,
             });
         }
         let a = self
@@ -290,7 +314,7 @@ impl Appender {
         // The write buffer holds the bytes just before `size`: out first, so it stays contiguous.
         a.flush()?;
         let at = (a.id, a.size);
-        a.file.write_all_at(run, a.size)?;
+        a.write(a.size, Some(run))?;
         a.size += n;
         let (id, size) = (a.id, a.size);
         self.shared.book().sizes.insert(id, size);
