@@ -67,6 +67,9 @@ pub struct MakeArgs {
     /// Chunk size in bytes.
     #[arg(long, default_value_t = 256 << 20)]
     chunk_bytes: u64,
+    /// Append tasks of the writer (deflate, checksums and writes, each into its own chunk).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=16))]
+    writers: u8,
 }
 
 /// What `bench make` writes into each record.
@@ -161,7 +164,11 @@ fn make(a: &MakeArgs) -> Res {
         .field(Field::new("data", DType::U8).codec(codec))
         .chunk_size_bytes(a.chunk_bytes);
     let t = Instant::now();
-    let mut w = Writer::create(&a.dir, &schema, WriterConfig::default())?;
+    let config = WriterConfig {
+        num_writers: usize::from(a.writers),
+        ..WriterConfig::default()
+    };
+    let mut w = Writer::create(&a.dir, &schema, config)?;
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
     let text = (content == Content::Text).then(|| Text::new(&mut Rng(0x7E47_5EED_0000_0001)));
     let mut rec = vec![0u8; a.record_bytes];
@@ -194,11 +201,12 @@ fn make(a: &MakeArgs) -> Res {
     let s = t.elapsed().as_secs_f64();
     let total = a.records as f64 * a.record_bytes as f64;
     println!(
-        "made {} records of {} bytes ({}, {:?} content) in {:.2} s: {:.1} MB/s",
+        "made {} records of {} bytes ({}, {:?} content, {} append tasks) in {:.2} s: {:.1} MB/s",
         a.records,
         a.record_bytes,
         a.codec,
         content,
+        a.writers,
         s,
         total / s / 1e6
     );
