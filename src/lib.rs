@@ -2,8 +2,11 @@
 //!
 //! A dataset is a directory of append-only chunk files, one checksummed offset table per field,
 //! and a `meta.json` commit point (see `docs/FORMAT.md`). One [`Writer`] appends, modifies,
-//! deletes and commits crash-safely; any number of readers ([`Dataset`]) read random records in
-//! batches, in the caller's order, every record checked against its CRC32C.
+//! deletes and commits crash-safely — its records deflated, checksummed and written by
+//! [`WriterConfig::num_writers`] append tasks that each own a chunk, behind bounded queues, with
+//! blocking and async (`append_async`, `commit_async`) calls; any number of readers
+//! ([`Dataset`]) read random records in batches, in the caller's order, every record checked
+//! against its CRC32C.
 //!
 //! ```
 //! use zrecord::{Codec, DType, Dataset, Field, Schema, Writer, WriterConfig};

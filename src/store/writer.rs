@@ -2,7 +2,7 @@
 //! commit, with record bytes written by concurrent chunk append tasks.
 //!
 //! Data path: `append` checks every limit, takes the record's index, and copies its bytes into
-//! the job being filled for one append task ([`crate::store::append`]); a job of about
+//! the job being filled for one append task (`store::append`); a job of about
 //! `write_buffer_bytes` goes to its task through a bounded queue, and the next job to the next
 //! task (round robin). Each task owns one open chunk and deflates, checksums and writes its jobs
 //! on its own thread, answering with the offset entries. The writer applies entries, modifies
