@@ -411,8 +411,6 @@ struct Task {
     deflater: Deflater,
     /// The first error: once a file operation failed, the task writes nothing more.
     failed: Option<Error>,
-    /// Deflated values of the job being placed.
-    encoded: Vec<u8>,
 }
 
 impl Task {
@@ -448,28 +446,22 @@ impl Task {
         let mut k = 0usize;
         while let Some(item) = job.items.get(k) {
             let len = item.len as usize;
-            let value = job
-                .data
-                .get(at..at + len)
-                .ok_or_else(|| Error::InvalidConfig {
-                    reason: "an append job's values overrun its buffer".to_string(),
-                })?;
+            let value = job.data.get(at..at + len).ok_or_else(overrun)?;
             if len == 0 {
                 entries.push(Entry::EMPTY);
                 k += 1;
                 continue;
             }
             if item.codec == Codec::Deflate {
+                // Disjoint fields: the deflater's output goes to the appender uncopied.
                 let (codec, stored) = self.deflater.encode(Codec::Deflate, value);
-                self.encoded.clear();
-                self.encoded.extend_from_slice(stored);
-                let (chunk, offset) = self.appender.place(&self.encoded)?;
+                let (chunk, offset) = self.appender.place(stored)?;
                 entries.push(Entry {
                     chunk,
                     offset,
-                    physical_len: self.encoded.len() as u32,
+                    physical_len: stored.len() as u32,
                     codec,
-                    data_crc: crc32c::crc32c(&self.encoded),
+                    data_crc: crc32c::crc32c(stored),
                     logical_len: item.len,
                 });
                 at += len;
@@ -489,12 +481,7 @@ impl Task {
                 .max(1);
             let run_items = rest.get(..n).unwrap_or_default();
             let run_bytes: usize = run_items.iter().map(|i| i.len as usize).sum();
-            let run = job
-                .data
-                .get(at..at + run_bytes)
-                .ok_or_else(|| Error::InvalidConfig {
-                    reason: "an append job's values overrun its buffer".to_string(),
-                })?;
+            let run = job.data.get(at..at + run_bytes).ok_or_else(overrun)?;
             // Small runs go through the write buffer: one write per buffer, not per run.
             let direct = run_bytes >= self.appender.shared.write_buffer_bytes.min(DIRECT_BYTES);
             let placed = if direct {
@@ -537,14 +524,18 @@ fn unwound<T>(task: &mut Task, f: impl FnOnce(&mut Task) -> Result<T>) -> Result
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut *task))) {
         Ok(r) => r,
         Err(_) => {
-            let e = Error::Poisoned {
-                cause: "an append task panicked".to_string(),
-            };
-            task.failed.get_or_insert(Error::Poisoned {
+            let r = Err(Error::Poisoned {
                 cause: "an append task panicked".to_string(),
             });
-            Err(e)
+            task.fail(r)
         }
+    }
+}
+
+/// A job whose items claim more bytes than it holds (a bug of the writer, not bad input).
+fn overrun() -> Error {
+    Error::InvalidConfig {
+        reason: "an append job's values overrun its buffer".to_string(),
     }
 }
 
@@ -610,7 +601,6 @@ impl TaskHandle {
             appender,
             deflater: Deflater::new(deflate_level),
             failed: None,
-            encoded: Vec::new(),
         };
         let thread = std::thread::Builder::new()
             .name(format!("zrecord-append-{k}"))
