@@ -35,6 +35,7 @@
 //! ```
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+pub mod checksum;
 pub mod error;
 pub mod format;
 pub mod pipeline;

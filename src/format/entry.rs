@@ -142,8 +142,10 @@ impl Entry {
 
 fn entry_crc(index: u64, body: &[u8]) -> u32 {
     match <&[u8; 20]>::try_from(body) {
-        Ok(b) => crate::io::crc32c_entry(index, b),
-        Err(_) => crc32c::crc32c_append(crc32c::crc32c(&index.to_le_bytes()), body),
+        Ok(b) => crate::checksum::entry_crc(index, b),
+        Err(_) => {
+            crate::checksum::crc32c_append(crate::checksum::crc32c(&index.to_le_bytes()), body)
+        }
     }
 }
 

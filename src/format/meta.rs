@@ -98,7 +98,7 @@ impl Meta {
     pub fn encode(&self) -> Vec<u8> {
         // Serialising plain data structs to JSON cannot fail; the fallback keeps this panic-free.
         let body = serde_json::to_string(self).unwrap_or_default();
-        let crc = crc32c::crc32c(body.as_bytes());
+        let crc = crate::checksum::crc32c(body.as_bytes());
         let mut out = Vec::with_capacity(body.len() + 32);
         out.extend_from_slice(b"{\"meta\":");
         out.extend_from_slice(body.as_bytes());
@@ -115,7 +115,7 @@ impl Meta {
         let env: EnvelopeIn<'_> = serde_json::from_slice(bytes)
             .map_err(|e| MetaError::Corrupt(format!("not a zrecord metadata envelope: {e}")))?;
         let body = env.meta.get();
-        let crc = crc32c::crc32c(body.as_bytes());
+        let crc = crate::checksum::crc32c(body.as_bytes());
         if crc != env.crc32c {
             return Err(MetaError::Corrupt(format!(
                 "checksum mismatch: stored {:#010x}, computed {crc:#010x}",

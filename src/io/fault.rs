@@ -693,10 +693,10 @@ impl Image {
         self.hash(&mut h);
         let mut crc = 0u32;
         for (p, c) in &self.entries {
-            crc = crc32c::crc32c_append(crc, p.as_os_str().as_encoded_bytes());
+            crc = crate::checksum::crc32c_append(crc, p.as_os_str().as_encoded_bytes());
             if let Some(c) = c {
-                crc = crc32c::crc32c_append(crc, &(c.len() as u64).to_le_bytes());
-                crc = crc32c::crc32c_append(crc, c);
+                crc = crate::checksum::crc32c_append(crc, &(c.len() as u64).to_le_bytes());
+                crc = crate::checksum::crc32c_append(crc, c);
             }
         }
         (h.finish(), crc)

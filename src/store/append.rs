@@ -461,7 +461,7 @@ impl Task {
                     offset,
                     physical_len: stored.len() as u32,
                     codec,
-                    data_crc: crc32c::crc32c(stored),
+                    data_crc: crate::checksum::crc32c(stored),
                     logical_len: item.len,
                 });
                 at += len;
@@ -506,7 +506,7 @@ impl Task {
                     offset,
                     physical_len: i.len,
                     codec: Codec::Raw,
-                    data_crc: crc32c::crc32c(v),
+                    data_crc: crate::checksum::crc32c(v),
                     logical_len: i.len,
                 });
                 off += l;

@@ -1463,7 +1463,7 @@ impl Core {
         };
         buf.resize(e.physical_len as usize, 0);
         file.read_exact_at(buf, e.offset)?;
-        let crc = crc32c::crc32c(buf);
+        let crc = crate::checksum::crc32c(buf);
         if crc != e.data_crc {
             return Err(Error::ChecksumMismatch {
                 path,
