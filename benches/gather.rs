@@ -43,8 +43,10 @@ fn gather(c: &mut Criterion) {
                     Dataset::open_with(&dir, ReadOptions::default().with_backend(backend)).unwrap();
                 let mut x = 0x9E37_79B9_7F4A_7C15u64;
                 let mut idx = vec![0u64; batch];
-                let id =
-                    BenchmarkId::new(format!("{}KiB/{}", record_bytes >> 10, ds.backend()), batch);
+                let id = BenchmarkId::new(
+                    format!("{}KiB/{}", record_bytes >> 10, ds.backend_name()),
+                    batch,
+                );
                 group.bench_function(id, |b| {
                     b.iter(|| {
                         for i in idx.iter_mut() {

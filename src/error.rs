@@ -245,6 +245,64 @@ pub enum Error {
     },
 
     /// A typed view was asked for with the wrong element type.
+    /// A read of record bytes failed (after retries of interrupted and short reads).
+    #[error("reading {path} at byte {offset} failed")]
+    ReadFailed {
+        /// The chunk file.
+        path: PathBuf,
+        /// Where the failed read started.
+        offset: u64,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A chunk file of a snapshot was removed or replaced by a later commit (a rebalance) before
+    /// the snapshot opened it: the snapshot cannot read it any more. Refresh the dataset to read
+    /// the current commit.
+    #[error("{path} (chunk {chunk}) is gone from this snapshot: {reason}; refresh the dataset to read the current commit")]
+    ChunkGone {
+        /// The chunk file.
+        path: PathBuf,
+        /// Its id.
+        chunk: u16,
+        /// What happened to it.
+        reason: String,
+    },
+
+    /// zrecord could not start a thread it needs.
+    #[error("cannot start {what}: {reason}")]
+    ThreadSpawn {
+        /// The thread or pool.
+        what: &'static str,
+        /// The operating system's answer.
+        reason: String,
+    },
+
+    /// A zrecord thread panicked while working for this call.
+    #[error("{what} panicked: {message}")]
+    WorkerPanicked {
+        /// The thread.
+        what: String,
+        /// The panic's message.
+        message: String,
+    },
+
+    /// A zrecord thread stopped before answering this call (it panicked, or its pool shut
+    /// down).
+    #[error("{what} stopped before answering")]
+    WorkerGone {
+        /// The thread.
+        what: &'static str,
+    },
+
+    /// A broken internal invariant: a zrecord bug, never the data's fault. Please report it.
+    #[error("internal error (a zrecord bug): {reason}")]
+    Internal {
+        /// What went wrong.
+        reason: String,
+    },
+
     #[error("field {field:?} has dtype {dtype}, not {requested}")]
     DtypeMismatch {
         /// The field.
@@ -266,6 +324,10 @@ impl Error {
     }
 
     /// True if the error means bytes on disk are damaged (as opposed to a usage or I/O error).
+    pub(crate) fn internal(reason: String) -> Self {
+        Error::Internal { reason }
+    }
+
     pub fn is_corruption(&self) -> bool {
         matches!(
             self,

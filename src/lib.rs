@@ -42,11 +42,21 @@ pub mod pipeline;
 
 pub use error::{Error, Result};
 pub use format::dtype::{Codec, DType};
+#[doc(hidden)]
 pub mod io;
 pub mod store;
 
-pub use io::Backend;
-pub use store::batch::{Batch, Element, ReadOptions};
+pub use io::fs::evict_page_cache;
+pub use io::job::{ReadJob, ReadRange};
+pub use io::pool::{stats as gather_stats, Stats as GatherStats};
+pub use store::batch::{Batch, Element};
+pub use store::read::{
+    forced_backend, read_backend, uring_available, Backend, ReadBackend, ReadConfig, ZeroCopy,
+};
+
+/// The read configuration's former name.
+#[doc(hidden)]
+pub type ReadOptions = ReadConfig;
 pub use store::dataset::Dataset;
 pub use store::dataset::GatherFuture;
 pub use store::schema::{Field, Schema};

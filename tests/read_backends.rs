@@ -98,10 +98,10 @@ fn every_backend_returns_the_same_bytes() {
     let dir = tmp.path().join("ds");
     let model = build(&dir, 60);
     let n = model.len() as u64;
-    if !zrecord::io::uring_available() {
+    if !zrecord::uring_available() {
         println!("io_uring is unavailable here: Backend::Uring runs on the pread fallback");
     }
-    if let Some(b) = zrecord::io::forced_backend() {
+    if let Some(b) = zrecord::forced_backend().unwrap() {
         println!("ZRECORD_IO forces every dataset onto {b}");
     }
     for backend in [Backend::Uring, Backend::Psync, Backend::Mmap, Backend::Auto] {
@@ -148,10 +148,10 @@ fn slab_values_are_64_byte_aligned() {
     build(&dir, 20);
     for backend in [Backend::Uring, Backend::Psync] {
         let ds = Dataset::open_with(&dir, ReadOptions::default().with_backend(backend)).unwrap();
-        if matches!(ds.backend(), Backend::Mmap | Backend::Auto) {
+        if matches!(ds.backend(), Some(Backend::Mmap | Backend::Auto)) {
             println!(
                 "ZRECORD_IO={} forces zero-copy slices: alignment not promised",
-                ds.backend()
+                ds.backend_name()
             );
             return;
         }

@@ -49,7 +49,7 @@ fn a_flipped_chunk_byte_is_reported_by_every_backend() {
             let opts = ReadOptions::default()
                 .with_backend(backend)
                 .with_direct_io(direct);
-            let ds = Dataset::open_with(&dir, opts).unwrap();
+            let ds = Dataset::open_with(&dir, opts.clone()).unwrap();
             let e = ds.gather_blocking(&[1, 7, 2]).unwrap_err();
             match &e {
                 Error::ChecksumMismatch {

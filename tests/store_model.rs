@@ -106,7 +106,7 @@ fn run(ops: Vec<Op>, backend: Backend, direct: bool, config: WriterConfig) {
         .with_direct_io(direct);
     let ds = Dataset::open_with(&dir, opts).unwrap();
     // Slab-served values are 64-byte aligned; the mmap path hands out unaligned zero-copy slices.
-    let aligned = matches!(ds.backend(), Backend::Uring | Backend::Psync);
+    let aligned = matches!(ds.backend(), Some(Backend::Uring | Backend::Psync));
     let mut committed: Vec<Rec> = Vec::new();
     let mut working: Vec<Rec> = Vec::new();
     for op in ops {

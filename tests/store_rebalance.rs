@@ -142,7 +142,7 @@ fn snapshot_opened_before_rebalance_keeps_reading() {
         let mut r = Rng(100 + k as u64);
         churn(&mut w, &mut model, &mut r, 120);
         w.commit().unwrap();
-        let ds = Dataset::open_with(&dir, opt).unwrap();
+        let ds = Dataset::open_with(&dir, opt.clone()).unwrap();
         let old = ds.snapshot();
         let before = model.clone();
         w.rebalance().unwrap();

@@ -87,7 +87,7 @@ fn read(
     stop: &AtomicBool,
 ) -> (u64, u64) {
     let ds = Dataset::open_with(dir, ReadOptions::default().with_backend(backend)).unwrap();
-    let opts = ds.read_options();
+    let opts = ds.read_config().clone();
     let mut r = Rng(seed);
     let (mut records, mut generations) = (0u64, 0u64);
     let mut last = u64::MAX;

@@ -2,7 +2,6 @@
 
 use crate::error::{Error, Result};
 use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -69,27 +68,10 @@ pub fn set_len(file: &File, path: &Path, len: u64) -> Result<()> {
         .map_err(|e| Error::io(path, "truncate", e))
 }
 
-/// Replaces `path` atomically with `bytes`: write `tmp`, fsync it, rename over `path`, fsync
-/// the directory. Readers see either the old or the new content, never a mix; after a crash,
-/// `path` holds one of the two.
-pub fn replace_atomically(dir: &Path, tmp: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(tmp)
-        .map_err(|e| Error::io(tmp, "create", e))?;
-    f.write_all(bytes).map_err(|e| Error::io(tmp, "write", e))?;
-    f.sync_all().map_err(|e| Error::io(tmp, "fsync", e))?;
-    drop(f);
-    std::fs::rename(tmp, path).map_err(|e| Error::io(path, "rename", e))?;
-    sync_dir(dir)
-}
-
 /// Drops a file's pages from the page cache (`posix_fadvise(POSIX_FADV_DONTNEED)`), so the
 /// next reads come from the device. Dirty pages are written back first (`fdatasync`), since the
 /// kernel does not drop dirty pages.
-pub fn evict(path: &Path) -> Result<()> {
+pub fn evict_page_cache(path: &Path) -> Result<()> {
     use std::os::fd::AsRawFd;
     let f = File::open(path).map_err(|e| Error::io(path, "open", e))?;
     f.sync_data().map_err(|e| Error::io(path, "fdatasync", e))?;
@@ -126,4 +108,27 @@ pub fn start_writeback(file: &File, offset: u64, len: u64) {
     };
     // SAFETY: sync_file_range only reads its integer arguments; `file` is open for the call.
     let _ = unsafe { libc::sync_file_range(file.as_raw_fd(), off, n, libc::SYNC_FILE_RANGE_WRITE) };
+}
+
+/// The soft limit on open descriptors (`RLIMIT_NOFILE`), or `None` where it cannot be read or is
+/// unlimited.
+pub fn descriptor_limit() -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `getrlimit` writes one `rlimit` through the pointer, which names a live, properly
+    // aligned local.
+    let r = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+    (r == 0 && lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur)
+}
+
+/// The kernel's limit on memory mappings per process (`vm.max_map_count`), or `None` where it
+/// cannot be read.
+pub fn mapping_limit() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }

@@ -13,11 +13,11 @@ use std::sync::Arc;
 
 /// An open file a job reads from, with its path for error messages.
 #[derive(Debug)]
-pub struct ReadFile {
+pub(crate) struct ReadFile {
     /// The file, opened read-only.
-    pub file: File,
+    pub(crate) file: File,
     /// Where it lives.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
 }
 
 impl ReadFile {
@@ -27,46 +27,138 @@ impl ReadFile {
 }
 
 /// One contiguous range of a file, scattered into consecutive pieces of the job's buffer.
-#[derive(Clone, Debug)]
-pub struct ReadOp {
-    /// Index into [`IoJob::files`].
-    pub file: usize,
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ReadOp {
+    /// Index into [`ReadJob::files`].
+    pub(crate) file: usize,
     /// File offset of the first byte.
-    pub offset: u64,
+    pub(crate) offset: u64,
     /// Bytes that must be read; the op may ask for more (an O_DIRECT range rounded up past
     /// the end of the file), and a read that ends between `need` and the total is complete.
-    pub need: usize,
-    /// The pieces (indices into [`IoJob::pieces`]) the range fills, in file order.
-    pub pieces: Range<usize>,
+    pub(crate) need: usize,
+    /// The pieces (indices into [`ReadJob::pieces`]) the range fills, in file order.
+    pub(crate) pieces: Range<usize>,
 }
 
 /// A destination: `len` bytes at `at` in buffer `buf` of the job.
-#[derive(Clone, Copy, Debug)]
-pub struct Piece {
-    /// Index into [`IoJob::bufs`].
-    pub buf: usize,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Piece {
+    /// Index into [`ReadJob::bufs`].
+    pub(crate) buf: usize,
     /// Offset in that buffer.
-    pub at: usize,
+    pub(crate) at: usize,
     /// Length in bytes.
-    pub len: usize,
+    pub(crate) len: usize,
 }
 
-/// A batch of reads and the memory they fill.
+/// A batch of positioned reads and the memory they fill: what a
+/// [`ReadBackend`](crate::ReadBackend) executes. Each read (an *op*) is one contiguous byte
+/// range of one chunk file; [`ReadJob::range`] describes it and [`ReadJob::fill`] delivers its
+/// bytes.
 #[derive(Debug, Default)]
-pub struct IoJob {
+pub struct ReadJob {
     /// The files read from; kept open until the job completes.
-    pub files: Vec<Arc<ReadFile>>,
+    pub(crate) files: Vec<Arc<ReadFile>>,
     /// The reads.
-    pub ops: Vec<ReadOp>,
+    pub(crate) ops: Vec<ReadOp>,
     /// Where the reads land.
-    pub pieces: Vec<Piece>,
+    pub(crate) pieces: Vec<Piece>,
     /// The destination buffers. Never resized while the job is with a backend.
-    pub bufs: Vec<Vec<u8>>,
+    pub(crate) bufs: Vec<Vec<u8>>,
+    /// The files were opened with `O_DIRECT`: offsets, lengths and destinations are aligned.
+    pub(crate) direct: bool,
 }
 
-impl IoJob {
+/// One read of a [`ReadJob`]: `len` bytes of the file at `path` from `offset`, of which the
+/// first `need` must arrive (the rest may lie past the end of the file: an `O_DIRECT` range is
+/// rounded up to whole blocks).
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ReadRange<'a> {
+    /// The chunk file.
+    pub path: &'a std::path::Path,
+    /// The chunk file, open read-only (with `O_DIRECT` if the job is direct).
+    pub file: &'a File,
+    /// File offset of the first byte.
+    pub offset: u64,
+    /// Bytes the range covers.
+    pub len: usize,
+    /// Bytes that must be read.
+    pub need: usize,
+}
+
+impl ReadJob {
+    /// Number of reads.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// True if the job has no reads.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// True if the job's files were opened with `O_DIRECT`.
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    /// Read `op`, or `None` past the last.
+    pub fn range(&self, op: usize) -> Option<ReadRange<'_>> {
+        let o = self.ops.get(op)?;
+        let f = self.files.get(o.file)?;
+        Some(ReadRange {
+            path: &f.path,
+            file: &f.file,
+            offset: o.offset,
+            len: self.op_len(o),
+            need: o.need,
+        })
+    }
+
+    /// Delivers the bytes of read `op`: `data` must hold at least its `need` bytes and at most
+    /// its `len`; they are scattered into the op's destinations.
+    pub fn fill(&mut self, op: usize, data: &[u8]) -> std::io::Result<()> {
+        let bad = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, m);
+        let o = self
+            .ops
+            .get(op)
+            .ok_or_else(|| bad(format!("no read {op}")))?;
+        let total = self.op_len(o);
+        if data.len() < o.need || data.len() > total {
+            return Err(bad(format!(
+                "read {op} takes {}..={total} bytes, got {}",
+                o.need,
+                data.len()
+            )));
+        }
+        let mut rest = data;
+        for p in self.pieces.get(o.pieces.clone()).unwrap_or_default() {
+            let n = p.len.min(rest.len());
+            let (head, tail) = rest.split_at(n);
+            let dst = self
+                .bufs
+                .get_mut(p.buf)
+                .and_then(|b| b.get_mut(p.at..p.at + n))
+                .ok_or_else(|| bad(format!("read {op} lands outside its buffer")))?;
+            dst.copy_from_slice(head);
+            rest = tail;
+        }
+        Ok(())
+    }
+
+    /// The bytes read `op` has delivered so far (its whole `len`), copied out.
+    pub fn read_back(&self, op: usize) -> Option<Vec<u8>> {
+        let o = self.ops.get(op)?;
+        let mut out = Vec::with_capacity(self.op_len(o));
+        for p in self.pieces.get(o.pieces.clone())? {
+            out.extend_from_slice(self.bufs.get(p.buf)?.get(p.at..p.at + p.len)?);
+        }
+        Some(out)
+    }
+
     /// Total bytes of an op's pieces.
-    pub fn op_len(&self, op: &ReadOp) -> usize {
+    pub(crate) fn op_len(&self, op: &ReadOp) -> usize {
         self.pieces
             .get(op.pieces.clone())
             .map_or(0, |p| p.iter().map(|p| p.len).sum())
@@ -74,7 +166,7 @@ impl IoJob {
 
     /// Checks that every piece lies inside the buffer and every op names a file, so backends can
     /// hand raw pointers to the kernel without further checks.
-    pub fn validate(&self) -> std::io::Result<()> {
+    pub(crate) fn validate(&self) -> std::io::Result<()> {
         let bad =
             |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, what.to_string());
         for p in &self.pieces {
@@ -98,17 +190,17 @@ impl IoJob {
 /// Why a job failed: the op that failed and the OS error (or `UnexpectedEof` for a file that
 /// ended before the op's `need` bytes).
 #[derive(Debug)]
-pub struct JobError {
+pub(crate) struct JobError {
     /// The file of the failed op.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// The file offset where the failed read started.
-    pub offset: u64,
+    pub(crate) offset: u64,
     /// What happened.
-    pub error: std::io::Error,
+    pub(crate) error: std::io::Error,
 }
 
 impl JobError {
-    pub(crate) fn new(job: &IoJob, op: usize, error: std::io::Error) -> JobError {
+    pub(crate) fn new(job: &ReadJob, op: usize, error: std::io::Error) -> JobError {
         let op = job.ops.get(op);
         JobError {
             path: op
@@ -123,7 +215,11 @@ impl JobError {
 
 impl From<JobError> for crate::Error {
     fn from(e: JobError) -> crate::Error {
-        crate::Error::io(e.path, "read", e.error)
+        crate::Error::ReadFailed {
+            path: e.path,
+            offset: e.offset,
+            source: e.error,
+        }
     }
 }
 

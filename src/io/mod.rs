@@ -17,185 +17,19 @@
 
 #[doc(hidden)]
 pub mod fault;
-pub mod fs;
-pub mod job;
-pub mod mmap;
-pub mod pool;
-pub mod psync;
+pub(crate) mod fs;
+pub(crate) mod job;
+pub(crate) mod mmap;
+pub(crate) mod pool;
+pub(crate) mod psync;
 #[cfg(feature = "uring")]
-pub mod uring;
+pub(crate) mod uring;
 pub mod vfs;
-
-pub use pool::{stats, Stats};
-
-use std::sync::OnceLock;
-
-/// How a dataset reads records.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum Backend {
-    /// Per batch: raw records already in the page cache are served zero-copy from a mapping;
-    /// otherwise the batch goes to io_uring (or the pread pool where io_uring is unavailable).
-    #[default]
-    Auto,
-    /// Every read through io_uring (the pread pool if io_uring cannot be set up).
-    Uring,
-    /// Every read through the mapping: zero-copy for raw records. Cold data blocks on page
-    /// faults one page at a time; use it for data known to be in memory.
-    Mmap,
-    /// Every read through the `preadv` thread pool.
-    Psync,
-}
-
-impl Backend {
-    /// The name used by `ZRECORD_IO`, the CLI and reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Auto => "auto",
-            Backend::Uring => "uring",
-            Backend::Mmap => "mmap",
-            Backend::Psync => "psync",
-        }
-    }
-}
-
-impl std::fmt::Display for Backend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Backend {
-    type Err = crate::Error;
-
-    fn from_str(s: &str) -> crate::Result<Backend> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "auto" => Ok(Backend::Auto),
-            "uring" | "io_uring" | "io-uring" => Ok(Backend::Uring),
-            "mmap" => Ok(Backend::Mmap),
-            "psync" | "pread" => Ok(Backend::Psync),
-            other => Err(crate::Error::InvalidConfig {
-                reason: format!(
-                    "unknown I/O backend {other:?} (expected auto, uring, mmap or psync)"
-                ),
-            }),
-        }
-    }
-}
-
-/// The backend forced by `ZRECORD_IO`, read once. An unparsable value is reported and ignored.
-pub fn forced_backend() -> Option<Backend> {
-    static FORCED: OnceLock<Option<Backend>> = OnceLock::new();
-    *FORCED.get_or_init(|| {
-        let v = std::env::var("ZRECORD_IO").ok()?;
-        match v.parse() {
-            Ok(b) => {
-                tracing::info!(backend = %b, "ZRECORD_IO forces the read backend");
-                Some(b)
-            }
-            Err(e) => {
-                tracing::warn!(value = %v, error = %e, "ignoring ZRECORD_IO");
-                None
-            }
-        }
-    })
-}
-
-/// What executes a batch of positioned reads.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Executor {
-    #[cfg(feature = "uring")]
-    Uring(&'static uring::Ring),
-    Psync(&'static psync::PsyncPool),
-}
-
-impl Executor {
-    pub(crate) fn run(self, job: job::IoJob) -> Result<job::IoJob, job::JobError> {
-        match self {
-            #[cfg(feature = "uring")]
-            Executor::Uring(r) => r.run(job),
-            Executor::Psync(p) => p.run(job),
-        }
-    }
-}
-
-/// The process's io_uring ring thread, started on first use; `None` where io_uring cannot be
-/// set up (reported once).
-#[cfg(feature = "uring")]
-fn ring() -> Option<&'static uring::Ring> {
-    static RING: OnceLock<Option<uring::Ring>> = OnceLock::new();
-    RING.get_or_init(|| match uring::Ring::start() {
-        Ok(r) => {
-            tracing::info!(flags = r.flags, "zrecord reads through io_uring");
-            Some(r)
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "io_uring is unavailable; zrecord reads through the pread pool");
-            None
-        }
-    })
-    .as_ref()
-}
-
-/// Threads in the pread pool: enough queue depth for a cold disk.
-const PSYNC_THREADS: usize = 15;
-
-/// The process's pread pool, started on first use.
-fn psync_pool() -> crate::Result<&'static psync::PsyncPool> {
-    static POOL: OnceLock<Result<psync::PsyncPool, String>> = OnceLock::new();
-    POOL.get_or_init(|| psync::PsyncPool::new(PSYNC_THREADS).map_err(|e| e.to_string()))
-        .as_ref()
-        .map_err(|e| {
-            crate::Error::io(
-                "<pread pool>",
-                "spawn thread",
-                std::io::Error::other(e.clone()),
-            )
-        })
-}
-
-/// The executor for positioned reads under `backend` (after `ZRECORD_IO`): io_uring when asked
-/// for or automatic and available, the pread pool otherwise.
-pub(crate) fn executor(backend: Backend) -> crate::Result<Executor> {
-    #[cfg(feature = "uring")]
-    if matches!(backend, Backend::Auto | Backend::Uring | Backend::Mmap) {
-        if let Some(r) = ring() {
-            return Ok(Executor::Uring(r));
-        }
-    }
-    Ok(Executor::Psync(psync_pool()?))
-}
-
-/// The backend a dataset configured with `requested` really uses: `ZRECORD_IO` wins, and
-/// `Uring` becomes `Psync` where io_uring is unavailable.
-pub fn effective_backend(requested: Backend) -> Backend {
-    let b = forced_backend().unwrap_or(requested);
-    if b == Backend::Uring && !uring_available() {
-        Backend::Psync
-    } else {
-        b
-    }
-}
-
-/// True if io_uring could be set up in this process (starts the ring thread on first call).
-pub fn uring_available() -> bool {
-    #[cfg(feature = "uring")]
-    {
-        ring().is_some()
-    }
-    #[cfg(not(feature = "uring"))]
-    {
-        false
-    }
-}
 
 /// Hints the CPU to bring the cache line at `ptr` into L1. Never faults, whatever `ptr` is:
 /// the batch loops use it to overlap the memory latency of random records and table entries.
 #[inline(always)]
-pub fn prefetch(ptr: *const u8) {
+pub(crate) fn prefetch(ptr: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `prefetcht0` is a hint that never faults, for any address; SSE is part of the
     // x86_64 baseline.

@@ -5,7 +5,7 @@
 //! when the job is large enough for the wake-ups to pay off; on cold data the pool gives a
 //! queue depth of up to `threads + 1`.
 
-use super::job::{eof_error, IoJob, JobError, Piece};
+use super::job::{eof_error, JobError, Piece, ReadJob};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
@@ -27,7 +27,7 @@ pub struct PsyncPool {
 /// buffers, and `Shared` has their raw descriptors and addresses, used only while ops remain.
 struct Shared {
     /// The job without its files and buffers.
-    job: IoJob,
+    job: ReadJob,
     /// The descriptors of the caller's files, by file index.
     fds: Vec<std::os::fd::RawFd>,
     /// The job's buffers, taken out of `job` by the caller (which keeps them alive and
@@ -41,7 +41,7 @@ struct Shared {
 
 // SAFETY: `bases` point into buffers owned by the caller of `PsyncPool::run`, which does not
 // touch it and keeps it alive until every op has been finished (counted in `state.done`); the
-// ops write disjoint pieces (checked by `IoJob::validate` plus the planner's construction), so
+// ops write disjoint pieces (checked by `ReadJob::validate` plus the planner's construction), so
 // sharing the pointer across threads is sound. `fds` are plain integers; the caller keeps the
 // files open until every op has finished, and no op runs after that.
 unsafe impl Send for Shared {}
@@ -73,7 +73,7 @@ impl PsyncPool {
     }
 
     /// Executes every read of `job`, blocking until all have finished.
-    pub fn run(&self, mut job: IoJob) -> Result<IoJob, JobError> {
+    pub fn run(&self, mut job: ReadJob) -> Result<ReadJob, JobError> {
         job.validate().map_err(|e| JobError::new(&job, 0, e))?;
         let n = job.ops.len();
         let mut bufs = std::mem::take(&mut job.bufs);
@@ -111,11 +111,12 @@ impl PsyncPool {
         let mut job = match Arc::try_unwrap(shared) {
             Ok(s) => s.job,
             // A helper still holds the Arc but has no op left to run (all `n` are done).
-            Err(s) => IoJob {
+            Err(s) => ReadJob {
                 files: Vec::new(),
                 ops: s.job.ops.clone(),
                 pieces: s.job.pieces.clone(),
                 bufs: Vec::new(),
+                direct: s.job.direct,
             },
         };
         job.files = files;
@@ -203,7 +204,7 @@ fn run_op(s: &Shared, i: usize) -> std::io::Result<()> {
         };
         let count = rest.len().min(1024) as libc::c_int;
         let offset = op.offset + done as u64;
-        // SAFETY: every iovec points into the caller's buffer, inside bounds (`IoJob::validate`)
+        // SAFETY: every iovec points into the caller's buffer, inside bounds (`ReadJob::validate`)
         // and disjoint from every other op's pieces; the buffer outlives this call (the caller
         // waits for all ops). The descriptor is kept open by the caller's `files` until then.
         let r = unsafe { libc::preadv(fd, rest.as_ptr(), count, offset as libc::off_t) };

@@ -6,22 +6,25 @@
 //! whose caller has gone away (its future dropped) is still driven to completion and only then
 //! freed: the kernel may be writing into its buffer until its completion is reaped.
 
-use super::job::{eof_error, IoJob, JobError, Piece};
+use super::job::{eof_error, JobError, Piece, ReadJob};
 use io_uring::{opcode, types, IoUring};
 use std::collections::VecDeque;
 use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
 
-/// Submission queue entries (the completion queue gets twice as many).
-const RING_ENTRIES: u32 = 256;
-/// Reads in flight at most: a virtio disk here needed ~128 for full throughput.
-const MAX_OPS_IN_FLIGHT: usize = 256;
-/// Bytes in flight at most, across jobs.
-const MAX_BYTES_IN_FLIGHT: usize = 64 << 20;
+/// The budgets of one ring: reads and bytes in flight at most, across jobs.
+#[derive(Clone, Copy, Debug)]
+pub struct Budget {
+    /// Reads in flight at most (a virtio disk here needed ~128 for full throughput). The ring
+    /// gets this many submission entries, rounded up to a power of two.
+    pub ops: usize,
+    /// Bytes in flight at most; one op is always admitted, whatever its size.
+    pub bytes: usize,
+}
 
-type Reply = SyncSender<Result<IoJob, JobError>>;
+type Reply = SyncSender<Result<ReadJob, JobError>>;
 
 struct Request {
-    job: IoJob,
+    job: ReadJob,
     reply: Reply,
 }
 
@@ -37,17 +40,17 @@ impl Ring {
     /// Starts the ring thread, trying setup flags from the most to the least capable: a kernel
     /// that rejects a flag with `EINVAL` gets the ring without it. Fails if io_uring cannot be
     /// used at all (`ENOSYS`, `EPERM` from seccomp or `kernel.io_uring_disabled`, no `READV`).
-    pub fn start() -> std::io::Result<Ring> {
+    pub fn start(budget: Budget) -> std::io::Result<Ring> {
         let (tx, rx) = mpsc::sync_channel::<Request>(64);
         let (ready_tx, ready_rx) = mpsc::sync_channel::<std::io::Result<&'static str>>(1);
         std::thread::Builder::new()
             .name("zrecord-uring".into())
             .spawn(move || {
                 // The ring is built on the thread that submits to it (SINGLE_ISSUER requires it).
-                match build() {
+                match build(entries(budget.ops)) {
                     Ok((ring, flags)) => {
                         let _ = ready_tx.send(Ok(flags));
-                        Driver::new(ring).run(&rx);
+                        Driver::new(ring, budget).run(&rx);
                     }
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
@@ -61,9 +64,9 @@ impl Ring {
     }
 
     /// Executes every read of `job`, blocking until all have completed.
-    pub fn run(&self, job: IoJob) -> Result<IoJob, JobError> {
+    pub fn run(&self, job: ReadJob) -> Result<ReadJob, JobError> {
         let (reply, rx) = mpsc::sync_channel(1);
-        let gone = |job: &IoJob| {
+        let gone = |job: &ReadJob| {
             JobError::new(
                 job,
                 0,
@@ -73,27 +76,32 @@ impl Ring {
         if let Err(mpsc::SendError(req)) = self.tx.send(Request { job, reply }) {
             return Err(gone(&req.job));
         }
-        rx.recv().unwrap_or_else(|_| Err(gone(&IoJob::default())))
+        rx.recv().unwrap_or_else(|_| Err(gone(&ReadJob::default())))
     }
 }
 
-fn build() -> std::io::Result<(IoUring, &'static str)> {
-    type Make = fn() -> std::io::Result<IoUring>;
+/// Submission entries for `ops` reads in flight: a power of two from 8 to 4096.
+fn entries(ops: usize) -> u32 {
+    ops.clamp(8, 4096).next_power_of_two() as u32
+}
+
+fn build(entries: u32) -> std::io::Result<(IoUring, &'static str)> {
+    type Make = fn(u32) -> std::io::Result<IoUring>;
     let attempts: [(&'static str, Make); 3] = [
-        ("coop_taskrun+single_issuer", || {
+        ("coop_taskrun+single_issuer", |n| {
             IoUring::builder()
                 .setup_coop_taskrun()
                 .setup_single_issuer()
-                .build(RING_ENTRIES)
+                .build(n)
         }),
-        ("coop_taskrun", || {
-            IoUring::builder().setup_coop_taskrun().build(RING_ENTRIES)
+        ("coop_taskrun", |n| {
+            IoUring::builder().setup_coop_taskrun().build(n)
         }),
-        ("none", || IoUring::new(RING_ENTRIES)),
+        ("none", IoUring::new),
     ];
     let mut last = std::io::Error::from_raw_os_error(libc::EINVAL);
     for (flags, make) in attempts {
-        match make() {
+        match make(entries) {
             Ok(ring) => {
                 let mut probe = io_uring::Probe::new();
                 ring.submitter().register_probe(&mut probe)?;
@@ -116,7 +124,7 @@ fn build() -> std::io::Result<(IoUring, &'static str)> {
 
 /// A job on the ring thread.
 struct Active {
-    job: IoJob,
+    job: ReadJob,
     reply: Option<Reply>,
     /// One iovec per piece, built once; a short read advances the op's first iovec in place.
     iovs: Vec<libc::iovec>,
@@ -140,12 +148,14 @@ struct Driver {
     queue: VecDeque<(usize, usize)>,
     ops_in_flight: usize,
     bytes_in_flight: usize,
+    budget: Budget,
 }
 
 impl Driver {
-    fn new(ring: IoUring) -> Driver {
+    fn new(ring: IoUring, budget: Budget) -> Driver {
         Driver {
             ring,
+            budget,
             jobs: Vec::new(),
             free: Vec::new(),
             queue: VecDeque::new(),
@@ -248,8 +258,8 @@ impl Driver {
 
     /// Pushes queued ops into the submission queue within the budgets.
     fn fill(&mut self) {
-        while self.ops_in_flight < MAX_OPS_IN_FLIGHT
-            && (self.bytes_in_flight < MAX_BYTES_IN_FLIGHT || self.ops_in_flight == 0)
+        while self.ops_in_flight < self.budget.ops.max(1)
+            && (self.bytes_in_flight < self.budget.bytes || self.ops_in_flight == 0)
         {
             let Some((slot, op)) = self.queue.pop_front() else {
                 return;

@@ -132,19 +132,25 @@ pub struct DatasetSource {
     snapshot: Arc<Snapshot>,
     fields: Option<Vec<String>>,
     key_field: usize,
-    opts: crate::ReadOptions,
+    config: crate::ReadConfig,
+    engine: std::sync::OnceLock<Arc<crate::store::read::Engine>>,
 }
 
 impl DatasetSource {
-    /// The dataset's current snapshot, every field; the key is the first field's record length.
+    /// The dataset's current snapshot, every field, read as the dataset reads; the key is the
+    /// first field's record length.
     pub fn new(dataset: &Dataset) -> Self {
-        Self::from_snapshot(dataset.snapshot()).read_options(dataset.read_options())
+        let mut s = Self::from_snapshot(dataset.snapshot());
+        s.config = dataset.read_config().clone();
+        s.engine = std::sync::OnceLock::from(Arc::clone(dataset.engine()));
+        s
     }
 
-    /// Reads with `opts` (backend, checksums, `O_DIRECT`).
+    /// Reads with `config` (backend, checksums, `O_DIRECT`, budgets).
     #[must_use]
-    pub fn read_options(mut self, opts: crate::ReadOptions) -> Self {
-        self.opts = opts;
+    pub fn read_config(mut self, config: crate::ReadConfig) -> Self {
+        self.config = config;
+        self.engine = std::sync::OnceLock::new();
         self
     }
 
@@ -154,8 +160,17 @@ impl DatasetSource {
             snapshot,
             fields: None,
             key_field: 0,
-            opts: crate::ReadOptions::default(),
+            config: crate::ReadConfig::default(),
+            engine: std::sync::OnceLock::new(),
         }
+    }
+
+    fn engine(&self) -> Result<&Arc<crate::store::read::Engine>> {
+        if let Some(e) = self.engine.get() {
+            return Ok(e);
+        }
+        let e = Arc::new(crate::store::read::Engine::new(&self.config)?);
+        Ok(self.engine.get_or_init(|| e))
     }
 
     /// Gathers only `fields`, in that order; the key becomes the first of them.
@@ -202,14 +217,15 @@ impl Source for DatasetSource {
     }
 
     fn gather(&self, indices: &[u64]) -> Result<Self::Batch> {
-        match &self.fields {
-            None => self.snapshot.gather_with(indices, &self.opts),
-            Some(fields) => {
-                let names: Vec<&str> = fields.iter().map(String::as_str).collect();
-                self.snapshot
-                    .gather_fields_with(indices, &names, &self.opts)
-            }
-        }
+        let engine = self.engine()?;
+        let fields = match &self.fields {
+            None => (0..self.snapshot.meta().fields.len()).collect::<Vec<_>>(),
+            Some(fields) => fields
+                .iter()
+                .map(|f| self.snapshot.field_index(f))
+                .collect::<Result<Vec<_>>>()?,
+        };
+        self.snapshot.gather_engine(indices, &fields, engine)
     }
 
     fn generation(&self) -> u64 {

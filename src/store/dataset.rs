@@ -1,7 +1,8 @@
 //! `Dataset`: a read handle on the latest commit it opened or refreshed to.
 
 use crate::error::{Error, Result};
-use crate::store::batch::{self, Batch, ReadOptions};
+use crate::store::batch::Batch;
+use crate::store::read::{self, Engine, ReadConfig};
 use crate::store::schema::Schema;
 use crate::store::snapshot::Snapshot;
 use crate::store::writer::{Writer, WriterConfig};
@@ -16,7 +17,8 @@ use std::sync::{Arc, RwLock};
 pub struct Dataset {
     dir: PathBuf,
     current: RwLock<Arc<Snapshot>>,
-    opts: ReadOptions,
+    config: ReadConfig,
+    engine: Arc<Engine>,
 }
 
 impl Dataset {
@@ -34,30 +36,42 @@ impl Dataset {
     /// Opens the dataset at `path` read-only, at its latest commit. Opening maps the offset
     /// tables and reads the patch logs; it reads no record data.
     pub fn open(path: impl AsRef<Path>) -> Result<Dataset> {
-        Dataset::open_with(path, ReadOptions::default())
+        Dataset::open_with(path, ReadConfig::default())
     }
 
-    /// Opens the dataset at `path` read-only with the given read options (backend, checksum
-    /// verification, `O_DIRECT`).
-    pub fn open_with(path: impl AsRef<Path>, opts: ReadOptions) -> Result<Dataset> {
+    /// Opens the dataset at `path` read-only with the given read configuration (backend,
+    /// checksum verification, `O_DIRECT`, budgets). Fails if `ZRECORD_IO` names no backend.
+    pub fn open_with(path: impl AsRef<Path>, config: ReadConfig) -> Result<Dataset> {
         let dir = path.as_ref().to_path_buf();
+        let engine = Arc::new(Engine::new(&config)?);
         let snap = Snapshot::load(&dir)?;
         Ok(Dataset {
             dir,
             current: RwLock::new(Arc::new(snap)),
-            opts,
+            config,
+            engine,
         })
     }
 
-    /// The read options this handle uses.
-    pub fn read_options(&self) -> ReadOptions {
-        self.opts
+    /// The read configuration this handle uses.
+    pub fn read_config(&self) -> &ReadConfig {
+        &self.config
     }
 
     /// The backend reads really use: the configured one after `ZRECORD_IO`, with `Uring`
-    /// replaced by `Psync` where io_uring cannot be set up.
-    pub fn backend(&self) -> crate::Backend {
-        crate::io::effective_backend(self.opts.backend)
+    /// replaced by `Psync` where io_uring cannot be set up; `None` for a custom backend.
+    pub fn backend(&self) -> Option<read::Backend> {
+        self.engine.effective
+    }
+
+    /// The name of the backend reads go through (`uring`, `psync`, `mmap`, `auto`, or a
+    /// custom backend's).
+    pub fn backend_name(&self) -> &str {
+        self.engine.backend.name()
+    }
+
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.engine
     }
 
     /// Moves this handle to the latest commit. Returns true if it changed. Snapshots already
@@ -115,7 +129,7 @@ impl Dataset {
     pub fn get(&self, index: u64) -> Result<Vec<Bytes>> {
         let snap = self.snapshot();
         let fields: Vec<usize> = (0..snap.tables.len()).collect();
-        let b = batch::gather(&snap, &[index], &fields, &self.opts)?;
+        let b = read::gather(&snap, &[index], &fields, &self.engine)?;
         Ok(b.into_records().into_iter().next().unwrap_or_default())
     }
 
@@ -123,7 +137,7 @@ impl Dataset {
     pub fn get_field(&self, index: u64, field: &str) -> Result<Bytes> {
         let snap = self.snapshot();
         let f = snap.field_index(field)?;
-        let b = batch::gather(&snap, &[index], &[f], &self.opts)?;
+        let b = read::gather(&snap, &[index], &[f], &self.engine)?;
         b.bytes(0, 0).ok_or(Error::IndexOutOfRange {
             index,
             len: snap.len(),
@@ -135,7 +149,7 @@ impl Dataset {
     pub fn gather_blocking(&self, indices: &[u64]) -> Result<Batch> {
         let snap = self.snapshot();
         let fields: Vec<usize> = (0..snap.tables.len()).collect();
-        batch::gather(&snap, indices, &fields, &self.opts)
+        read::gather(&snap, indices, &fields, &self.engine)
     }
 
     /// Reads the named fields of `indices`, in that order, blocking the calling thread.
@@ -145,7 +159,7 @@ impl Dataset {
             .iter()
             .map(|f| snap.field_index(f))
             .collect::<Result<Vec<_>>>()?;
-        batch::gather(&snap, indices, &fields, &self.opts)
+        read::gather(&snap, indices, &fields, &self.engine)
     }
 
     /// Reads every field of `indices`, in that order, without blocking the caller: the reads,
@@ -160,7 +174,7 @@ impl Dataset {
     pub fn gather(&self, indices: &[u64]) -> GatherFuture {
         let snap = self.snapshot();
         let fields: Vec<usize> = (0..snap.tables.len()).collect();
-        GatherFuture::spawn(snap, indices.to_vec(), Ok(fields), self.opts)
+        GatherFuture::spawn(snap, indices.to_vec(), Ok(fields), Arc::clone(&self.engine))
     }
 
     /// Reads the named fields of `indices`, in that order, without blocking the caller.
@@ -174,7 +188,7 @@ impl Dataset {
             .iter()
             .map(|f| snap.field_index(f))
             .collect::<Result<Vec<_>>>();
-        GatherFuture::spawn(snap, indices.to_vec(), fields, self.opts)
+        GatherFuture::spawn(snap, indices.to_vec(), fields, Arc::clone(&self.engine))
     }
 }
 
@@ -191,19 +205,22 @@ impl GatherFuture {
         snap: Arc<Snapshot>,
         indices: Vec<u64>,
         fields: Result<Vec<usize>>,
-        opts: ReadOptions,
+        engine: Arc<Engine>,
     ) -> GatherFuture {
         let (tx, rx) = futures::channel::oneshot::channel();
         match fields {
             Err(e) => {
                 let _ = tx.send(Err(e));
             }
-            Ok(fields) => crate::io::pool::spawn(move || {
-                if tx.is_canceled() {
-                    return;
-                }
-                let _ = tx.send(batch::gather(&snap, &indices, &fields, &opts));
-            }),
+            Ok(fields) => {
+                let pools = Arc::clone(&engine.pools);
+                pools.workers.spawn(move || {
+                    if tx.is_canceled() {
+                        return;
+                    }
+                    let _ = tx.send(read::gather(&snap, &indices, &fields, &engine));
+                })
+            }
         }
         GatherFuture { rx }
     }
@@ -218,10 +235,8 @@ impl std::future::Future for GatherFuture {
     ) -> std::task::Poll<Result<Batch>> {
         std::pin::Pin::new(&mut self.rx).poll(cx).map(|r| {
             r.unwrap_or_else(|_| {
-                Err(Error::Io {
-                    path: PathBuf::new(),
-                    op: "gather",
-                    source: std::io::Error::other("the worker thread stopped before answering"),
+                Err(Error::WorkerGone {
+                    what: "the gather worker",
                 })
             })
         })
@@ -229,31 +244,43 @@ impl std::future::Future for GatherFuture {
 }
 
 impl Snapshot {
-    /// Reads every field of record `index` (default read options).
+    /// Reads every field of record `index` (default read configuration).
     pub fn get(&self, index: u64) -> Result<Vec<Bytes>> {
         let fields: Vec<usize> = (0..self.tables.len()).collect();
-        let b = batch::gather(self, &[index], &fields, &ReadOptions::default())?;
+        let engine = Engine::new(&ReadConfig::default())?;
+        let b = read::gather(self, &[index], &fields, &engine)?;
         Ok(b.into_records().into_iter().next().unwrap_or_default())
     }
 
-    /// Reads every field of `indices`, in that order, with `opts`, blocking the calling thread.
-    pub fn gather_with(&self, indices: &[u64], opts: &ReadOptions) -> Result<Batch> {
+    /// Reads every field of `indices`, in that order, with `config`, blocking the calling
+    /// thread.
+    pub fn gather_with(&self, indices: &[u64], config: &ReadConfig) -> Result<Batch> {
         let fields: Vec<usize> = (0..self.tables.len()).collect();
-        batch::gather(self, indices, &fields, opts)
+        read::gather(self, indices, &fields, &Engine::new(config)?)
     }
 
-    /// Reads the named fields of `indices`, in that order, with `opts`, blocking the calling
+    /// Reads the named fields of `indices`, in that order, with `config`, blocking the calling
     /// thread.
     pub fn gather_fields_with(
         &self,
         indices: &[u64],
         fields: &[&str],
-        opts: &ReadOptions,
+        config: &ReadConfig,
     ) -> Result<Batch> {
         let fields = fields
             .iter()
             .map(|f| self.field_index(f))
             .collect::<Result<Vec<_>>>()?;
-        batch::gather(self, indices, &fields, opts)
+        read::gather(self, indices, &fields, &Engine::new(config)?)
+    }
+
+    /// Reads `fields` (snapshot field numbers) of `indices` through `engine`.
+    pub(crate) fn gather_engine(
+        &self,
+        indices: &[u64],
+        fields: &[usize],
+        engine: &Engine,
+    ) -> Result<Batch> {
+        read::gather(self, indices, fields, engine)
     }
 }

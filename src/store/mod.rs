@@ -4,8 +4,8 @@
 pub(crate) mod append;
 pub mod batch;
 pub mod dataset;
-mod finish;
 pub(crate) mod layout;
+pub mod read;
 pub mod schema;
 pub mod snapshot;
 pub mod writer;

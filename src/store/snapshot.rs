@@ -1,23 +1,23 @@
 //! A committed, immutable view of a dataset: its meta, its offset tables and its chunk files.
 //!
-//! A snapshot opens every file its meta names and then re-reads `meta.json`; if the meta changed
-//! in between it starts again, so the files it holds are exactly the ones that commit named.
-//! Committed bytes are never overwritten or truncated, so a snapshot stays valid while writers
-//! commit new generations, and files that later commits drop stay readable through the open
-//! descriptors and mappings the snapshot holds.
+//! A snapshot maps the offset tables and records the identity of every chunk file its meta
+//! names, then re-reads `meta.json`; if the meta changed in between it starts again, so the
+//! files it knows are exactly the ones that commit named. Committed bytes are never overwritten
+//! or truncated, so a snapshot stays valid while writers commit new generations. Chunk files are
+//! opened while the process's descriptor budget allows and kept open, so files that later
+//! commits drop stay readable; past the budget they open on demand, and one a later commit
+//! removed or replaced is an error, never another file's bytes (`store/read/chunks.rs`).
 
 use crate::error::{Error, Result};
 use crate::format::entry::{decode_patch, Entry, ENTRY_BYTES, PATCH_BYTES};
 use crate::format::meta::{FieldMeta, Meta, MetaError};
 use crate::format::FORMAT_VERSION;
-use crate::io::fs;
-use crate::io::job::ReadFile;
-use crate::io::mmap::SharedMap;
 use crate::io::vfs::{Prefix, StdFs, Vfs, VfsFile};
 use crate::store::layout;
+use crate::store::read::{ChunkHandle, ChunkSet};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// One field's committed offset table and patch overlay.
 #[derive(Debug)]
@@ -124,83 +124,13 @@ pub struct RecordLocation {
     pub crc32c: u32,
 }
 
-/// A chunk file and its committed size, with its mapping and O_DIRECT descriptor made on
-/// first use.
-#[derive(Debug)]
-pub(crate) struct ChunkFile {
-    pub(crate) file: Arc<ReadFile>,
-    pub(crate) size: u64,
-    map: OnceLock<Option<SharedMap>>,
-    direct: OnceLock<Option<Arc<ReadFile>>>,
-}
-
-impl ChunkFile {
-    pub(crate) fn path(&self) -> &Path {
-        &self.file.path
-    }
-
-    /// The mapping of the committed prefix, or `None` if mapping failed (reported once per
-    /// chunk; reads then go through the I/O backend).
-    pub(crate) fn map(&self) -> Option<&SharedMap> {
-        self.map
-            .get_or_init(|| match SharedMap::new(&self.file.file, &self.file.path, self.size) {
-                Ok(m) => Some(m),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot map chunk; reading it through the I/O backend");
-                    None
-                }
-            })
-            .as_ref()
-    }
-
-    /// The chunk opened with `O_DIRECT`, or `None` where the file system refuses it.
-    pub(crate) fn direct(&self) -> Option<&Arc<ReadFile>> {
-        self.direct
-            .get_or_init(|| {
-                use std::os::fd::AsRawFd;
-                use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-                let open = |p: &Path| {
-                    std::fs::OpenOptions::new()
-                        .read(true)
-                        .custom_flags(libc::O_DIRECT)
-                        .open(p)
-                };
-                // Reopen the very file this snapshot holds, not whatever the path names now: a
-                // rebalance may have unlinked it and a later chunk may reuse its id.
-                let held = PathBuf::from(format!("/proc/self/fd/{}", self.file.file.as_raw_fd()));
-                let opened = open(&held).or_else(|_| {
-                    let f = open(&self.file.path)?;
-                    let (a, b) = (f.metadata()?, self.file.file.metadata()?);
-                    if a.dev() == b.dev() && a.ino() == b.ino() {
-                        Ok(f)
-                    } else {
-                        Err(std::io::Error::other("the chunk file was replaced"))
-                    }
-                });
-                match opened {
-                    Ok(file) => Some(Arc::new(ReadFile {
-                        file,
-                        path: self.file.path.clone(),
-                    })),
-                    Err(e) => {
-                        tracing::warn!(path = %self.file.path.display(), error = %e,
-                            "O_DIRECT is refused; reading this chunk through the page cache");
-                        None
-                    }
-                }
-            })
-            .as_ref()
-    }
-}
-
 /// A committed, immutable view of a dataset. Cheap to clone through `Arc`; `Send + Sync`.
 #[derive(Debug)]
 pub struct Snapshot {
     pub(crate) dir: PathBuf,
     pub(crate) meta: Meta,
     pub(crate) tables: Vec<FieldTable>,
-    /// Indexed by chunk id.
-    pub(crate) chunks: Vec<Option<Arc<ChunkFile>>>,
+    pub(crate) chunks: ChunkSet,
 }
 
 fn check_len(file: &dyn VfsFile, want: u64) -> Result<()> {
@@ -262,34 +192,7 @@ impl Snapshot {
             .iter()
             .map(|f| FieldTable::load(&StdFs, dir, f))
             .collect::<Result<Vec<_>>>()?;
-        let max_id = meta
-            .chunks
-            .iter()
-            .map(|c| usize::from(c.id) + 1)
-            .max()
-            .unwrap_or(0);
-        let mut chunks: Vec<Option<Arc<ChunkFile>>> = vec![None; max_id];
-        for c in &meta.chunks {
-            let path = layout::chunk(dir, c.id);
-            let file = fs::open_read(&path)?;
-            let have = fs::file_len(&file, &path)?;
-            if have < c.size {
-                return Err(Error::Truncated {
-                    path,
-                    expected: c.size,
-                    actual: have,
-                });
-            }
-            fs::advise_random(&file);
-            if let Some(slot) = chunks.get_mut(usize::from(c.id)) {
-                *slot = Some(Arc::new(ChunkFile {
-                    file: Arc::new(ReadFile { file, path }),
-                    size: c.size,
-                    map: OnceLock::new(),
-                    direct: OnceLock::new(),
-                }));
-            }
-        }
+        let chunks = ChunkSet::load(dir, &meta)?;
         Ok(Snapshot {
             dir: dir.to_path_buf(),
             meta,
@@ -352,14 +255,14 @@ impl Snapshot {
                         format!("names chunk {}, which the meta does not list", e.chunk),
                     ))
                 }
-                Some(c) if e.end() > c.size => {
+                Some(c) if e.end() > c.size() => {
                     return Err(table.corrupt(
                         index,
                         format!(
                             "record ends at byte {} past chunk {}'s committed {} bytes",
                             e.end(),
                             e.chunk,
-                            c.size
+                            c.size()
                         ),
                     ))
                 }
@@ -406,12 +309,7 @@ impl Snapshot {
         })
     }
 
-    pub(crate) fn chunk(&self, id: u16) -> Option<&Arc<ChunkFile>> {
-        self.chunks.get(usize::from(id)).and_then(Option::as_ref)
+    pub(crate) fn chunk(&self, id: u16) -> Option<&Arc<ChunkHandle>> {
+        self.chunks.get(id)
     }
-}
-
-thread_local! {
-    pub(crate) static DECOMPRESSOR: std::cell::RefCell<libdeflater::Decompressor> =
-        std::cell::RefCell::new(libdeflater::Decompressor::new());
 }

@@ -378,7 +378,7 @@ fn run_gather(a: &GatherArgs) -> Result<GatherStats, Box<dyn std::error::Error>>
     } else if a.inflate_loop {
         "inflate-loop"
     } else {
-        ds.backend().name()
+        ds.backend_name()
     };
     let out = serde_json::json!({
         "records_per_s": records as f64 / secs,
@@ -386,7 +386,7 @@ fn run_gather(a: &GatherArgs) -> Result<GatherStats, Box<dyn std::error::Error>>
         "p50_batch_ms": pct(0.5),
         "p99_batch_ms": pct(0.99),
         "backend": effective,
-        "io_uring_available": zrecord::io::uring_available(),
+        "io_uring_available": zrecord::uring_available(),
         "batch": a.batch,
         "batches": lat.len(),
         "threads": a.threads.max(1),
@@ -542,7 +542,7 @@ fn consume(b: &zrecord::Batch) -> u64 {
 
 fn evict(dir: &Path) -> Res {
     for entry in walk(dir)? {
-        zrecord::io::fs::evict(&entry)?;
+        zrecord::evict_page_cache(&entry)?;
     }
     Ok(())
 }
@@ -635,7 +635,7 @@ fn loader(a: &LoaderArgs) -> Res {
         "p99_next_ms": percentile(&lat, 0.99),
         "gather_records_per_s": gather_rps,
         "ratio_to_gather": gather_rps.map(|g| loader_rps / g),
-        "backend": ds.backend().name(),
+        "backend": ds.backend_name(),
         "workers": a.workers.max(1),
         "batch": a.batch,
         "batches": lat.len(),

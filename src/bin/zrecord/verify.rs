@@ -49,7 +49,7 @@ pub fn run(a: &VerifyArgs) -> Res {
     let opts = ReadOptions::default().with_backend(Backend::Uring);
     // A dataset that cannot be opened has one problem: the one that stopped the open, which
     // names its file (meta.json, a table, a patch log or a chunk).
-    let ds = Dataset::open_with(&a.dir, opts)?;
+    let ds = Dataset::open_with(&a.dir, opts.clone())?;
     let snap = ds.snapshot();
     let len = snap.len();
     let names: Vec<String> = snap.meta().fields.iter().map(|f| f.name.clone()).collect();

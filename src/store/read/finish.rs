@@ -2,13 +2,17 @@
 //! inflate or copy it into its slot of the slab. Big batches are cut into pieces that the
 //! calling thread and the finishing pool's helpers take in turn.
 
+use super::resolve::{Resolved, Want};
 use crate::error::{Error, Result};
 use crate::format::codec;
 use crate::format::dtype::Codec;
-use crate::store::batch::{missing_chunk, Want};
-use crate::store::snapshot::{Snapshot, DECOMPRESSOR};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
+
+thread_local! {
+    static DECOMPRESSOR: std::cell::RefCell<libdeflater::Decompressor> =
+        std::cell::RefCell::new(libdeflater::Decompressor::new());
+}
 
 /// How many values ahead the loop prefetches record bytes.
 const DATA_AHEAD: usize = 3;
@@ -43,14 +47,14 @@ impl Task<'_> {
     }
 }
 
-fn checksum(snap: &Snapshot, w: &Want, stored: &[u8]) -> Result<()> {
+fn checksum(res: &Resolved<'_>, w: &Want, stored: &[u8]) -> Result<()> {
     let actual = crate::checksum::crc32c(stored);
     if actual == w.e.data_crc {
         return Ok(());
     }
     Err(Error::ChecksumMismatch {
-        path: chunk_path(snap, w),
-        field: field_name(snap, w),
+        path: res.chunk_path(w),
+        field: res.field_name(w),
         index: w.index,
         offset: w.e.offset,
         expected: w.e.data_crc,
@@ -58,26 +62,13 @@ fn checksum(snap: &Snapshot, w: &Want, stored: &[u8]) -> Result<()> {
     })
 }
 
-fn chunk_path(snap: &Snapshot, w: &Want) -> std::path::PathBuf {
-    snap.chunk(w.e.chunk)
-        .map(|c| c.path().to_path_buf())
-        .unwrap_or_default()
-}
-
-fn field_name(snap: &Snapshot, w: &Want) -> String {
-    snap.tables
-        .get(w.field)
-        .map(|t| t.meta.name.clone())
-        .unwrap_or_default()
-}
-
 /// Inflates `stored` into exactly `out.len()` bytes.
-fn inflate(snap: &Snapshot, w: &Want, stored: &[u8], out: &mut [u8]) -> Result<()> {
+fn inflate(res: &Resolved<'_>, w: &Want, stored: &[u8], out: &mut [u8]) -> Result<()> {
     DECOMPRESSOR
         .with(|d| codec::inflate(&mut d.borrow_mut(), stored, out))
         .map_err(|reason| Error::Decompress {
-            path: chunk_path(snap, w),
-            field: field_name(snap, w),
+            path: res.chunk_path(w),
+            field: res.field_name(w),
             index: w.index,
             offset: w.e.offset,
             reason,
@@ -88,7 +79,7 @@ fn inflate(snap: &Snapshot, w: &Want, stored: &[u8], out: &mut [u8]) -> Result<(
 /// records a few ahead: random records are cache misses, and this overlaps them. `out` is the
 /// part of the slab starting at `base`. Stops at the first failing record.
 fn run_tasks(
-    snap: &Snapshot,
+    res: &Resolved<'_>,
     tasks: &[Task<'_>],
     out: &mut [u8],
     base: usize,
@@ -108,15 +99,15 @@ fn run_tasks(
     for (k, t) in tasks.iter().enumerate() {
         prefetch(k + DATA_AHEAD);
         if verify {
-            checksum(snap, t.w, t.stored)?;
+            checksum(res, t.w, t.stored)?;
         }
         if let Some((at, len)) = t.dst {
             let dst = at
                 .checked_sub(base)
                 .and_then(|a| out.get_mut(a..a + len))
-                .ok_or_else(|| missing_chunk(snap, t.w))?;
+                .ok_or_else(|| res.misplaced(t.w, "its slot"))?;
             match t.w.e.codec {
-                Codec::Deflate => inflate(snap, t.w, t.stored, dst)?,
+                Codec::Deflate => inflate(res, t.w, t.stored, dst)?,
                 Codec::Raw => dst.copy_from_slice(t.stored),
             }
         }
@@ -124,69 +115,77 @@ fn run_tasks(
     Ok(())
 }
 
-/// Threads that finish one batch at most, and threads finishing batches at once before no
-/// helper is asked for: the machine's parallelism (`available_parallelism` reads cgroup
-/// files and the affinity mask: under `taskset -c 0` it is 1), at most 8. Asked once.
-fn threads() -> usize {
-    static THREADS: OnceLock<usize> = OnceLock::new();
-    *THREADS.get_or_init(|| {
-        std::thread::available_parallelism()
-            .map_or(1, std::num::NonZeroUsize::get)
-            .min(8)
-    })
+/// The finishing pool and the count of threads finishing batches right now.
+#[derive(Debug)]
+pub(crate) struct Finisher {
+    /// Threads that finish one batch at most, and threads finishing batches at once before no
+    /// helper is asked for.
+    threads: usize,
+    /// `threads` − 1 helpers (a caller always works too), started on first use; `None` if they
+    /// could not be.
+    pool: OnceLock<Option<rayon::ThreadPool>>,
+    /// Threads finishing batches right now: callers, and helpers from the moment they are
+    /// asked for. Helpers are asked for only while this is below the thread count, so
+    /// concurrent gathers (a loader's workers, `bench gather --threads N`) do not oversubscribe
+    /// the cores: each then finishes its own batches, as N plain loops would.
+    busy: AtomicUsize,
 }
 
-/// The finishing pool: [`threads`] − 1 helpers (a caller always works too), started on first
-/// use; `None` if it could not be.
-fn pool() -> Option<&'static rayon::ThreadPool> {
-    static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
-    POOL.get_or_init(|| {
-        match rayon::ThreadPoolBuilder::new()
-            .num_threads(threads().saturating_sub(1).max(1))
-            .thread_name(|i| format!("zrecord-finish-{i}"))
-            .build()
-        {
-            Ok(p) => Some(p),
-            Err(e) => {
-                tracing::warn!("no finishing pool ({e}): batches are finished on their caller");
-                None
-            }
+impl Finisher {
+    /// A finisher for `threads` threads at most (at least 1: the caller).
+    pub(crate) fn new(threads: usize) -> Finisher {
+        Finisher {
+            threads: threads.max(1),
+            pool: OnceLock::new(),
+            busy: AtomicUsize::new(0),
         }
-    })
-    .as_ref()
-}
+    }
 
-/// Threads finishing batches right now: callers, and helpers from the moment they are asked
-/// for. Helpers are asked for only while this is below the thread count, so concurrent gathers
-/// (a loader's workers, `bench gather --threads N`) do not oversubscribe the cores: each then
-/// finishes its own batches, as N plain loops would.
-static BUSY: AtomicUsize = AtomicUsize::new(0);
-
-/// One thread counted in [`BUSY`] until dropped.
-struct Busy;
-
-impl Busy {
-    /// Counts the calling thread until the guard drops.
-    fn enter() -> Busy {
-        BUSY.fetch_add(1, Ordering::AcqRel);
-        Busy
+    fn pool(&self) -> Option<&rayon::ThreadPool> {
+        self.pool
+            .get_or_init(|| {
+                match rayon::ThreadPoolBuilder::new()
+                    .num_threads(self.threads.saturating_sub(1).max(1))
+                    .thread_name(|i| format!("zrecord-finish-{i}"))
+                    .build()
+                {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        tracing::warn!(
+                            "no finishing pool ({e}): batches are finished on their caller"
+                        );
+                        None
+                    }
+                }
+            })
+            .as_ref()
     }
 
     /// Reserves up to `wanted` helpers while fewer than `threads` threads are busy; each
-    /// reserved helper drops one [`Busy`] when it is done.
-    fn reserve(wanted: usize, threads: usize) -> usize {
+    /// reserved helper is released by dropping one [`Busy`].
+    fn reserve(&self, wanted: usize) -> usize {
         let mut got = 0;
-        let _ = BUSY.fetch_update(Ordering::AcqRel, Ordering::Acquire, |busy| {
-            got = wanted.min(threads.saturating_sub(busy));
-            Some(busy + got)
-        });
+        let _ = self
+            .busy
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |busy| {
+                got = wanted.min(self.threads.saturating_sub(busy));
+                Some(busy + got)
+            });
         got
+    }
+
+    fn enter(&self) -> Busy<'_> {
+        self.busy.fetch_add(1, Ordering::AcqRel);
+        Busy(&self.busy)
     }
 }
 
-impl Drop for Busy {
+/// One thread counted busy until dropped.
+struct Busy<'a>(&'a AtomicUsize);
+
+impl Drop for Busy<'_> {
     fn drop(&mut self) {
-        BUSY.fetch_sub(1, Ordering::AcqRel);
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -210,7 +209,7 @@ struct Pieces<'a, 'b> {
 
 impl Pieces<'_, '_> {
     /// Takes and runs pieces until none is left.
-    fn drain(&self, snap: &Snapshot, verify: bool) {
+    fn drain(&self, res: &Resolved<'_>, verify: bool) {
         loop {
             let k = self.next.fetch_add(1, Ordering::Relaxed);
             let Some(slot) = self.slots.get(k) else {
@@ -226,7 +225,7 @@ impl Pieces<'_, '_> {
             let Piece::Todo { tasks, out, base } = piece else {
                 continue;
             };
-            let r = run_tasks(snap, tasks, out, base, verify);
+            let r = run_tasks(res, tasks, out, base, verify);
             if r.is_err() {
                 self.failed.fetch_min(k, Ordering::Relaxed);
             }
@@ -252,33 +251,34 @@ impl Pieces<'_, '_> {
 /// at once, a helper joins when it wakes. Reports the error of the first failing record in batch
 /// order.
 pub(crate) fn run_parallel(
-    snap: &Snapshot,
+    fin: &Finisher,
+    res: &Resolved<'_>,
     tasks: &[Task<'_>],
     out: &mut [u8],
     verify: bool,
 ) -> Result<()> {
-    let _busy = Busy::enter();
+    let _busy = fin.enter();
     let work: usize = tasks.iter().map(|t| t.work(verify)).sum();
-    let wanted = (work / PAR_WORK).clamp(1, threads());
+    let wanted = (work / PAR_WORK).clamp(1, fin.threads);
     if wanted < 2 || tasks.len() < 2 {
-        return run_tasks(snap, tasks, out, 0, verify);
+        return run_tasks(res, tasks, out, 0, verify);
     }
-    let Some(pool) = pool() else {
-        return run_tasks(snap, tasks, out, 0, verify);
+    let Some(pool) = fin.pool() else {
+        return run_tasks(res, tasks, out, 0, verify);
     };
-    let helpers = Busy::reserve(wanted - 1, threads());
+    let helpers = fin.reserve(wanted - 1);
     if helpers == 0 {
-        return run_tasks(snap, tasks, out, 0, verify);
+        return run_tasks(res, tasks, out, 0, verify);
     }
     let pieces = cut(tasks, out, verify, work.div_ceil(PIECE_WORK));
     pool.in_place_scope(|scope| {
         for _ in 0..helpers {
             scope.spawn(|_| {
-                let _reserved = Busy;
-                pieces.drain(snap, verify);
+                let _reserved = Busy(&fin.busy);
+                pieces.drain(res, verify);
             });
         }
-        pieces.drain(snap, verify);
+        pieces.drain(res, verify);
     });
     pieces.result()
 }

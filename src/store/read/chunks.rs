@@ -1,0 +1,433 @@
+//! A snapshot's chunk files: opened on first read, closed least-recently-used under a
+//! process-wide budget derived from `RLIMIT_NOFILE`, and mapped under a budget derived from
+//! `vm.max_map_count`, so the number of chunks a process can read is bounded by the format
+//! (65,535 per dataset), not by its descriptors.
+//!
+//! A handle records the identity (device, inode, birth time) of the file its commit named when
+//! the snapshot was loaded. Every later open checks it: a chunk that a rebalance removed, or
+//! whose id a later chunk reuses, is an error ([`Error::ChunkGone`]), never another file's bytes.
+
+use crate::error::{Error, Result};
+use crate::format::meta::Meta;
+use crate::io::fs;
+use crate::io::job::ReadFile;
+use crate::io::mmap::SharedMap;
+use crate::store::layout;
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::SystemTime;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What makes a file the one a commit named: a reused inode number comes with a new birth time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Identity {
+    dev: u64,
+    ino: u64,
+    born: Option<SystemTime>,
+}
+
+impl Identity {
+    fn of(m: &std::fs::Metadata) -> Identity {
+        use std::os::unix::fs::MetadataExt;
+        Identity {
+            dev: m.dev(),
+            ino: m.ino(),
+            born: m.created().ok(),
+        }
+    }
+}
+
+/// Which budget a resource counts against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Fd,
+    Map,
+}
+
+/// A CLOCK approximation of least-recently-used: handles holding a resource sit in a ring; a
+/// use sets the handle's reference bit; making room walks the ring, giving a referenced handle
+/// a second chance and closing the first unreferenced one.
+struct Budget {
+    kind: Kind,
+    cap: usize,
+    held: AtomicUsize,
+    ring: Mutex<VecDeque<Weak<ChunkHandle>>>,
+}
+
+impl Budget {
+    fn new(kind: Kind, cap: usize) -> Budget {
+        Budget {
+            kind,
+            cap: cap.max(2),
+            held: AtomicUsize::new(0),
+            ring: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// Counts `n` new resources, first closing least-recently-used ones while at the cap.
+    fn reserve(&self, n: usize) {
+        let mut ring = lock(&self.ring);
+        let mut steps = 2 * ring.len() + 2;
+        while self.held.load(Ordering::Acquire) + n > self.cap && steps > 0 {
+            steps -= 1;
+            let Some(w) = ring.pop_front() else { break };
+            let Some(h) = w.upgrade() else { continue };
+            if h.used(self.kind).swap(false, Ordering::AcqRel) {
+                ring.push_back(w);
+                continue;
+            }
+            // Handles never take the ring's lock while holding their own, so this cannot
+            // deadlock.
+            h.release(self.kind, self);
+        }
+        self.held.fetch_add(n, Ordering::AcqRel);
+    }
+
+    fn unreserve(&self, n: usize) {
+        let _ = self
+            .held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
+                Some(h.saturating_sub(n))
+            });
+    }
+
+    fn enlist(&self, h: &Arc<ChunkHandle>) {
+        lock(&self.ring).push_back(Arc::downgrade(h));
+    }
+}
+
+/// Descriptors: a quarter of the soft `RLIMIT_NOFILE` (the rest is the program's), at least 4,
+/// at most 65,536.
+static FDS: LazyLock<Budget> = LazyLock::new(|| {
+    let cap = fs::descriptor_limit().map_or(65_536, |l| (l / 4).clamp(4, 65_536) as usize);
+    Budget::new(Kind::Fd, cap)
+});
+
+/// Mappings: a quarter of `vm.max_map_count`, at most 16,384.
+static MAPS: LazyLock<Budget> = LazyLock::new(|| {
+    let cap = fs::mapping_limit().map_or(16_384, |l| (l / 4).clamp(16, 16_384) as usize);
+    Budget::new(Kind::Map, cap)
+});
+
+/// Descriptors the chunk budget allows, for tests and reports.
+pub fn descriptor_budget() -> usize {
+    FDS.cap
+}
+
+#[derive(Debug, Default)]
+struct Open {
+    file: Option<Arc<ReadFile>>,
+    direct: Option<Arc<ReadFile>>,
+}
+
+/// One committed chunk of a snapshot: its id, path and committed size, and the descriptors and
+/// mapping it holds while the budgets allow.
+#[derive(Debug)]
+pub(crate) struct ChunkHandle {
+    id: u16,
+    path: PathBuf,
+    size: u64,
+    identity: Identity,
+    open: Mutex<Open>,
+    map: Mutex<Option<SharedMap>>,
+    fd_used: AtomicBool,
+    map_used: AtomicBool,
+    /// `O_DIRECT` was refused here (reported once); direct reads use the page cache.
+    direct_refused: AtomicBool,
+    /// Mapping failed (reported once); reads go through the I/O backend.
+    map_refused: AtomicBool,
+}
+
+impl ChunkHandle {
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Committed size in bytes.
+    pub(crate) fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn used(&self, kind: Kind) -> &AtomicBool {
+        match kind {
+            Kind::Fd => &self.fd_used,
+            Kind::Map => &self.map_used,
+        }
+    }
+
+    /// Lets go of this handle's resources of `kind` (called by the budget making room).
+    fn release(&self, kind: Kind, budget: &Budget) {
+        match kind {
+            Kind::Fd => {
+                let mut o = lock(&self.open);
+                let n =
+                    usize::from(o.file.take().is_some()) + usize::from(o.direct.take().is_some());
+                budget.unreserve(n);
+            }
+            Kind::Map => {
+                if lock(&self.map).take().is_some() {
+                    budget.unreserve(1);
+                }
+            }
+        }
+    }
+
+    fn gone(&self, reason: String) -> Error {
+        Error::ChunkGone {
+            path: self.path.clone(),
+            chunk: self.id,
+            reason,
+        }
+    }
+
+    /// Opens `path` (the chunk's, or a `/proc/self/fd` link to a descriptor it holds) with
+    /// `flags` and checks it is still the file the commit named.
+    fn open_checked(&self, path: &Path, flags: i32) -> Result<std::fs::File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(flags)
+            .open(path)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    self.gone("the file was removed by a later commit".into())
+                }
+                _ => Error::io(&self.path, "open", e),
+            })?;
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::io(&self.path, "stat", e))?;
+        if Identity::of(&meta) != self.identity {
+            return Err(self.gone(
+                "a later commit replaced the file (its id was reused after a rebalance)".into(),
+            ));
+        }
+        Ok(file)
+    }
+
+    /// The chunk's descriptor, opened (and counted) on first use.
+    pub(crate) fn file(self: &Arc<Self>) -> Result<Arc<ReadFile>> {
+        self.fd_used.store(true, Ordering::Release);
+        if let Some(f) = &lock(&self.open).file {
+            return Ok(Arc::clone(f));
+        }
+        FDS.reserve(1);
+        let file = match self.open_checked(&self.path, 0) {
+            Ok(f) => Arc::new(ReadFile {
+                file: f,
+                path: self.path.clone(),
+            }),
+            Err(e) => {
+                FDS.unreserve(1);
+                return Err(e);
+            }
+        };
+        let mut o = lock(&self.open);
+        if let Some(theirs) = &o.file {
+            let theirs = Arc::clone(theirs);
+            drop(o);
+            FDS.unreserve(1);
+            return Ok(theirs);
+        }
+        o.file = Some(Arc::clone(&file));
+        let first = o.direct.is_none();
+        drop(o);
+        if first {
+            FDS.enlist(self);
+        }
+        Ok(file)
+    }
+
+    /// The chunk opened with `O_DIRECT`, or `None` where the file system refuses it (reported
+    /// once per chunk; reads then go through the page cache).
+    pub(crate) fn direct(self: &Arc<Self>) -> Result<Option<Arc<ReadFile>>> {
+        if self.direct_refused.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        self.fd_used.store(true, Ordering::Release);
+        if let Some(f) = &lock(&self.open).direct {
+            return Ok(Some(Arc::clone(f)));
+        }
+        // Reopen the very file a held descriptor names, where there is one: the path may name
+        // another file by now (a rebalance removed the chunk, and a later one reused its id).
+        let held = lock(&self.open).file.clone();
+        let path = match &held {
+            Some(f) => {
+                use std::os::fd::AsRawFd;
+                PathBuf::from(format!("/proc/self/fd/{}", f.file.as_raw_fd()))
+            }
+            None => self.path.clone(),
+        };
+        FDS.reserve(1);
+        let opened = self.open_checked(&path, libc::O_DIRECT);
+        drop(held);
+        let file = match opened {
+            Ok(f) => Arc::new(ReadFile {
+                file: f,
+                path: self.path.clone(),
+            }),
+            Err(Error::Io { source, .. }) if source.raw_os_error() == Some(libc::EINVAL) => {
+                FDS.unreserve(1);
+                if !self.direct_refused.swap(true, Ordering::AcqRel) {
+                    tracing::warn!(path = %self.path.display(), "O_DIRECT is refused; reading this chunk through the page cache");
+                }
+                return Ok(None);
+            }
+            Err(e) => {
+                FDS.unreserve(1);
+                return Err(e);
+            }
+        };
+        let mut o = lock(&self.open);
+        if let Some(theirs) = &o.direct {
+            let theirs = Arc::clone(theirs);
+            drop(o);
+            FDS.unreserve(1);
+            return Ok(Some(theirs));
+        }
+        o.direct = Some(Arc::clone(&file));
+        let first = o.file.is_none();
+        drop(o);
+        if first {
+            FDS.enlist(self);
+        }
+        Ok(Some(file))
+    }
+
+    /// The mapping of the committed prefix, made on first use; `None` if mapping failed
+    /// (reported once per chunk; reads then go through the I/O backend).
+    pub(crate) fn map(self: &Arc<Self>) -> Result<Option<SharedMap>> {
+        if self.map_refused.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        self.map_used.store(true, Ordering::Release);
+        if let Some(m) = &*lock(&self.map) {
+            return Ok(Some(m.clone()));
+        }
+        let file = self.file()?;
+        MAPS.reserve(1);
+        let m = match SharedMap::new(&file.file, &self.path, self.size) {
+            Ok(m) => m,
+            Err(e) => {
+                MAPS.unreserve(1);
+                if !self.map_refused.swap(true, Ordering::AcqRel) {
+                    tracing::warn!(error = %e, "cannot map chunk; reading it through the I/O backend");
+                }
+                return Ok(None);
+            }
+        };
+        let mut slot = lock(&self.map);
+        if let Some(theirs) = &*slot {
+            let theirs = theirs.clone();
+            drop(slot);
+            MAPS.unreserve(1);
+            return Ok(Some(theirs));
+        }
+        *slot = Some(m.clone());
+        drop(slot);
+        MAPS.enlist(self);
+        Ok(Some(m))
+    }
+}
+
+impl Drop for ChunkHandle {
+    fn drop(&mut self) {
+        let o = std::mem::take(self.open.get_mut().unwrap_or_else(PoisonError::into_inner));
+        FDS.unreserve(usize::from(o.file.is_some()) + usize::from(o.direct.is_some()));
+        if self
+            .map
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .is_some()
+        {
+            MAPS.unreserve(1);
+        }
+    }
+}
+
+/// The chunks a commit names, by id.
+#[derive(Debug, Default)]
+pub(crate) struct ChunkSet {
+    by_id: Vec<Option<Arc<ChunkHandle>>>,
+}
+
+impl ChunkSet {
+    /// The chunks `meta` names in `dir`: each checked to exist with at least its committed
+    /// size, its identity recorded, and its descriptor opened while the budget has room (so a
+    /// snapshot of a dataset with fewer chunks than the budget keeps reading its files even
+    /// after a rebalance removes them).
+    pub(crate) fn load(dir: &Path, meta: &Meta) -> Result<ChunkSet> {
+        let max_id = meta
+            .chunks
+            .iter()
+            .map(|c| usize::from(c.id) + 1)
+            .max()
+            .unwrap_or(0);
+        let mut by_id: Vec<Option<Arc<ChunkHandle>>> = vec![None; max_id];
+        for c in &meta.chunks {
+            let path = layout::chunk(dir, c.id);
+            let room = FDS.held.load(Ordering::Acquire) < FDS.cap;
+            let (open, m) = if room {
+                let f = fs::open_read(&path)?;
+                let m = f.metadata().map_err(|e| Error::io(&path, "stat", e))?;
+                fs::advise_random(&f);
+                (Some(f), m)
+            } else {
+                let m = std::fs::metadata(&path).map_err(|e| Error::io(&path, "stat", e))?;
+                (None, m)
+            };
+            if m.len() < c.size {
+                return Err(Error::Truncated {
+                    path,
+                    expected: c.size,
+                    actual: m.len(),
+                });
+            }
+            let held = open.is_some();
+            let h = Arc::new(ChunkHandle {
+                id: c.id,
+                identity: Identity::of(&m),
+                open: Mutex::new(Open {
+                    file: open.map(|file| {
+                        Arc::new(ReadFile {
+                            file,
+                            path: path.clone(),
+                        })
+                    }),
+                    direct: None,
+                }),
+                path,
+                size: c.size,
+                map: Mutex::new(None),
+                fd_used: AtomicBool::new(false),
+                map_used: AtomicBool::new(false),
+                direct_refused: AtomicBool::new(false),
+                map_refused: AtomicBool::new(false),
+            });
+            if held {
+                FDS.reserve(1);
+                FDS.enlist(&h);
+            }
+            if let Some(slot) = by_id.get_mut(usize::from(c.id)) {
+                *slot = Some(h);
+            }
+        }
+        Ok(ChunkSet { by_id })
+    }
+
+    /// The chunk with id `id`, if the commit names it.
+    pub(crate) fn get(&self, id: u16) -> Option<&Arc<ChunkHandle>> {
+        self.by_id.get(usize::from(id)).and_then(Option::as_ref)
+    }
+
+    /// The path of chunk `id` (for error messages), empty if the commit does not name it.
+    pub(crate) fn path(&self, id: u16) -> PathBuf {
+        self.get(id).map(|c| c.path.clone()).unwrap_or_default()
+    }
+}

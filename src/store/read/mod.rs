@@ -1,0 +1,221 @@
+//! The read engine: a batch of record indices becomes a [`Batch`] in caller order.
+//!
+//! ```text
+//! resolve.rs   indices × fields → checked offset entries (table entries prefetched)
+//! mapped.rs    zero-copy from the chunks' mappings, when the backend's policy says so; or
+//! plan.rs      entries → coalesced, aligned reads and landing spots (pure)
+//! backend.rs   a ReadBackend executes the reads (io_uring, pread pool, a custom one)
+//! finish.rs    CRC32C, inflate, copy into the slab, on the caller and the finishing pool
+//! chunks.rs    chunk files opened lazily, closed LRU under the descriptor budget
+//! ```
+//!
+//! Each file imports only files listed above it, plus `chunks.rs` and `config.rs`.
+
+mod backend;
+mod chunks;
+mod config;
+mod finish;
+mod mapped;
+mod plan;
+mod resolve;
+
+pub(crate) use backend::Engine;
+pub use backend::{read_backend, uring_available, ReadBackend, ZeroCopy};
+pub use chunks::descriptor_budget;
+pub(crate) use chunks::{ChunkHandle, ChunkSet};
+pub use config::{
+    forced_backend, Backend, ReadConfig, DEFAULT_MAX_BYTES_IN_FLIGHT, DEFAULT_QUEUE_DEPTH,
+    DEFAULT_THREADS,
+};
+
+use crate::error::Result;
+use crate::format::dtype::Codec;
+use crate::io::job::ReadJob;
+use crate::store::batch::{Batch, Span, Values, SLOT_ALIGN};
+use crate::store::snapshot::Snapshot;
+use bytes::Bytes;
+use finish::{run_parallel, Task};
+use plan::{Extent, DIRECT_ALIGN, OUT, STAGING};
+use resolve::Resolved;
+use std::sync::Arc;
+
+/// Reads `indices` × `fields` (snapshot field numbers) from `snap` in caller order, through
+/// `engine`. Every index is checked; every record's checksum is verified unless the engine's
+/// configuration turns it off.
+pub(crate) fn gather(
+    snap: &Snapshot,
+    indices: &[u64],
+    fields: &[usize],
+    engine: &Engine,
+) -> Result<Batch> {
+    let res = resolve::resolve(snap, indices, fields)?;
+    let verify = engine.verify_checksums;
+    let mapped = !engine.direct_io
+        && match engine.backend.zero_copy() {
+            ZeroCopy::Always => true,
+            ZeroCopy::WhenResident => mapped::resident(&res)?,
+            ZeroCopy::Never => false,
+        };
+    let zero_copy = match mapped {
+        true => mapped::gather(&res, &engine.pools.finish, verify)?,
+        false => None,
+    };
+    let values = match zero_copy {
+        Some(v) => v,
+        None => gather_io(&res, engine)?,
+    };
+    Ok(Batch::new(
+        values,
+        indices.to_vec(),
+        Arc::clone(&res.fields),
+    ))
+}
+
+/// A 64-byte-aligned slab with one slot per length, and the slot starts.
+pub(crate) fn slab(lens: impl Iterator<Item = usize>, align: usize) -> (Vec<u8>, Vec<usize>) {
+    let mut starts = Vec::new();
+    let mut total = 0usize;
+    for len in lens {
+        starts.push(total);
+        total += len.next_multiple_of(align);
+    }
+    let buf = vec![0u8; total + align];
+    let pad = buf.as_ptr().align_offset(align).min(align);
+    for s in &mut starts {
+        *s += pad;
+    }
+    (buf, starts)
+}
+
+/// The I/O path: the plan's reads through the backend, raw records straight into their slots,
+/// deflate records and `O_DIRECT` spans through staging; then checked and finished.
+fn gather_io(res: &Resolved<'_>, engine: &Engine) -> Result<Values> {
+    let wants = &res.wants;
+    let verify = engine.verify_checksums;
+    let (out, starts) = slab(wants.iter().map(|w| w.e.logical_len as usize), SLOT_ALIGN);
+
+    // Which chunks read with O_DIRECT (where the file system allows it), and their files.
+    let mut direct_of: Vec<(u16, bool)> = Vec::new();
+    let mut extents = Vec::with_capacity(wants.len());
+    for (w, &slot) in wants.iter().zip(&starts) {
+        let direct = engine.direct_io && w.e.physical_len > 0 && {
+            match direct_of.iter().find(|(c, _)| *c == w.e.chunk) {
+                Some(&(_, d)) => d,
+                None => {
+                    let d = res.chunk(w)?.direct()?.is_some();
+                    direct_of.push((w.e.chunk, d));
+                    d
+                }
+            }
+        };
+        extents.push(Extent {
+            chunk: w.e.chunk,
+            offset: w.e.offset,
+            len: w.e.physical_len as usize,
+            staged: w.e.codec == Codec::Deflate,
+            direct,
+            slot,
+        });
+    }
+    let plan = plan::plan(&extents);
+
+    // The job: one file per (chunk, mode) run of ops, the slab and an aligned staging buffer.
+    let align = if engine.direct_io {
+        DIRECT_ALIGN
+    } else {
+        SLOT_ALIGN
+    };
+    let staging = vec![0u8; plan.staging_len + if plan.staging_len > 0 { align } else { 0 }];
+    let pad = staging.as_ptr().align_offset(align).min(align);
+    let mut job = ReadJob {
+        direct: engine.direct_io,
+        ..ReadJob::default()
+    };
+    job.pieces = plan.pieces;
+    for p in job.pieces.iter_mut().filter(|p| p.buf == STAGING) {
+        p.at += pad;
+    }
+    let mut current = None;
+    for op in &plan.ops {
+        if current != Some((op.chunk, op.direct)) {
+            current = Some((op.chunk, op.direct));
+            let chunk = res.chunks.get(op.chunk).ok_or_else(|| {
+                crate::Error::internal(format!("a read names chunk {}", op.chunk))
+            })?;
+            let file = match op.direct {
+                true => chunk.direct()?.ok_or_else(|| {
+                    crate::Error::internal("O_DIRECT refused after it was granted".into())
+                })?,
+                false => chunk.file()?,
+            };
+            job.files.push(file);
+        }
+        job.ops.push(crate::io::job::ReadOp {
+            file: job.files.len() - 1,
+            offset: op.offset,
+            need: op.need,
+            pieces: op.pieces.clone(),
+        });
+    }
+    job.bufs = vec![out, staging];
+    if !job.ops.is_empty() {
+        job = engine.backend.read(job)?;
+    }
+    let mut bufs = std::mem::take(&mut job.bufs).into_iter();
+    let mut out = bufs.next().unwrap_or_default();
+    let staging = bufs.next().unwrap_or_default();
+    let landed = |l: Option<plan::Landing>| {
+        l.map(|l| match l.buf {
+            OUT => (OUT, l.at),
+            _ => (STAGING, l.at + pad),
+        })
+    };
+
+    // Check in place what landed in its slot; then check, inflate or copy out of staging.
+    if verify {
+        let mut in_place = Vec::new();
+        for (w, &l) in wants.iter().zip(&plan.landing) {
+            let Some((OUT, at)) = landed(l) else {
+                continue;
+            };
+            let stored = out
+                .get(at..at + w.e.physical_len as usize)
+                .ok_or_else(|| res.misplaced(w, "its stored bytes"))?;
+            in_place.push(Task {
+                w,
+                stored,
+                dst: None,
+            });
+        }
+        run_parallel(&engine.pools.finish, res, &in_place, &mut [], true)?;
+    }
+    let mut staged = Vec::new();
+    for ((w, &l), &slot) in wants.iter().zip(&plan.landing).zip(&starts) {
+        let Some((STAGING, at)) = landed(l) else {
+            continue;
+        };
+        let stored = staging
+            .get(at..at + w.e.physical_len as usize)
+            .ok_or_else(|| res.misplaced(w, "its staged bytes"))?;
+        staged.push(Task {
+            w,
+            stored,
+            dst: Some((slot, w.e.logical_len as usize)),
+        });
+    }
+    run_parallel(&engine.pools.finish, res, &staged, &mut out, verify)?;
+    drop(staged);
+    let spans = wants
+        .iter()
+        .zip(&starts)
+        .map(|(w, &start)| Span {
+            owner: 0,
+            start,
+            len: w.e.logical_len as usize,
+        })
+        .collect();
+    Ok(Values {
+        owners: vec![Bytes::from(out)],
+        spans,
+    })
+}

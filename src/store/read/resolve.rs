@@ -1,0 +1,116 @@
+//! Resolving a batch: every (index, field) of the request becomes a checked offset entry, with
+//! what later stages need to name it in an error (its field, its chunk), so planning and
+//! finishing never go back to the snapshot.
+
+use super::chunks::{ChunkHandle, ChunkSet};
+use crate::error::{Error, Result};
+use crate::format::dtype::DType;
+use crate::format::entry::Entry;
+use crate::store::snapshot::Snapshot;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// How many records ahead the entry loop prefetches table entries.
+const ENTRY_AHEAD: usize = 8;
+
+/// One value to produce: record `index`, field `field` (a position in [`Resolved::fields`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Want {
+    pub(crate) field: usize,
+    pub(crate) index: u64,
+    pub(crate) e: Entry,
+}
+
+/// A batch's values in caller order (record-major, then field), checked against the snapshot.
+#[derive(Debug)]
+pub(crate) struct Resolved<'a> {
+    pub(crate) wants: Vec<Want>,
+    /// The batch's fields: name and dtype, by position.
+    pub(crate) fields: Arc<[(String, DType)]>,
+    pub(crate) chunks: &'a ChunkSet,
+}
+
+impl Resolved<'_> {
+    /// The chunk holding `w`'s stored bytes (resolving checked that the commit names it).
+    pub(crate) fn chunk(&self, w: &Want) -> Result<&Arc<ChunkHandle>> {
+        self.chunks.get(w.e.chunk).ok_or_else(|| {
+            Error::internal(format!(
+                "record {} names chunk {}, which resolving found",
+                w.index, w.e.chunk
+            ))
+        })
+    }
+
+    /// The name of `w`'s field.
+    pub(crate) fn field_name(&self, w: &Want) -> String {
+        self.fields
+            .get(w.field)
+            .map(|(n, _)| n.clone())
+            .unwrap_or_default()
+    }
+
+    /// The item size of `w`'s field's dtype.
+    pub(crate) fn item_bytes(&self, w: &Want) -> usize {
+        self.fields
+            .get(w.field)
+            .map_or(1, |(_, d)| d.item_bytes() as usize)
+    }
+
+    /// The path of `w`'s chunk.
+    pub(crate) fn chunk_path(&self, w: &Want) -> PathBuf {
+        self.chunks.path(w.e.chunk)
+    }
+
+    /// The error for a slot or slice that does not fit where planning put it: a bug, never
+    /// the data's fault (every length was checked against the chunk when resolving).
+    pub(crate) fn misplaced(&self, w: &Want, what: &str) -> Error {
+        Error::internal(format!(
+            "record {} of field {:?}: {what} does not fit where it was planned",
+            w.index,
+            self.field_name(w)
+        ))
+    }
+}
+
+/// Resolves `indices` × `fields` (snapshot field numbers) against `snap`: every index in range,
+/// every entry intact and inside a committed chunk. Table entries are prefetched a few records
+/// ahead: for random indices each is a cache miss.
+pub(crate) fn resolve<'a>(
+    snap: &'a Snapshot,
+    indices: &[u64],
+    fields: &[usize],
+) -> Result<Resolved<'a>> {
+    let mut wants = Vec::with_capacity(indices.len().saturating_mul(fields.len()));
+    let prefetch = |index: u64| {
+        for &field in fields {
+            if let Some(t) = snap.tables.get(field) {
+                t.prefetch(index);
+            }
+        }
+    };
+    for &index in indices.iter().take(ENTRY_AHEAD) {
+        prefetch(index);
+    }
+    for (k, &index) in indices.iter().enumerate() {
+        if let Some(&ahead) = indices.get(k + ENTRY_AHEAD) {
+            prefetch(ahead);
+        }
+        for (pos, &field) in fields.iter().enumerate() {
+            let e = snap.entry(field, index)?;
+            wants.push(Want {
+                field: pos,
+                index,
+                e,
+            });
+        }
+    }
+    let names = fields
+        .iter()
+        .map(|&f| snap.table(f).map(|t| (t.meta.name.clone(), t.meta.dtype)))
+        .collect::<Result<Arc<[_]>>>()?;
+    Ok(Resolved {
+        wants,
+        fields: names,
+        chunks: &snap.chunks,
+    })
+}
