@@ -127,41 +127,55 @@ fn gather_io(res: &Resolved<'_>, engine: &Engine) -> Result<Values> {
     };
     let staging = vec![0u8; plan.staging_len + if plan.staging_len > 0 { align } else { 0 }];
     let pad = staging.as_ptr().align_offset(align).min(align);
-    let mut job = ReadJob {
-        direct: engine.direct_io,
-        ..ReadJob::default()
-    };
-    job.pieces = plan.pieces;
-    for p in job.pieces.iter_mut().filter(|p| p.buf == STAGING) {
+    let mut plan = plan;
+    let mut bufs = vec![out, staging];
+    for p in plan.pieces.iter_mut().filter(|p| p.buf == STAGING) {
         p.at += pad;
     }
-    let mut current = None;
-    for op in &plan.ops {
-        if current != Some((op.chunk, op.direct)) {
-            current = Some((op.chunk, op.direct));
-            let chunk = res.chunks.get(op.chunk).ok_or_else(|| {
-                crate::Error::internal(format!("a read names chunk {}", op.chunk))
-            })?;
-            let file = match op.direct {
-                true => chunk.direct()?.ok_or_else(|| {
-                    crate::Error::internal("O_DIRECT refused after it was granted".into())
-                })?,
-                false => chunk.file()?,
-            };
-            job.files.push(file);
+    // The reads go to the backend in jobs of at most half the descriptor budget's files: a job
+    // holds its files open until it completes, whatever the budget closes meanwhile.
+    let max_files = (chunks::descriptor_budget() / 2).max(1);
+    let mut ops = plan.ops.iter().peekable();
+    while ops.peek().is_some() {
+        let mut job = ReadJob {
+            direct: engine.direct_io,
+            bufs: std::mem::take(&mut bufs),
+            ..ReadJob::default()
+        };
+        let mut current = None;
+        let mut first_piece = None;
+        while let Some(op) = ops.peek() {
+            if current != Some((op.chunk, op.direct)) {
+                if job.files.len() == max_files {
+                    break;
+                }
+                current = Some((op.chunk, op.direct));
+                let chunk = res.chunks.get(op.chunk).ok_or_else(|| {
+                    crate::Error::internal(format!("a read names chunk {}", op.chunk))
+                })?;
+                let file = match op.direct {
+                    true => chunk.direct()?.ok_or_else(|| {
+                        crate::Error::internal("O_DIRECT refused after it was granted".into())
+                    })?,
+                    false => chunk.file()?,
+                };
+                job.files.push(file);
+            }
+            let base = *first_piece.get_or_insert(op.pieces.start);
+            job.ops.push(crate::io::job::ReadOp {
+                file: job.files.len() - 1,
+                offset: op.offset,
+                need: op.need,
+                pieces: op.pieces.start - base..op.pieces.end - base,
+            });
+            job.pieces
+                .extend_from_slice(plan.pieces.get(op.pieces.clone()).unwrap_or_default());
+            ops.next();
         }
-        job.ops.push(crate::io::job::ReadOp {
-            file: job.files.len() - 1,
-            offset: op.offset,
-            need: op.need,
-            pieces: op.pieces.clone(),
-        });
-    }
-    job.bufs = vec![out, staging];
-    if !job.ops.is_empty() {
         job = engine.backend.read(job)?;
+        bufs = std::mem::take(&mut job.bufs);
     }
-    let mut bufs = std::mem::take(&mut job.bufs).into_iter();
+    let mut bufs = bufs.into_iter();
     let mut out = bufs.next().unwrap_or_default();
     let staging = bufs.next().unwrap_or_default();
     let landed = |l: Option<plan::Landing>| {
