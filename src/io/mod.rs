@@ -1,19 +1,18 @@
 //! The I/O layer: the only place `unsafe` lives.
 //!
-//! - [`job`]: a batch of positioned reads ([`job::IoJob`]) that owns every byte its reads touch.
-//! - [`uring`]: the io_uring backend, one ring thread shared by the process.
-//! - [`psync`]: the `preadv` thread-pool fallback.
-//! - [`mmap`]: read-only mappings of committed file prefixes (offset tables, and chunks for the
+//! - `job`: a batch of positioned reads (`ReadJob`) that owns every byte its reads touch.
+//! - `uring`: the io_uring ring thread.
+//! - `psync`: the `preadv` thread-pool fallback.
+//! - `mmap`: read-only mappings of committed file prefixes (offset tables, and chunks for the
 //!   zero-copy path), with `mincore` residency checks.
-//! - [`fs`]: file-system calls with the durability rules of the commit protocol.
-//! - [`vfs`]: the seam every file operation of the writer and of recovery goes through, with the
-//!   real file system ([`vfs::StdFs`]); `fault` holds the simulated and fault-injecting ones
+//! - `fs`: file-system calls with the durability rules of the commit protocol, and the
+//!   process's descriptor and mapping limits.
+//! - `vfs`: the seam every file operation of the writer and of recovery goes through, with the
+//!   real file system (`vfs::StdFs`); `fault` holds the simulated and fault-injecting ones
 //!   used by the crash and I/O-error tests.
-//! - [`pool`]: the worker threads async gathers run on (page faults, checksums, inflate).
+//! - `pool`: the worker threads async gathers run on (page faults, checksums, inflate).
 //!
-//! Which backend serves a read is decided by [`Backend`], overridden by the `ZRECORD_IO`
-//! environment variable (`uring`, `psync`, `mmap` or `auto`), and reported once through
-//! `tracing`.
+//! Which of these serves a read is the read engine's business (`store/read/`).
 
 #[doc(hidden)]
 pub mod fault;
