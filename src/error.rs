@@ -14,7 +14,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// An operating-system I/O call failed.
-    #[error("I/O error on {path}: {op}: {source}")]
+    #[error("I/O error on {path}: {op}")]
     Io {
         /// The file or directory the call was about.
         path: PathBuf,
@@ -222,7 +222,7 @@ pub enum Error {
     /// A NumPy `.npy` input cannot be converted: it is malformed or truncated, or holds a dtype
     /// zrecord does not store (object arrays, structured dtypes, strings, ...). The source names
     /// the byte offset of the problem.
-    #[error("{path}: {source}")]
+    #[error("cannot convert {path}")]
     Npy {
         /// The input file.
         path: PathBuf,
@@ -337,5 +337,36 @@ impl Error {
                 | Error::ChecksumMismatch { .. }
                 | Error::Decompress { .. }
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    /// Each cause appears once in the chain `{e}: {source}: …` that anyhow's `{:#}` and the CLI
+    /// print: a variant with a `#[source]` leaves it out of its own message.
+    #[test]
+    fn display_does_not_repeat_the_source() {
+        let os = || std::io::Error::from_raw_os_error(libc::ENOENT);
+        let text = os().to_string();
+        let errors = [
+            Error::io("/d/meta.json", "open", os()),
+            Error::ReadFailed {
+                path: "/d/chunk/00001.zr".into(),
+                offset: 4096,
+                source: os(),
+            },
+        ];
+        for e in errors {
+            let mut chain = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                chain = format!("{chain}: {s}");
+                source = s.source();
+            }
+            assert_eq!(chain.matches(&text).count(), 1, "{chain}");
+            assert!(!e.to_string().contains(&text), "{e}");
+        }
     }
 }

@@ -40,7 +40,6 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -349,10 +348,9 @@ impl<T: Send + 'static> Prefetch<T> {
             std::thread::Builder::new()
                 .name(format!("zrecord-prefetch-{w}"))
                 .spawn(move || job.run())
-                .map_err(|e| Error::Io {
-                    path: PathBuf::from("<prefetch worker>"),
-                    op: "spawn thread",
-                    source: e,
+                .map_err(|e| Error::ThreadSpawn {
+                    what: "a prefetch worker",
+                    reason: e.to_string(),
                 })?;
             workers.push(Worker {
                 rx,
@@ -505,21 +503,19 @@ fn panicked(w: u64, pos: Position, panic: &(dyn std::any::Any + Send)) -> Error 
         .map(|s| (*s).to_string())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "non-string panic payload".into());
-    Error::Io {
-        path: PathBuf::from(format!("<prefetch worker {w}>")),
-        op: "produce batch",
-        source: std::io::Error::other(format!(
-            "panicked at epoch {} position {}: {msg}",
+    Error::WorkerPanicked {
+        what: format!(
+            "prefetch worker {w} (at epoch {} position {})",
             pos.epoch, pos.position
-        )),
+        ),
+        message: msg,
     }
 }
 
 fn died(w: usize) -> Error {
-    Error::Io {
-        path: PathBuf::from(format!("<prefetch worker {w}>")),
-        op: "prefetch",
-        source: std::io::Error::other("the worker stopped before its last batch"),
+    let _ = w;
+    Error::WorkerGone {
+        what: "a prefetch worker",
     }
 }
 

@@ -90,8 +90,14 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // One line, whatever the error's own formatting.
-            let msg = e.to_string().replace('\n', " ");
+            // One line: the error and each of its sources, whatever their own formatting.
+            let mut msg = e.to_string();
+            let mut source = e.source();
+            while let Some(s) = source {
+                msg = format!("{msg}: {s}");
+                source = s.source();
+            }
+            let msg = msg.replace('\n', " ");
             eprintln!("zrecord: {msg}");
             ExitCode::FAILURE
         }
