@@ -1,11 +1,11 @@
 //! The appender: one open chunk and the rules for filling it, sealing it when full.
 
+use super::book::Shared;
+use super::placement::NextFit;
 use crate::error::{Error, Result};
 use crate::format::{MAX_CHUNKS, MAX_CHUNK_BYTES};
 use crate::io::vfs::VfsFile;
 use crate::store::layout;
-use crate::store::writer::book::Shared;
-use crate::store::writer::placement::NextFit;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -61,7 +61,7 @@ const WRITEBACK_BYTES: u64 = 8 << 20;
 pub(crate) struct Appender {
     pub shared: Arc<Shared>,
     /// This appender's residue class of chunk ids and the number of classes (see
-    /// [`crate::store::writer::book::Book::take_id`]).
+    /// [`Book::take_id`](super::book::Book::take_id)).
     class: (u32, u32),
     active: Option<ActiveChunk>,
     /// A committed chunk with room that the first value continues, if it fits (opened then).

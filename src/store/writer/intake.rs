@@ -8,12 +8,12 @@
 //! commit ([`Writer::resync`]).
 
 use super::oplog::Op;
-use super::task::{Item, Job};
+use super::placement::NextFit;
+use super::task::Item;
 use super::{task_gone, Writer};
 use crate::error::{Error, Result};
 use crate::format::MAX_CHUNKS;
 use crate::store::schema::check_record;
-use crate::store::writer::placement::NextFit;
 use std::ops::Range;
 
 impl Writer {
@@ -85,25 +85,6 @@ impl Writer {
     /// The ticket of the open job.
     pub(super) fn open_ticket(&self) -> u64 {
         self.next_ticket
-    }
-
-    /// Moves the open job (if it has values) to the outbox and starts the next task's job.
-    pub(super) fn close_open_job(&mut self) {
-        if self.open.items.is_empty() {
-            return;
-        }
-        let mut data = self.spare.pop().unwrap_or_default();
-        data.clear();
-        data.reserve(self.config.write_buffer_bytes + 64);
-        let next = Job {
-            ticket: self.next_ticket + 1,
-            data,
-            items: Vec::new(),
-        };
-        let job = std::mem::replace(&mut self.open, next);
-        self.outbox.push_back((self.open_task, job));
-        self.next_ticket += 1;
-        self.open_task = (self.open_task + 1) % self.tasks.len().max(1);
     }
 
     /// Accepts a whole record (every field) as record `self.len`.

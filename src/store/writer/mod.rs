@@ -52,7 +52,6 @@ mod wait;
 
 pub use config::{WriterConfig, MAX_QUEUE_DEPTH, MAX_WRITERS, MAX_WRITE_BUFFER_BYTES};
 pub use rebalance::RebalanceReport;
-pub(crate) use wait::wait;
 
 use crate::error::{Error, Result};
 use crate::format::entry::Entry;
@@ -69,6 +68,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tables::Core;
 use task::{Done, Job, TaskHandle};
+use wait::wait;
 
 /// The one writer of a dataset. Holds an exclusive lock on `writer.lock` for its lifetime.
 ///

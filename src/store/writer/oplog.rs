@@ -2,7 +2,7 @@
 //! (backpressure), answers come back in any order, and the logged table ops are applied in call
 //! order as their entries arrive, so the tables never depend on which task finishes first.
 
-use super::task::{Done, Msg};
+use super::task::{Done, Job, Msg};
 use super::{task_gone, Writer};
 use crate::error::{Error, Result};
 use futures::channel::oneshot;
@@ -24,6 +24,25 @@ pub(super) enum Op {
 }
 
 impl Writer {
+    /// Moves the open job (if it has values) to the outbox and starts the next task's job.
+    pub(super) fn close_open_job(&mut self) {
+        if self.open.items.is_empty() {
+            return;
+        }
+        let mut data = self.spare.pop().unwrap_or_default();
+        data.clear();
+        data.reserve(self.config.write_buffer_bytes + 64);
+        let next = Job {
+            ticket: self.next_ticket + 1,
+            data,
+            items: Vec::new(),
+        };
+        let job = std::mem::replace(&mut self.open, next);
+        self.outbox.push_back((self.open_task, job));
+        self.next_ticket += 1;
+        self.open_task = (self.open_task + 1) % self.tasks.len().max(1);
+    }
+
     /// Records a task's answer: its entries wait for their ops; an error poisons the writer.
     fn on_done(&mut self, d: Done) -> Result<()> {
         self.in_flight = self.in_flight.saturating_sub(1);

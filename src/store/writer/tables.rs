@@ -58,7 +58,7 @@ impl WriterField {
 }
 
 /// What a commit needs: the offset tables, the last commit's meta, the lock. Behind a mutex so
-/// [`Writer::commit_async`] can finish a commit on a thread of its own.
+/// [`super::Writer::commit_async`] can finish a commit on a thread of its own.
 #[derive(Debug)]
 pub(super) struct Core {
     /// Every file operation goes through this seam (see [`crate::io::vfs`]).

@@ -18,12 +18,12 @@
 //! A failed file operation stops the task: it answers every later job and sync with the error,
 //! and the writer poisons itself.
 
+use super::appender::Appender;
+use super::wait::wait;
 use crate::error::{Error, Result};
 use crate::format::codec::Deflater;
 use crate::format::dtype::Codec;
 use crate::format::entry::Entry;
-use crate::store::writer::appender::Appender;
-use crate::store::writer::wait::wait;
 use futures::channel::{mpsc, oneshot};
 use futures::StreamExt;
 
