@@ -31,10 +31,7 @@ fn append_commit(c: &mut Criterion) {
                         || tempfile::tempdir_in(bench_dir()).unwrap(),
                         |tmp| {
                             let schema = Schema::new().field(Field::new("x", DType::U8));
-                            let config = WriterConfig {
-                                num_writers: writers,
-                                ..WriterConfig::default()
-                            };
+                            let config = WriterConfig::default().num_writers(writers);
                             let mut w =
                                 Writer::create(tmp.path().join("ds"), &schema, config).unwrap();
                             for _ in 0..records {

@@ -28,11 +28,9 @@ const MAX_TORN: usize = 6;
 const RANDOM_IMAGES: usize = 8;
 
 fn config(write_buffer_bytes: usize) -> WriterConfig {
-    WriterConfig {
-        deflate_level: 1,
-        write_buffer_bytes,
-        ..WriterConfig::default()
-    }
+    WriterConfig::default()
+        .deflate_level(1)
+        .write_buffer_bytes(write_buffer_bytes)
 }
 
 fn appends(seed: u64, n: u64, max: usize) -> Vec<Step> {
@@ -262,10 +260,7 @@ fn mix(seed: u64) -> Workload {
         schema: support::schema(4096),
         // 1 to 4 append tasks: their writes interleave differently from run to run, and every
         // interleaving must recover to a commit.
-        config: WriterConfig {
-            num_writers: 1 + (seed % 4) as usize,
-            ..config(1000)
-        },
+        config: config(1000).num_writers(1 + (seed % 4) as usize),
         steps,
     }
 }

@@ -40,11 +40,9 @@ fn workload() -> Workload {
     Workload {
         name: "io-errors",
         schema: support::schema(1024),
-        config: WriterConfig {
-            deflate_level: 1,
-            write_buffer_bytes: 600,
-            ..WriterConfig::default()
-        },
+        config: WriterConfig::default()
+            .deflate_level(1)
+            .write_buffer_bytes(600),
         steps,
     }
 }

@@ -92,11 +92,9 @@ fn schema() -> Schema {
 }
 
 fn config() -> WriterConfig {
-    WriterConfig {
-        deflate_level: 1,
-        write_buffer_bytes: 16 << 10,
-        ..WriterConfig::default()
-    }
+    WriterConfig::default()
+        .deflate_level(1)
+        .write_buffer_bytes(16 << 10)
 }
 
 /// The child half: commit transactions until killed. Run by `sigkill_never_loses_a_commit`

@@ -236,12 +236,11 @@ proptest! {
         write_buffer_bytes in prop::sample::select(vec![1usize, 300, 5000, 4 << 20]),
         queue_depth in 1usize..=3,
     ) {
-        let config = WriterConfig {
-            deflate_level: 1,
-            write_buffer_bytes,
-            num_writers,
-            queue_depth,
-        };
+        let config = WriterConfig::default()
+            .deflate_level(1)
+            .write_buffer_bytes(write_buffer_bytes)
+            .num_writers(num_writers)
+            .queue_depth(queue_depth);
         run(ops, backend, direct, config);
     }
 }

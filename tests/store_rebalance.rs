@@ -8,11 +8,9 @@ use support::{read_all, record, Rec, Rng};
 use zrecord::{Backend, Dataset, ReadOptions, Writer, WriterConfig};
 
 fn config() -> WriterConfig {
-    WriterConfig {
-        deflate_level: 1,
-        write_buffer_bytes: 4096,
-        ..WriterConfig::default()
-    }
+    WriterConfig::default()
+        .deflate_level(1)
+        .write_buffer_bytes(4096)
 }
 
 /// Random appends, modifies, deletes and commits; returns the model of what the writer holds.

@@ -40,11 +40,9 @@ const READERS: usize = 8;
 fn write(dir: &std::path::Path, models: &Models, stop: &AtomicBool) {
     let mut w = Writer::open(
         dir,
-        WriterConfig {
-            deflate_level: 1,
-            write_buffer_bytes: 32 << 10,
-            ..WriterConfig::default()
-        },
+        WriterConfig::default()
+            .deflate_level(1)
+            .write_buffer_bytes(32 << 10),
     )
     .unwrap();
     let mut r = Rng(7);

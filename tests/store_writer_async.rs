@@ -40,12 +40,10 @@ fn async_appends_and_commits_from_tokio_tasks() {
         .unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("ds");
-    let config = WriterConfig {
-        write_buffer_bytes: 16 << 10,
-        num_writers: 3,
-        queue_depth: 1,
-        ..WriterConfig::default()
-    };
+    let config = WriterConfig::default()
+        .write_buffer_bytes(16 << 10)
+        .num_writers(3)
+        .queue_depth(1);
     let w = Writer::create(&dir, &schema(), config.clone()).unwrap();
     const COMMITS: u64 = 20;
     const PER_COMMIT: u64 = 500;

@@ -17,13 +17,12 @@ fn record(i: u64) -> Vec<u8> {
 }
 
 fn config(num_writers: usize, queue_depth: usize) -> WriterConfig {
-    WriterConfig {
-        deflate_level: 1,
+    WriterConfig::default()
+        .deflate_level(1)
         // One record per job: queue room is counted in records.
-        write_buffer_bytes: RECORD,
-        num_writers,
-        queue_depth,
-    }
+        .write_buffer_bytes(RECORD)
+        .num_writers(num_writers)
+        .queue_depth(queue_depth)
 }
 
 /// Lets the disk answer again when dropped, so a failed assertion cannot leave the writer's

@@ -1,7 +1,6 @@
 //! The storage engine on top of `format/` and `io/`: datasets, snapshots, the writer and its
 //! commit protocol.
 
-pub(crate) mod append;
 pub mod batch;
 pub mod dataset;
 pub(crate) mod layout;

@@ -164,10 +164,7 @@ fn make(a: &MakeArgs) -> Res {
         .field(Field::new("data", DType::U8).codec(codec))
         .chunk_size_bytes(a.chunk_bytes);
     let t = Instant::now();
-    let config = WriterConfig {
-        num_writers: usize::from(a.writers),
-        ..WriterConfig::default()
-    };
+    let config = WriterConfig::default().num_writers(usize::from(a.writers));
     let mut w = Writer::create(&a.dir, &schema, config)?;
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
     let text = (content == Content::Text).then(|| Text::new(&mut Rng(0x7E47_5EED_0000_0001)));

@@ -336,10 +336,7 @@ fn build(
     let row_bytes: Vec<u64> = inputs.iter().map(|i| i.header().row_bytes()).collect();
     let stored_row_bytes: u64 = row_bytes.iter().sum();
     let block_rows = (block_bytes / stored_row_bytes.max(1)).clamp(1, MAX_BLOCK_ROWS);
-    let config = WriterConfig {
-        num_writers: decoders,
-        ..WriterConfig::default()
-    };
+    let config = WriterConfig::default().num_writers(decoders);
     let mut writer = Writer::create(dir, schema, config)?;
     let bar = progress::bytes_bar(total_bytes, "convert");
 
