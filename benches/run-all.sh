@@ -8,7 +8,7 @@ mkdir -p "$out" "$data"
 cd "$(dirname "$0")/.."
 limits=../shared/bench/limits.sh
 z=target/release/zrecord
-cargo build --release --quiet
+cargo build --release --quiet --features cli
 log() { echo "== $*" | tee -a "$out/log.txt"; }
 
 log "limits (before)"
