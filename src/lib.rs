@@ -43,6 +43,7 @@ compile_error!(
      sync_file_range, mincore and O_DIRECT"
 );
 
+pub mod convert;
 pub mod error;
 pub mod format;
 pub mod pipeline;

@@ -86,22 +86,36 @@ impl std::str::FromStr for Backend {
     }
 }
 
-/// The backend forced by `ZRECORD_IO`, read once. An unparsable value is reported and ignored.
-pub fn forced_backend() -> Option<Backend> {
-    static FORCED: OnceLock<Option<Backend>> = OnceLock::new();
-    *FORCED.get_or_init(|| {
-        let v = std::env::var("ZRECORD_IO").ok()?;
-        match v.parse() {
-            Ok(b) => {
-                tracing::info!(backend = %b, "ZRECORD_IO forces the read backend");
-                Some(b)
+/// The backend forced by `ZRECORD_IO`, read once: `None` if it is unset or empty.
+///
+/// # Errors
+///
+/// [`crate::Error::InvalidConfig`] naming the value, if `ZRECORD_IO` is set to anything but
+/// `auto`, `uring`, `psync` or `mmap`: a typo must not silently run another backend than the
+/// one asked for. Opening a dataset and every gather report it.
+pub fn forced_backend() -> crate::Result<Option<Backend>> {
+    static FORCED: OnceLock<Result<Option<Backend>, String>> = OnceLock::new();
+    FORCED
+        .get_or_init(|| {
+            let Some(v) = std::env::var_os("ZRECORD_IO") else {
+                return Ok(None);
+            };
+            let v = v.to_string_lossy();
+            if v.trim().is_empty() {
+                return Ok(None);
             }
-            Err(e) => {
-                tracing::warn!(value = %v, error = %e, "ignoring ZRECORD_IO");
-                None
+            match v.parse::<Backend>() {
+                Ok(b) => {
+                    tracing::info!(backend = %b, "ZRECORD_IO forces the read backend");
+                    Ok(Some(b))
+                }
+                Err(_) => Err(format!(
+                    "ZRECORD_IO={v:?} is not a read backend (expected auto, uring, mmap or psync)"
+                )),
             }
-        }
-    })
+        })
+        .clone()
+        .map_err(|reason| crate::Error::InvalidConfig { reason })
 }
 
 /// What executes a batch of positioned reads.
@@ -171,13 +185,17 @@ pub(crate) fn executor(backend: Backend) -> crate::Result<Executor> {
 
 /// The backend a dataset configured with `requested` really uses: `ZRECORD_IO` wins, and
 /// `Uring` becomes `Psync` where io_uring is unavailable.
-pub fn effective_backend(requested: Backend) -> Backend {
-    let b = forced_backend().unwrap_or(requested);
-    if b == Backend::Uring && !uring_available() {
+///
+/// # Errors
+///
+/// An invalid `ZRECORD_IO` (see [`forced_backend`]).
+pub fn effective_backend(requested: Backend) -> crate::Result<Backend> {
+    let b = forced_backend()?.unwrap_or(requested);
+    Ok(if b == Backend::Uring && !uring_available() {
         Backend::Psync
     } else {
         b
-    }
+    })
 }
 
 /// True if io_uring could be set up in this process (starts the ring thread on first call).

@@ -263,7 +263,7 @@ pub(crate) fn gather(
             wants.push(Want { field, index, e });
         }
     }
-    let backend = io::effective_backend(opts.backend);
+    let backend = io::effective_backend(opts.backend)?;
     let mapped = !opts.direct_io
         && match backend {
             Backend::Mmap => true,

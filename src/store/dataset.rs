@@ -39,9 +39,16 @@ impl Dataset {
 
     /// Opens the dataset at `path` read-only with the given read options (backend, checksum
     /// verification, `O_DIRECT`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotADataset`] if `path` does not exist, is not a directory or holds no
+    /// `meta.json`; [`Error::InvalidConfig`] for an invalid `ZRECORD_IO`; the corruption and
+    /// I/O errors of the files the commit names.
     pub fn open_with(path: impl AsRef<Path>, opts: ReadOptions) -> Result<Dataset> {
         let dir = path.as_ref().to_path_buf();
-        let snap = Snapshot::load(&dir)?;
+        crate::io::forced_backend()?;
+        let snap = Snapshot::load(&dir).map_err(|e| not_a_dataset(&dir, e))?;
         Ok(Dataset {
             dir,
             current: RwLock::new(Arc::new(snap)),
@@ -57,7 +64,8 @@ impl Dataset {
     /// The backend reads really use: the configured one after `ZRECORD_IO`, with `Uring`
     /// replaced by `Psync` where io_uring cannot be set up.
     pub fn backend(&self) -> crate::Backend {
-        crate::io::effective_backend(self.opts.backend)
+        // `ZRECORD_IO` is read once per process and was valid when this handle opened.
+        crate::io::effective_backend(self.opts.backend).unwrap_or(self.opts.backend)
     }
 
     /// Moves this handle to the latest commit. Returns true if it changed. Snapshots already
@@ -255,5 +263,26 @@ impl Snapshot {
             .map(|f| self.field_index(f))
             .collect::<Result<Vec<_>>>()?;
         batch::gather(self, indices, &fields, opts)
+    }
+}
+
+/// Turns the error of opening something that is not a dataset at all (no such path, not a
+/// directory, no `meta.json`) into [`Error::NotADataset`]; other errors pass unchanged.
+fn not_a_dataset(dir: &Path, e: Error) -> Error {
+    let Error::Io { path, source, .. } = &e else {
+        return e;
+    };
+    if path != &crate::store::layout::meta(dir) {
+        return e;
+    }
+    let reason = match std::fs::metadata(dir) {
+        Err(m) if m.kind() == std::io::ErrorKind::NotFound => "no such file or directory",
+        Ok(m) if !m.is_dir() => "not a directory",
+        _ if source.kind() == std::io::ErrorKind::NotFound => "it holds no meta.json",
+        _ => return e,
+    };
+    Error::NotADataset {
+        path: dir.to_path_buf(),
+        reason: reason.to_string(),
     }
 }
