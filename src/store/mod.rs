@@ -6,6 +6,7 @@ pub mod batch;
 pub mod dataset;
 mod finish;
 pub(crate) mod layout;
+pub mod scan;
 pub mod schema;
 pub mod snapshot;
 pub mod writer;
