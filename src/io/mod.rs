@@ -180,6 +180,8 @@ pub(crate) fn executor(backend: Backend) -> crate::Result<Executor> {
             return Ok(Executor::Uring(r));
         }
     }
+    #[cfg(not(feature = "uring"))]
+    let _ = backend;
     Ok(Executor::Psync(psync_pool()?))
 }
 
@@ -192,6 +194,16 @@ pub(crate) fn executor(backend: Backend) -> crate::Result<Executor> {
 pub fn effective_backend(requested: Backend) -> crate::Result<Backend> {
     let b = forced_backend()?.unwrap_or(requested);
     Ok(if b == Backend::Uring && !uring_available() {
+        // Where io_uring is compiled in, `ring()` reported why it is unavailable.
+        #[cfg(not(feature = "uring"))]
+        {
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| {
+                tracing::warn!(
+                    "zrecord is built without the `uring` feature; reads go through the pread pool"
+                );
+            });
+        }
         Backend::Psync
     } else {
         b
