@@ -8,7 +8,7 @@ data=${2:-target/bench-data}
 cd "$(dirname "$0")/.."
 mkdir -p "$out" "$data"
 z=target/release/zrecord
-cargo build --release --quiet
+cargo build --release --quiet --features cli
 npy=$data/convert-f32.npy
 [ -f "$npy" ] || python3 - "$npy" 262144 1024 <<'EOF'
 # A C-order little-endian float32 .npy of shape (ROWS, COLS), without numpy.

@@ -140,7 +140,7 @@ def tables(out):
             row(f"loader, {name[7:]}", f"bench loader {name.split('-')[1]} --workers 2"
                 + (" --bucket-buffer 16384" if "bucket" in name else ""),
                 f"{fmt_rate(x['records_per_s'])} rec/s", f"raw gather on 2 threads {fmt_rate(x['gather_records_per_s'])} rec/s",
-                f"{q:.2f}×", "≥ 0.9× (DESIGN.md)", q >= 0.9)
+                f"{q:.2f}×", "≥ 0.9× (project target)", q >= 0.9)
     # Writes.
     lw = lim.get("buffered-seq-write-64k+fsync", (0, 0))[1] * 1e6
     for key, x in sorted(criterion(out, "criterion-write.txt").items()):
@@ -173,7 +173,7 @@ def tables(out):
     lim_lines = "\n".join(f"| {k} | {v[0]:.0f} | {v[1]:.1f} |" for k, v in lim.items())
     if lc:
         lim_lines += f"\n| buffered-seq-write-64k+fsync, right after convert (benches/convert.sh) | - | {lc / 1e6:.1f} |"
-    return (head + "\n" + "\n".join(rows) + "\n\nLimits of this run (`../shared/bench/limits.sh`, the higher of "
+    return (head + "\n" + "\n".join(rows) + "\n\nLimits of this run (`benches/limits.sh`, the higher of "
             "the runs before and after the figures):\n\n| limit | IOPS | MB/s |\n|---|---|---|\n" + lim_lines + "\n")
 
 

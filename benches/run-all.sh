@@ -6,9 +6,9 @@ out=${1:?usage: run-all.sh OUT_DIR [DATA_DIR]}
 data=${2:-target/bench-data}
 mkdir -p "$out" "$data"
 cd "$(dirname "$0")/.."
-limits=../shared/bench/limits.sh
+limits=benches/limits.sh
 z=target/release/zrecord
-cargo build --release --quiet
+cargo build --release --quiet --features cli
 log() { echo "== $*" | tee -a "$out/log.txt"; }
 
 log "limits (before)"

@@ -4,7 +4,7 @@
 //! append tasks (`WriterConfig::num_writers`) and commits (fdatasync of the chunks, the offset
 //! table, meta.json, the directories), so the figure includes every fsync a real ingest pays.
 //! Compare it with
-//! `../shared/bench/limits.sh`'s `buffered-seq-write-64k+fsync` (see docs/BENCHMARKS.md).
+//! `benches/limits.sh`'s `buffered-seq-write-64k+fsync` (see docs/BENCHMARKS.md).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};

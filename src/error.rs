@@ -204,6 +204,16 @@ pub enum Error {
         path: PathBuf,
     },
 
+    /// The path given as a dataset is not one: it does not exist, is not a directory, or holds
+    /// no `meta.json`.
+    #[error("{path} is not a zrecord dataset: {reason}")]
+    NotADataset {
+        /// The path given.
+        path: PathBuf,
+        /// Why not.
+        reason: String,
+    },
+
     /// A configuration value is out of range or inconsistent (a pipeline stage, a writer option).
     #[error("invalid configuration: {reason}")]
     InvalidConfig {

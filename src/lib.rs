@@ -35,7 +35,16 @@
 //! ```
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+// io_uring, `posix_fadvise`, `sync_file_range`, `mincore`, `O_DIRECT` and `/proc/self/fd` are
+// Linux interfaces the read and write paths are built on; there is no fallback for other kernels.
+#[cfg(not(target_os = "linux"))]
+compile_error!(
+    "zrecord supports Linux only: its I/O engine is built on io_uring, posix_fadvise, \
+     sync_file_range, mincore and O_DIRECT"
+);
+
 pub mod checksum;
+pub mod convert;
 pub mod error;
 pub mod format;
 pub mod pipeline;

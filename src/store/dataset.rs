@@ -40,11 +40,17 @@ impl Dataset {
     }
 
     /// Opens the dataset at `path` read-only with the given read configuration (backend,
-    /// checksum verification, `O_DIRECT`, budgets). Fails if `ZRECORD_IO` names no backend.
+    /// checksum verification, `O_DIRECT`, budgets).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotADataset`] if `path` does not exist, is not a directory or holds no
+    /// `meta.json`; [`Error::InvalidConfig`] for an invalid `ZRECORD_IO`; the corruption and
+    /// I/O errors of the files the commit names.
     pub fn open_with(path: impl AsRef<Path>, config: ReadConfig) -> Result<Dataset> {
         let dir = path.as_ref().to_path_buf();
         let engine = Arc::new(Engine::new(&config)?);
-        let snap = Snapshot::load(&dir)?;
+        let snap = Snapshot::load(&dir).map_err(|e| not_a_dataset(&dir, e))?;
         Ok(Dataset {
             dir,
             current: RwLock::new(Arc::new(snap)),
@@ -282,5 +288,26 @@ impl Snapshot {
         engine: &Engine,
     ) -> Result<Batch> {
         read::gather(self, indices, fields, engine)
+    }
+}
+
+/// Turns the error of opening something that is not a dataset at all (no such path, not a
+/// directory, no `meta.json`) into [`Error::NotADataset`]; other errors pass unchanged.
+fn not_a_dataset(dir: &Path, e: Error) -> Error {
+    let Error::Io { path, source, .. } = &e else {
+        return e;
+    };
+    if path != &crate::store::layout::meta(dir) {
+        return e;
+    }
+    let reason = match std::fs::metadata(dir) {
+        Err(m) if m.kind() == std::io::ErrorKind::NotFound => "no such file or directory",
+        Ok(m) if !m.is_dir() => "not a directory",
+        _ if source.kind() == std::io::ErrorKind::NotFound => "it holds no meta.json",
+        _ => return e,
+    };
+    Error::NotADataset {
+        path: dir.to_path_buf(),
+        reason: reason.to_string(),
     }
 }

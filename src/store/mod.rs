@@ -5,6 +5,7 @@ pub mod batch;
 pub mod dataset;
 pub(crate) mod layout;
 pub mod read;
+pub mod scan;
 pub mod schema;
 pub mod snapshot;
 pub mod writer;

@@ -246,6 +246,12 @@ impl Snapshot {
         }
         let table = self.table(field)?;
         let e = table.entry(index)?;
+        self.check_in_chunk(table, index, e)
+    }
+
+    /// Checks that entry `e` of record `index` in `table` points inside a committed chunk (or
+    /// is absent).
+    pub(crate) fn check_in_chunk(&self, table: &FieldTable, index: u64, e: Entry) -> Result<Entry> {
         if e.physical_len > 0 {
             let chunk = self.chunk(e.chunk);
             match chunk {

@@ -25,11 +25,24 @@ impl Run {
 
 /// Runs `zrecord ARGS` (no terminal: progress bars stay hidden).
 pub fn zrecord<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Run {
-    let out: Output = Command::new(env!("CARGO_BIN_EXE_zrecord"))
-        .args(args)
+    zrecord_env(args, &[])
+}
+
+/// Runs `zrecord ARGS` with `ZRECORD_IO` and `RUST_LOG` unset, then the variables `env` set.
+pub fn zrecord_env<S: AsRef<std::ffi::OsStr>>(args: &[S], env: &[(&str, &str)]) -> Run {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_zrecord"));
+    cmd.args(args)
         .env_remove("ZRECORD_IO")
-        .output()
-        .expect("run zrecord");
+        .env_remove("RUST_LOG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    run(&mut cmd)
+}
+
+/// Runs a prepared command and collects its outcome.
+pub fn run(cmd: &mut Command) -> Run {
+    let out: Output = cmd.output().expect("run zrecord");
     Run {
         ok: out.status.success(),
         code: out.status.code(),

@@ -1,5 +1,6 @@
 //! `zrecord bench`: throughput measurements (make a synthetic dataset, gather, loader).
 
+use crate::args::{parse_size, parse_size_usize, BackendArg, CodecArg};
 use crate::Res;
 use clap::{Args, Subcommand};
 use std::path::{Path, PathBuf};
@@ -36,9 +37,9 @@ pub struct LoaderArgs {
     /// Bucket pack size (records).
     #[arg(long, default_value_t = 256)]
     bucket_pack: u64,
-    /// auto, uring, mmap or psync.
-    #[arg(long, default_value = "auto")]
-    backend: String,
+    /// The I/O backend.
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    backend: BackendArg,
     /// Skip the raw-gather comparison run.
     #[arg(long)]
     no_compare: bool,
@@ -54,18 +55,18 @@ pub struct MakeArgs {
     /// Number of records.
     #[arg(long)]
     records: u64,
-    /// Bytes per record.
-    #[arg(long)]
+    /// Bytes per record (e.g. 1024, 4K, 64KiB).
+    #[arg(long, value_name = "BYTES", value_parser = parse_size_usize)]
     record_bytes: usize,
-    /// Codec: raw or deflate (a record that does not shrink is stored raw).
-    #[arg(long, default_value = "raw")]
-    codec: String,
+    /// Codec of the records.
+    #[arg(long, value_enum, default_value_t = CodecArg::Raw)]
+    codec: CodecArg,
     /// What the records hold, from fixed seeds (the same bytes on every machine). Default:
     /// random with `--codec raw`, nibbles with `--codec deflate`.
     #[arg(long, value_enum)]
     content: Option<Content>,
-    /// Chunk size in bytes.
-    #[arg(long, default_value_t = 256 << 20)]
+    /// Chunk size (e.g. 268435456, 256M, 1GiB).
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, default_value = "256MiB")]
     chunk_bytes: u64,
     /// Append tasks of the writer (deflate, checksums and writes, each into its own chunk).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=16))]
@@ -96,9 +97,9 @@ pub struct GatherArgs {
     /// Number of batches (per thread).
     #[arg(long, default_value_t = 2000)]
     batches: usize,
-    /// auto, uring, mmap or psync.
-    #[arg(long, default_value = "auto")]
-    backend: String,
+    /// The I/O backend.
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    backend: BackendArg,
     /// Threads issuing batches concurrently.
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -151,11 +152,7 @@ impl Rng {
 }
 
 fn make(a: &MakeArgs) -> Res {
-    let codec: Codec = match a.codec.as_str() {
-        "raw" => Codec::Raw,
-        "deflate" => Codec::Deflate,
-        other => return Err(format!("unknown codec {other:?} (raw or deflate)").into()),
-    };
+    let codec = Codec::from(a.codec);
     let content = a.content.unwrap_or(match codec {
         Codec::Raw => Content::Random,
         _ => Content::Nibbles,
@@ -201,7 +198,7 @@ fn make(a: &MakeArgs) -> Res {
         "made {} records of {} bytes ({}, {:?} content, {} append tasks) in {:.2} s: {:.1} MB/s",
         a.records,
         a.record_bytes,
-        a.codec,
+        codec,
         content,
         a.writers,
         s,
@@ -323,7 +320,7 @@ fn gather(a: &GatherArgs) -> Res {
 }
 
 fn run_gather(a: &GatherArgs) -> Result<GatherStats, Box<dyn std::error::Error>> {
-    let backend: Backend = a.backend.parse()?;
+    let backend = Backend::from(a.backend);
     let opts = ReadOptions::default()
         .with_backend(backend)
         .with_direct_io(a.direct)
@@ -564,7 +561,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 fn loader(a: &LoaderArgs) -> Res {
     use zrecord::pipeline::{BucketConfig, DatasetSource, Loader, SamplerConfig, SamplerMode};
-    let backend: Backend = a.backend.parse()?;
+    let backend = Backend::from(a.backend);
     let ds = Dataset::open_with(&a.dir, ReadOptions::default().with_backend(backend))?;
     let source = std::sync::Arc::new(DatasetSource::new(&ds));
     let mut builder = Loader::builder(std::sync::Arc::clone(&source))
@@ -613,7 +610,7 @@ fn loader(a: &LoaderArgs) -> Res {
             dir: a.dir.clone(),
             batch: a.batch as usize,
             batches: a.batches / a.workers.max(1),
-            backend: a.backend.clone(),
+            backend: a.backend,
             threads: a.workers.max(1),
             evict: false,
             direct: false,

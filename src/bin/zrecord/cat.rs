@@ -43,7 +43,15 @@ pub fn run(a: &CatArgs) -> Res {
     let snap = ds.snapshot();
     let meta = snap.meta();
     let fields: Vec<usize> = match &a.field {
-        Some(name) => vec![snap.field_index(name)?],
+        Some(name) => match snap.field_index(name) {
+            Ok(f) => vec![f],
+            Err(e) => {
+                let all: Vec<&str> = meta.fields.iter().map(|f| f.name.as_str()).collect();
+                return Err(
+                    format!("{e}: {} has fields {}", a.dir.display(), all.join(", ")).into(),
+                );
+            }
+        },
         None => (0..meta.fields.len()).collect(),
     };
     let names: Vec<&str> = fields

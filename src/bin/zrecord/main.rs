@@ -4,6 +4,7 @@
 //! Exit status: 0 on success; 1 with one line `zrecord: <error>` on stderr on failure (`verify`
 //! first lists each problem it found, one per line); 2 for a command-line usage error.
 
+mod args;
 mod bench;
 mod cat;
 mod convert;
@@ -44,6 +45,52 @@ enum Cmd {
     Bench(bench::BenchCmd),
 }
 
+/// A usage error as one line: clap's message and its tips (`a similar subcommand exists: ...`,
+/// the values a flag accepts), without the usage block.
+fn usage_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let message = lines
+        .next()
+        .unwrap_or("invalid arguments")
+        .trim_start_matches("error: ")
+        .to_string();
+    let mut line = message;
+    for l in
+        lines.take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+    {
+        // Tips are sentences of their own; other lines continue the message (a list of
+        // missing arguments, the possible values).
+        line.push_str(if l.starts_with("tip:") { "; " } else { " " });
+        line.push_str(l);
+    }
+    line
+}
+
+/// Log lines on stderr through `tracing-subscriber`: `RUST_LOG` picks what is shown (e.g.
+/// `RUST_LOG=zrecord=debug`); without it, warnings and errors are (such as a fallback from
+/// io_uring to the pread pool). A bad `RUST_LOG` falls back to the default, with a note.
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let (filter, bad) = match std::env::var("RUST_LOG") {
+        Ok(v) if !v.trim().is_empty() => match EnvFilter::try_new(&v) {
+            Ok(f) => (f, None),
+            Err(e) => (EnvFilter::new("warn"), Some(format!("{v:?}: {e}"))),
+        },
+        _ => (EnvFilter::new("warn"), None),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .without_time()
+        .with_target(false)
+        .try_init();
+    if let Some(bad) = bad {
+        tracing::warn!("ignoring RUST_LOG {bad}");
+    }
+}
+
 /// What every subcommand returns; the error is printed as one line.
 pub type Res = Result<(), Box<dyn std::error::Error>>;
 
@@ -65,20 +112,11 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 };
             }
-            // One line: clap's message (up to its first blank line), without the usage block.
-            let text = e.render().to_string();
-            let message: Vec<&str> = text
-                .lines()
-                .map(str::trim)
-                .skip_while(|l| l.is_empty())
-                .take_while(|l| !l.is_empty())
-                .collect();
-            let line = message.join(" ");
-            let line = line.trim_start_matches("error: ");
-            eprintln!("zrecord: {line} (see --help)");
+            eprintln!("zrecord: {} (see --help)", usage_line(&e));
             return ExitCode::from(2);
         }
     };
+    init_logging();
     let result = match &cli.cmd {
         Cmd::Convert(a) => convert::run(a),
         Cmd::Info(a) => info::run(a),

@@ -2,10 +2,11 @@
 //!
 //! Opening checks `meta.json` (its checksum, version and invariants), that every offset table,
 //! patch log and chunk file it names exists and is at least as long as committed, and every
-//! patch entry. Then every record of every field is read in batches with checksums on: each
-//! offset entry's own CRC and bounds, each stored value's CRC32C, each deflate stream's length,
-//! and each value's length against its field's dtype and shape. A batch that fails is re-read
-//! value by value, so every damaged value is reported, not just the first.
+//! patch entry. Then each field's offset table is scanned front to back with large sequential
+//! reads ([`zrecord::store::scan`]): each entry's own CRC and bounds, and each value's length
+//! against its field's dtype and shape. Then every record of every field is read in batches
+//! with checksums on: each stored value's CRC32C and each deflate stream's length. A batch that
+//! fails is re-read value by value, so every damaged value is reported, not just the first.
 
 use crate::progress;
 use crate::Res;
@@ -53,11 +54,26 @@ pub fn run(a: &VerifyArgs) -> Res {
     let snap = ds.snapshot();
     let len = snap.len();
     let names: Vec<String> = snap.meta().fields.iter().map(|f| f.name.clone()).collect();
-    let bar = progress::records_bar(len, "verify");
+    let bar = progress::records_bar(len * names.len() as u64, "verify: offset tables");
     let mut problems = Problems {
         count: 0,
         bar: &bar,
     };
+    // The tables, sequentially: every entry checked, every value's length against its field.
+    for f in 0..names.len() {
+        for (i, entry) in (0u64..).zip(snap.scan(f)?) {
+            match entry {
+                Ok(e) => check_shape(&snap, f, i, u64::from(e.logical_len), &mut problems),
+                Err(e) => problems.report(&e.to_string()),
+            }
+            if i % 65536 == 0 {
+                bar.set_position(f as u64 * len + i);
+            }
+        }
+    }
+    bar.set_message("verify: records");
+    bar.set_length(len);
+    bar.set_position(0);
     let mut bytes = 0u64;
     let mut start = 0u64;
     while start < len {
@@ -66,19 +82,18 @@ pub fn run(a: &VerifyArgs) -> Res {
         match snap.gather_with(&idx, &opts) {
             Ok(b) => bytes += b.total_bytes() as u64,
             Err(_) => {
-                // Find every damaged value of the batch, one at a time.
+                // Find every damaged value of the batch, one at a time. Damaged entries were
+                // reported by the table scan already.
                 for &i in &idx {
                     for name in &names {
                         match snap.gather_fields_with(&[i], &[name.as_str()], &opts) {
                             Ok(b) => bytes += b.total_bytes() as u64,
+                            Err(zrecord::Error::OffsetCorrupt { .. }) => {}
                             Err(e) => problems.report(&e.to_string()),
                         }
                     }
                 }
             }
-        }
-        for &i in &idx {
-            check_shapes(&snap, i, &mut problems);
         }
         bar.set_position(end);
         start = end;
@@ -107,43 +122,47 @@ pub fn run(a: &VerifyArgs) -> Res {
     Ok(())
 }
 
-/// Checks each value's length of record `i` against its field's dtype and shape.
-fn check_shapes(snap: &Snapshot, i: u64, problems: &mut Problems<'_>) {
-    for (f, meta) in snap.meta().fields.iter().enumerate() {
-        // A damaged entry was reported by the read already.
-        let Ok(loc) = snap.locate(f, i) else { continue };
-        let len = u64::from(loc.logical_len);
-        if len == 0 {
-            continue;
-        }
-        let item = meta.dtype.item_bytes();
-        let want = meta
-            .shape
-            .as_ref()
-            .map(|s| s.iter().product::<u64>() * item);
-        let bad = if !len.is_multiple_of(item) {
-            Some(format!(
-                "{len} bytes is not a whole number of {} items",
+/// Checks the length of record `i`'s value of field `f` against the field's dtype and shape.
+fn check_shape(snap: &Snapshot, f: usize, i: u64, len: u64, problems: &mut Problems<'_>) {
+    let Some(meta) = snap.meta().fields.get(f) else {
+        return;
+    };
+    if len == 0 {
+        return;
+    }
+    let item = meta.dtype.item_bytes();
+    let want = meta
+        .shape
+        .as_ref()
+        .map(|s| s.iter().product::<u64>() * item);
+    let bad = if !len.is_multiple_of(item) {
+        Some(format!(
+            "{len} bytes is not a whole number of {} items",
+            meta.dtype
+        ))
+    } else {
+        want.filter(|&w| w != len).map(|w| {
+            format!(
+                "{len} bytes, but shape {:?} of {} needs {w}",
+                meta.shape.as_deref().unwrap_or_default(),
                 meta.dtype
-            ))
-        } else {
-            want.filter(|&w| w != len).map(|w| {
-                format!(
-                    "{len} bytes, but shape {:?} of {} needs {w}",
-                    meta.shape.as_deref().unwrap_or_default(),
-                    meta.dtype
-                )
-            })
+            )
+        })
+    };
+    if let Some(reason) = bad {
+        // Rare: the record's location is looked up only to name it.
+        let (file, offset) = match snap.locate(f, i) {
+            Ok(loc) => (
+                loc.chunk
+                    .map_or("?".to_string(), |p| p.display().to_string()),
+                loc.offset,
+            ),
+            Err(_) => ("?".to_string(), 0),
         };
-        if let Some(reason) = bad {
-            let file = loc
-                .chunk
-                .map_or("?".to_string(), |p| p.display().to_string());
-            problems.report(&format!(
-                "value does not fit its field in {file} at byte {} (field {:?}, record {i}): \
-                 {reason}",
-                loc.offset, meta.name
-            ));
-        }
+        problems.report(&format!(
+            "value does not fit its field in {file} at byte {offset} (field {:?}, record {i}): \
+             {reason}",
+            meta.name
+        ));
     }
 }
