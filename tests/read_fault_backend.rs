@@ -2,7 +2,12 @@
 //! reads through it returns the model's bytes, and every fault it injects (an I/O error, a
 //! flipped bit, a short read) reaches the caller as a typed error naming the file and offset
 //! or the record, never as wrong bytes.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::needless_range_loop
+)]
 
 mod support;
 

@@ -208,6 +208,13 @@ impl Pools {
                 return Ok(Arc::new(UringBackend { ring }));
             }
         }
+        #[cfg(not(feature = "uring"))]
+        if backend == Backend::Uring {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                tracing::warn!("zrecord was built without the `uring` feature; io_uring reads go through the pread pool");
+            });
+        }
         let _ = backend;
         Ok(Arc::new(PsyncBackend {
             pool: self.psync()?,
