@@ -172,3 +172,19 @@ impl Batch {
         self.values.spans.iter().map(|s| s.len).sum()
     }
 }
+
+/// A 64-byte-aligned slab with one slot per length, and the slot starts.
+pub(crate) fn slab(lens: impl Iterator<Item = usize>, align: usize) -> (Vec<u8>, Vec<usize>) {
+    let mut starts = Vec::new();
+    let mut total = 0usize;
+    for len in lens {
+        starts.push(total);
+        total += len.next_multiple_of(align);
+    }
+    let buf = vec![0u8; total + align];
+    let pad = buf.as_ptr().align_offset(align).min(align);
+    for s in &mut starts {
+        *s += pad;
+    }
+    (buf, starts)
+}

@@ -5,11 +5,10 @@
 
 use super::finish::{run_parallel, Finisher, Task};
 use super::resolve::{Resolved, Want};
-use super::slab;
 use crate::error::Result;
 use crate::format::dtype::Codec;
 use crate::io::mmap::SharedMap;
-use crate::store::batch::{Span, Values, EMPTY, SLOT_ALIGN};
+use crate::store::batch::{slab, Span, Values, EMPTY, SLOT_ALIGN};
 use bytes::Bytes;
 
 /// Records probed with `mincore` per batch under [`ZeroCopy::WhenResident`].

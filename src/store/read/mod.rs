@@ -4,34 +4,40 @@
 //! resolve.rs   indices × fields → checked offset entries (table entries prefetched)
 //! mapped.rs    zero-copy from the chunks' mappings, when the backend's policy says so; or
 //! plan.rs      entries → coalesced, aligned reads and landing spots (pure)
-//! backend.rs   a ReadBackend executes the reads (io_uring, pread pool, a custom one)
+//! backend.rs   the ReadBackend trait: a backend executes the reads
 //! finish.rs    CRC32C, inflate, copy into the slab, on the caller and the finishing pool
+//! engine.rs    zrecord's backends (io_uring, pread pool, mmap, auto) and their pools
 //! chunks.rs    chunk files opened lazily, closed LRU under the descriptor budget
+//! config.rs    ReadConfig, Backend, ZRECORD_IO
 //! ```
 //!
-//! Each file imports only files listed above it, plus `chunks.rs` and `config.rs`.
+//! No two files import each other: `mod.rs` drives the others; `mapped` uses `finish` and
+//! `resolve`; `finish` uses `resolve`; `resolve` uses `chunks`; `engine` uses `backend`,
+//! `config` and `finish`; `config` uses `backend`.
 
 mod backend;
 mod chunks;
 mod config;
+mod engine;
 mod finish;
 mod mapped;
 mod plan;
 mod resolve;
 
-pub(crate) use backend::Engine;
-pub use backend::{read_backend, uring_available, ReadBackend, ZeroCopy};
+pub use backend::{ReadBackend, ZeroCopy};
 pub use chunks::descriptor_budget;
 pub(crate) use chunks::{ChunkHandle, ChunkSet};
 pub use config::{
     forced_backend, Backend, ReadConfig, DEFAULT_MAX_BYTES_IN_FLIGHT, DEFAULT_QUEUE_DEPTH,
     DEFAULT_THREADS,
 };
+pub(crate) use engine::Engine;
+pub use engine::{read_backend, uring_available};
 
 use crate::error::Result;
 use crate::format::dtype::Codec;
 use crate::io::job::ReadJob;
-use crate::store::batch::{Batch, Span, Values, SLOT_ALIGN};
+use crate::store::batch::{slab, Batch, Span, Values, SLOT_ALIGN};
 use crate::store::snapshot::Snapshot;
 use bytes::Bytes;
 use finish::{run_parallel, Task};
@@ -69,22 +75,6 @@ pub(crate) fn gather(
         indices.to_vec(),
         Arc::clone(&res.fields),
     ))
-}
-
-/// A 64-byte-aligned slab with one slot per length, and the slot starts.
-pub(crate) fn slab(lens: impl Iterator<Item = usize>, align: usize) -> (Vec<u8>, Vec<usize>) {
-    let mut starts = Vec::new();
-    let mut total = 0usize;
-    for len in lens {
-        starts.push(total);
-        total += len.next_multiple_of(align);
-    }
-    let buf = vec![0u8; total + align];
-    let pad = buf.as_ptr().align_offset(align).min(align);
-    for s in &mut starts {
-        *s += pad;
-    }
-    (buf, starts)
 }
 
 /// The I/O path: the plan's reads through the backend, raw records straight into their slots,

@@ -1,0 +1,255 @@
+//! zrecord's read backends (io_uring, the pread pool, mmap, auto), the process-wide pools they
+//! run on, and the engine a dataset reads with.
+
+use super::backend::{ReadBackend, ZeroCopy};
+use super::config::{forced_backend, Backend, ReadConfig};
+use crate::error::{Error, Result};
+use crate::io::job::ReadJob;
+use crate::io::pool::WorkerPool;
+use crate::io::psync::PsyncPool;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// io_uring: one ring thread per engine keeps many reads of many jobs in flight.
+#[cfg(feature = "uring")]
+#[derive(Debug)]
+struct UringBackend {
+    ring: Arc<crate::io::uring::Ring>,
+}
+
+#[cfg(feature = "uring")]
+impl ReadBackend for UringBackend {
+    fn name(&self) -> &str {
+        "uring"
+    }
+
+    fn read(&self, job: ReadJob) -> Result<ReadJob> {
+        Ok(self.ring.run(job)?)
+    }
+}
+
+/// `preadv` on a pool of threads, with the caller working too.
+#[derive(Debug)]
+struct PsyncBackend {
+    pool: Arc<PsyncPool>,
+}
+
+impl ReadBackend for PsyncBackend {
+    fn name(&self) -> &str {
+        "psync"
+    }
+
+    fn read(&self, job: ReadJob) -> Result<ReadJob> {
+        Ok(self.pool.run(job)?)
+    }
+}
+
+/// A zero-copy policy over a backend that reads what cannot be mapped (deflate records are
+/// inflated straight from the mapping; `O_DIRECT` jobs and chunks that cannot be mapped go to
+/// `io`). [`Backend::Mmap`] is `Always`, [`Backend::Auto`] is `WhenResident`.
+#[derive(Debug)]
+struct Mapped {
+    name: &'static str,
+    policy: ZeroCopy,
+    io: Arc<dyn ReadBackend>,
+}
+
+impl ReadBackend for Mapped {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn read(&self, job: ReadJob) -> Result<ReadJob> {
+        self.io.read(job)
+    }
+
+    fn zero_copy(&self) -> ZeroCopy {
+        self.policy
+    }
+}
+
+/// The threads of one set of budgets (queue depth, bytes in flight, thread budget), shared by
+/// every dataset opened with them. Each part starts on first use and lives as long as the
+/// process: a program that opens datasets with k distinct budgets has k sets at most.
+#[derive(Debug)]
+pub(crate) struct Pools {
+    key: (usize, usize, usize),
+    #[cfg(feature = "uring")]
+    ring: OnceLock<Option<Arc<crate::io::uring::Ring>>>,
+    psync: OnceLock<std::result::Result<Arc<PsyncPool>, String>>,
+    pub(crate) finish: super::finish::Finisher,
+    pub(crate) workers: WorkerPool,
+}
+
+/// Cores the engine may keep busy: `available_parallelism` (cgroups and the affinity mask:
+/// under `taskset -c 0` it is 1), at most 8. Asked once.
+pub(crate) fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, std::num::NonZeroUsize::get)
+            .min(8)
+    })
+}
+
+impl Pools {
+    fn new(queue_depth: usize, bytes: usize, threads: usize) -> Pools {
+        let finishers = cores().min(threads);
+        Pools {
+            key: (queue_depth, bytes, threads),
+            #[cfg(feature = "uring")]
+            ring: OnceLock::new(),
+            psync: OnceLock::new(),
+            finish: super::finish::Finisher::new(finishers),
+            workers: WorkerPool::new((2 * cores()).clamp(2, threads)),
+        }
+    }
+
+    /// The pools for `cfg`'s budgets: an existing set if a live dataset uses the same ones.
+    fn get(cfg: &ReadConfig) -> Arc<Pools> {
+        static ALL: Mutex<Vec<Arc<Pools>>> = Mutex::new(Vec::new());
+        let key = (cfg.queue_depth, cfg.max_bytes_in_flight, cfg.threads);
+        let mut all = ALL
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(p) = all.iter().find(|p| p.key == key) {
+            return Arc::clone(p);
+        }
+        let p = Arc::new(Pools::new(key.0, key.1, key.2));
+        all.push(Arc::clone(&p));
+        p
+    }
+
+    /// The ring, or `None` where io_uring cannot be set up (reported once per process).
+    #[cfg(feature = "uring")]
+    fn ring(&self) -> Option<Arc<crate::io::uring::Ring>> {
+        self.ring
+            .get_or_init(|| {
+                let budget = crate::io::uring::Budget {
+                    ops: self.key.0,
+                    bytes: self.key.1,
+                };
+                match crate::io::uring::Ring::start(budget) {
+                    Ok(r) => {
+                        tracing::debug!(flags = r.flags, "zrecord reads through io_uring");
+                        Some(Arc::new(r))
+                    }
+                    Err(e) => {
+                        static WARNED: std::sync::Once = std::sync::Once::new();
+                        WARNED.call_once(|| {
+                            tracing::warn!(error = %e, "io_uring is unavailable; zrecord reads through the pread pool");
+                        });
+                        None
+                    }
+                }
+            })
+            .clone()
+    }
+
+    fn psync(&self) -> Result<Arc<PsyncPool>> {
+        let threads = self.key.2.saturating_sub(1).clamp(1, self.key.0.max(1));
+        self.psync
+            .get_or_init(|| {
+                PsyncPool::new(threads)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+            .map_err(|reason| Error::ThreadSpawn {
+                what: "the pread pool",
+                reason,
+            })
+    }
+
+    /// The backend that reads into memory: io_uring unless `backend` is `Psync` or io_uring is
+    /// unavailable, the pread pool otherwise.
+    fn io(&self, backend: Backend) -> Result<Arc<dyn ReadBackend>> {
+        #[cfg(feature = "uring")]
+        if backend != Backend::Psync {
+            if let Some(ring) = self.ring() {
+                return Ok(Arc::new(UringBackend { ring }));
+            }
+        }
+        #[cfg(not(feature = "uring"))]
+        if backend == Backend::Uring {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                tracing::warn!("zrecord was built without the `uring` feature; io_uring reads go through the pread pool");
+            });
+        }
+        let _ = backend;
+        Ok(Arc::new(PsyncBackend {
+            pool: self.psync()?,
+        }))
+    }
+}
+
+/// What a dataset reads with: its backend, the pools, and the options of its [`ReadConfig`].
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub(crate) backend: Arc<dyn ReadBackend>,
+    /// The zrecord backend in use (`None` for a custom one).
+    pub(crate) effective: Option<Backend>,
+    pub(crate) pools: Arc<Pools>,
+    pub(crate) verify_checksums: bool,
+    pub(crate) direct_io: bool,
+}
+
+impl Engine {
+    /// The engine for `cfg`: its custom backend, or the zrecord backend it names after
+    /// `ZRECORD_IO` (an unknown value is an error), with `Uring` on the pread pool where
+    /// io_uring is unavailable.
+    pub(crate) fn new(cfg: &ReadConfig) -> Result<Engine> {
+        let pools = Pools::get(cfg);
+        let (backend, effective) = match &cfg.custom {
+            Some(b) => (Arc::clone(b), None),
+            None => {
+                let want = forced_backend()?.unwrap_or(cfg.backend);
+                let io = pools.io(want)?;
+                let effective = match want {
+                    Backend::Uring if io.name() != "uring" => Backend::Psync,
+                    b => b,
+                };
+                let backend: Arc<dyn ReadBackend> = match effective {
+                    Backend::Mmap => Arc::new(Mapped {
+                        name: "mmap",
+                        policy: ZeroCopy::Always,
+                        io,
+                    }),
+                    Backend::Auto => Arc::new(Mapped {
+                        name: "auto",
+                        policy: ZeroCopy::WhenResident,
+                        io,
+                    }),
+                    _ => io,
+                };
+                (backend, Some(effective))
+            }
+        };
+        Ok(Engine {
+            backend,
+            effective,
+            pools,
+            verify_checksums: cfg.verify_checksums,
+            direct_io: cfg.direct_io,
+        })
+    }
+}
+
+/// The backend a dataset opened with `cfg` reads through (after `ZRECORD_IO`), for wrapping in
+/// a backend of your own: a fault injector, a tracer.
+pub fn read_backend(cfg: &ReadConfig) -> Result<Arc<dyn ReadBackend>> {
+    Ok(Engine::new(cfg)?.backend)
+}
+
+/// True if io_uring can be set up in this process (starts a ring thread for the default
+/// budgets on first call).
+pub fn uring_available() -> bool {
+    #[cfg(feature = "uring")]
+    {
+        Pools::get(&ReadConfig::default()).ring().is_some()
+    }
+    #[cfg(not(feature = "uring"))]
+    {
+        false
+    }
+}
