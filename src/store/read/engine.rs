@@ -130,7 +130,7 @@ impl Pools {
                 };
                 match crate::io::uring::Ring::start(budget) {
                     Ok(r) => {
-                        tracing::debug!(flags = r.flags, "zrecord reads through io_uring");
+                        tracing::info!(flags = r.flags, "zrecord reads through io_uring");
                         Some(Arc::new(r))
                     }
                     Err(e) => {
