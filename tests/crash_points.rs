@@ -267,10 +267,7 @@ fn mix(seed: u64) -> Workload {
 
 #[test]
 fn crash_during_seeded_mix() {
-    let seeds: u64 = std::env::var("ZRECORD_CRASH_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(24);
+    let seeds = support::count("ZRECORD_CRASH_SEEDS", 6, 24);
     let mut total = Stats::default();
     for seed in 1..=seeds {
         let s = check(&mix(seed));

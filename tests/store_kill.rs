@@ -148,10 +148,7 @@ fn check(dir: &Path, model: &[Rec], context: &str) {
 }
 
 fn kills() -> u64 {
-    std::env::var("ZRECORD_KILLS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1000)
+    support::count("ZRECORD_KILLS", 200, 1000)
 }
 
 #[test]

@@ -3,6 +3,8 @@
 //! `Vec<Vec<u8>>`-per-field model of its last commit.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+mod support;
+
 use proptest::prelude::*;
 use proptest::sample::Index;
 use std::path::Path;
@@ -218,10 +220,7 @@ fn run(ops: Vec<Op>, backend: Backend, direct: bool, config: WriterConfig) {
 }
 
 fn cases() -> u32 {
-    std::env::var("ZRECORD_MODEL_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1000)
+    support::count("ZRECORD_MODEL_CASES", 120, 1000) as u32
 }
 
 proptest! {
