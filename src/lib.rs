@@ -51,8 +51,7 @@ pub mod pipeline;
 
 pub use error::{Error, Result};
 pub use format::dtype::{Codec, DType};
-#[doc(hidden)]
-pub mod io;
+mod io;
 pub mod store;
 
 pub use io::fs::evict_page_cache;
@@ -71,3 +70,13 @@ pub use store::dataset::GatherFuture;
 pub use store::schema::{Field, Schema};
 pub use store::snapshot::{RecordLocation, Snapshot};
 pub use store::writer::{RebalanceReport, Writer, WriterConfig};
+
+/// Test machinery (feature `testing`, off by default): the file-system seam every file
+/// operation of the writer and of recovery goes through, the real file system, and the
+/// simulated and fault-injecting ones the crash and I/O-error tests run on, with
+/// [`Writer::create_with_vfs`] and [`Writer::open_with_vfs`] to put a writer on them.
+#[cfg(feature = "testing")]
+pub mod testing {
+    pub use crate::io::fault::*;
+    pub use crate::io::vfs::{Prefix, StdFile, StdFs, Vfs, VfsFile, VfsLock};
+}

@@ -6,8 +6,8 @@
 
 use futures::FutureExt;
 use std::sync::Arc;
-use zrecord::io::fault::FaultFs;
-use zrecord::io::vfs::StdFs;
+use zrecord::testing::FaultFs;
+use zrecord::testing::StdFs;
 use zrecord::{DType, Dataset, Field, Schema, Writer, WriterConfig};
 
 const RECORD: usize = 1000;
@@ -150,7 +150,7 @@ fn a_commit_dropped_on_its_own_thread_still_lands_and_the_next_call_reports_it()
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("ds");
     let fault = FaultFs::new(StdFs::shared());
-    let vfs: Arc<dyn zrecord::io::vfs::Vfs> = Arc::new(fault.clone());
+    let vfs: Arc<dyn zrecord::testing::Vfs> = Arc::new(fault.clone());
     let schema = Schema::new().field(Field::new("x", DType::U8));
     let mut w = Writer::create_with_vfs(vfs.clone(), &dir, &schema, config(2, 2)).unwrap();
     for i in 0..10 {

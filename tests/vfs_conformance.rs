@@ -3,8 +3,8 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use zrecord::io::fault::{FaultFs, SimFs};
-use zrecord::io::vfs::{StdFs, Vfs};
+use zrecord::testing::{FaultFs, SimFs};
+use zrecord::testing::{StdFs, Vfs};
 use zrecord::Error;
 
 /// An observable outcome: `Ok` with a description, or the error's kind.

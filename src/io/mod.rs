@@ -14,8 +14,8 @@
 //!
 //! Which of these serves a read is the read engine's business (`store/read/`).
 
-#[doc(hidden)]
-pub mod fault;
+#[cfg(feature = "testing")]
+pub(crate) mod fault;
 pub(crate) mod fs;
 pub(crate) mod job;
 pub(crate) mod mmap;
@@ -23,7 +23,7 @@ pub(crate) mod pool;
 pub(crate) mod psync;
 #[cfg(feature = "uring")]
 pub(crate) mod uring;
-pub mod vfs;
+pub(crate) mod vfs;
 
 /// Hints the CPU to bring the cache line at `ptr` into L1. Never faults, whatever `ptr` is:
 /// the batch loops use it to overlap the memory latency of random records and table entries.

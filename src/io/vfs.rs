@@ -4,7 +4,7 @@
 //! reading `meta.json`, cleaning orphans, loading the offset tables), appending, committing —
 //! goes through a [`Vfs`] and the [`VfsFile`] handles it returns. [`StdFs`] is the real file
 //! system: thin wrappers over `std::fs` and [`crate::io::fs`], with the same calls, flags and
-//! error contexts the writer used before the seam existed. [`crate::io::fault::SimFs`] is an
+//! error contexts the writer used before the seam existed. `fault::SimFs` is an
 //! in-memory file system for tests that tracks durable versus unsynced state and can crash or
 //! fail at any operation.
 //!
@@ -33,6 +33,7 @@ pub enum Prefix {
     /// A read-only mapping (see [`Mapping`]).
     Mapped(Mapping),
     /// The bytes, copied.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     Owned(Box<[u8]>),
 }
 
@@ -86,6 +87,7 @@ pub trait VfsFile: Send + Sync + Debug {
     fn len(&self) -> Result<u64>;
 
     /// True if the file has no bytes.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     fn is_empty(&self) -> Result<bool> {
         Ok(self.len()? == 0)
     }

@@ -10,7 +10,7 @@
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use zrecord::io::vfs::Vfs;
+use zrecord::testing::Vfs;
 use zrecord::{Codec, DType, Dataset, Error, Field, Schema, Writer, WriterConfig};
 
 /// One record: one byte string per field.

@@ -31,7 +31,7 @@
 //! Any I/O failure while writing poisons the writer: every later call returns
 //! [`Error::Poisoned`], and reopening recovers the last commit.
 //!
-//! Every file operation goes through the [`Vfs`] seam chosen at create/open ([`StdFs`] by
+//! Every file operation goes through the `Vfs` seam chosen at create/open (`StdFs` by
 //! default), so tests can run the writer on a simulated file system that crashes or fails at
 //! any operation (`tests/crash_points.rs`, `tests/io_errors.rs`). [`Writer::rebalance`]
 //! rewrites live records into fresh chunks (`docs/FORMAT.md`, "Rebalance").
@@ -56,7 +56,9 @@ pub use rebalance::RebalanceReport;
 use crate::error::{Error, Result};
 use crate::format::entry::Entry;
 use crate::format::meta::FieldMeta;
-use crate::io::vfs::{StdFs, Vfs};
+use crate::io::vfs::StdFs;
+#[cfg(feature = "testing")]
+use crate::io::vfs::Vfs;
 use crate::store::schema::Schema;
 use book::Shared;
 use futures::channel::{mpsc, oneshot};
@@ -118,11 +120,12 @@ impl Writer {
     /// built in a sibling directory and renamed into place, so a crash leaves either nothing or
     /// a complete empty dataset.
     pub fn create(path: impl AsRef<Path>, schema: &Schema, config: WriterConfig) -> Result<Writer> {
-        Writer::create_with_vfs(StdFs::shared(), path, schema, config)
+        open::create(StdFs::shared(), path.as_ref(), schema, config)
     }
 
     /// [`Writer::create`] on the file system `vfs` (the real one is [`StdFs`]; tests use the
-    /// simulated and fault-injecting ones of `zrecord::io::fault`).
+    /// simulated and fault-injecting ones of `zrecord::testing`). Feature `testing`.
+    #[cfg(feature = "testing")]
     pub fn create_with_vfs(
         vfs: Arc<dyn Vfs>,
         path: impl AsRef<Path>,
@@ -135,10 +138,11 @@ impl Writer {
     /// Opens the writer of an existing dataset at its latest commit, cleaning what a crash left
     /// behind: a stale `meta.json.tmp`, files no commit names, and bytes past committed sizes.
     pub fn open(path: impl AsRef<Path>, config: WriterConfig) -> Result<Writer> {
-        Writer::open_with_vfs(StdFs::shared(), path, config)
+        open::open(StdFs::shared(), path.as_ref(), config)
     }
 
-    /// [`Writer::open`] on the file system `vfs`.
+    /// [`Writer::open`] on the file system `vfs`. Feature `testing`.
+    #[cfg(feature = "testing")]
     pub fn open_with_vfs(
         vfs: Arc<dyn Vfs>,
         path: impl AsRef<Path>,
