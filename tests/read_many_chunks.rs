@@ -1,6 +1,8 @@
-//! A dataset of 10,000 chunks opens, reads random batches byte-exact on every backend and
-//! passes a full checksum pass and `zrecord verify` in a process limited to 64 open
-//! descriptors (`RLIMIT_NOFILE`): chunk files open lazily and close least-recently-used.
+//! Chunk descriptors stay within the process's budget: in a process limited to 64 open
+//! descriptors (`RLIMIT_NOFILE`), a dataset of 10,000 chunks opens, reads random batches
+//! byte-exact on every backend, from one thread and from eight at once, and passes a full
+//! checksum pass and `zrecord verify`; and a snapshot taken before a rebalance keeps reading the
+//! chunks it removed while other datasets' reads churn the budget.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 mod support;
@@ -11,6 +13,8 @@ use support::{bytes, Rec, Rng};
 use zrecord::{Backend, Dataset, ReadConfig, Writer, WriterConfig};
 
 const RECORDS: u64 = 10_000;
+/// Records (and chunks) of the small dataset that is rebalanced under the old snapshot.
+const SMALL: u64 = 8;
 const LIMIT: &str = "64";
 const CHILD: &str = "ZRECORD_MANY_CHUNKS_DIR";
 
@@ -20,9 +24,9 @@ fn rec(i: u64) -> Rec {
     vec![bytes(100 + (i % 7) as usize, 2 * i), bytes(1200, 2 * i + 1)]
 }
 
-fn build(dir: &Path) {
+fn build(dir: &Path, n: u64) {
     let mut w = Writer::create(dir, &support::schema(2048), WriterConfig::default()).unwrap();
-    for i in 0..RECORDS {
+    for i in 0..n {
         w.append(&rec(i)).unwrap();
     }
     w.commit().unwrap();
@@ -38,7 +42,8 @@ fn limited(program: &Path) -> Command {
 fn ten_thousand_chunks_read_under_64_descriptors() {
     let tmp = support::scratch();
     let dir = tmp.path().join("ds");
-    build(&dir);
+    build(&dir, RECORDS);
+    build(&tmp.path().join("small"), SMALL);
     let chunks = std::fs::read_dir(dir.join("chunk")).unwrap().count();
     assert!(chunks >= 10_000, "only {chunks} chunk files");
 
@@ -119,10 +124,54 @@ fn child_reads_every_backend() {
         }
     }
     // Every record, every checksum, in index order (a verify pass through the library).
-    let ds = Dataset::open(dir).unwrap();
+    let ds = std::sync::Arc::new(Dataset::open(dir).unwrap());
     let all: Vec<u64> = (0..RECORDS).collect();
     for batch in all.chunks(1000) {
         ds.gather_blocking(batch).unwrap();
+    }
+    // Eight threads at once: the descriptors jobs hold in flight are bounded too.
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            let ds = std::sync::Arc::clone(&ds);
+            std::thread::spawn(move || {
+                let mut r = Rng(t + 100);
+                for _ in 0..30 {
+                    let idx: Vec<u64> = (0..256).map(|_| r.below(RECORDS)).collect();
+                    let b = ds.gather_blocking(&idx).unwrap();
+                    assert!(b.get(7, 1).unwrap() == &rec(idx[7])[1][..]);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    // A snapshot of the small dataset taken before its rebalance keeps reading the chunks the
+    // rebalance removed, however much the big dataset's reads churn the budget.
+    let small = dir.parent().unwrap().join("small");
+    let old = Dataset::open(&small).unwrap().snapshot();
+    let idx: Vec<u64> = (0..SMALL).collect();
+    old.gather_with(&idx, &ReadConfig::default()).unwrap();
+    let mut w = Writer::open(&small, WriterConfig::default()).unwrap();
+    w.rebalance().unwrap();
+    drop(w);
+    let mut r = Rng(9);
+    for _ in 0..20 {
+        let idx: Vec<u64> = (0..256).map(|_| r.below(RECORDS)).collect();
+        ds.gather_blocking(&idx).unwrap();
+    }
+    for cfg in [
+        ReadConfig::default().with_backend(Backend::Psync),
+        ReadConfig::default().with_backend(Backend::Mmap),
+        ReadConfig::default().with_direct_io(true),
+    ] {
+        let b = old.gather_with(&idx, &cfg).unwrap();
+        for i in 0..SMALL {
+            assert!(
+                b.get(i as usize, 1).unwrap() == &rec(i)[1][..],
+                "{cfg:?} record {i}"
+            );
+        }
     }
     println!("child: every backend read 10,000 chunks under RLIMIT_NOFILE={LIMIT}");
 }

@@ -18,6 +18,8 @@ pub(crate) struct ReadFile {
     pub(crate) file: File,
     /// Where it lives.
     pub(crate) path: PathBuf,
+    /// Opened with `O_DIRECT`: offsets, lengths and destinations of its reads are aligned.
+    pub(crate) direct: bool,
 }
 
 impl ReadFile {
@@ -65,8 +67,6 @@ pub struct ReadJob {
     pub(crate) pieces: Vec<Piece>,
     /// The destination buffers. Never resized while the job is with a backend.
     pub(crate) bufs: Vec<Vec<u8>>,
-    /// The files were opened with `O_DIRECT`: offsets, lengths and destinations are aligned.
-    pub(crate) direct: bool,
 }
 
 /// One read of a [`ReadJob`]: `len` bytes of the file at `path` from `offset`, of which the
@@ -77,8 +77,11 @@ pub struct ReadJob {
 pub struct ReadRange<'a> {
     /// The chunk file.
     pub path: &'a std::path::Path,
-    /// The chunk file, open read-only (with `O_DIRECT` if the job is direct).
+    /// The chunk file, open read-only.
     pub file: &'a File,
+    /// `file` was opened with `O_DIRECT`: `offset` and `len` are multiples of 4 KiB, and so is
+    /// the address of every destination.
+    pub direct: bool,
     /// File offset of the first byte.
     pub offset: u64,
     /// Bytes the range covers.
@@ -98,11 +101,6 @@ impl ReadJob {
         self.ops.is_empty()
     }
 
-    /// True if the job's files were opened with `O_DIRECT`.
-    pub fn is_direct(&self) -> bool {
-        self.direct
-    }
-
     /// Read `op`, or `None` past the last.
     pub fn range(&self, op: usize) -> Option<ReadRange<'_>> {
         let o = self.ops.get(op)?;
@@ -110,6 +108,7 @@ impl ReadJob {
         Some(ReadRange {
             path: &f.path,
             file: &f.file,
+            direct: f.direct,
             offset: o.offset,
             len: self.op_len(o),
             need: o.need,

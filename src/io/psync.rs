@@ -116,7 +116,6 @@ impl PsyncPool {
                 ops: s.job.ops.clone(),
                 pieces: s.job.pieces.clone(),
                 bufs: Vec::new(),
-                direct: s.job.direct,
             },
         };
         job.files = files;

@@ -16,7 +16,7 @@ use crate::store::layout;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::SystemTime;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -49,9 +49,21 @@ enum Kind {
     Map,
 }
 
+/// What making room took from handles: closed and unmapped only once the ring's lock is
+/// released, so other opens do not wait behind `close` and `munmap`.
+#[derive(Default)]
+struct Taken {
+    files: Vec<Arc<ReadFile>>,
+    maps: Vec<SharedMap>,
+}
+
 /// A CLOCK approximation of least-recently-used: handles holding a resource sit in a ring; a
 /// use sets the handle's reference bit; making room walks the ring, giving a referenced handle
 /// a second chance and closing the first unreferenced one.
+///
+/// A descriptor whose file a later commit unlinked is never closed by the budget: it is the
+/// only way left to the file's bytes, and the snapshot holding it still reads them. It leaves
+/// the ring and closes when its snapshot is dropped.
 struct Budget {
     kind: Kind,
     cap: usize,
@@ -71,21 +83,28 @@ impl Budget {
 
     /// Counts `n` new resources, first closing least-recently-used ones while at the cap.
     fn reserve(&self, n: usize) {
-        let mut ring = lock(&self.ring);
-        let mut steps = 2 * ring.len() + 2;
-        while self.held.load(Ordering::Acquire) + n > self.cap && steps > 0 {
-            steps -= 1;
-            let Some(w) = ring.pop_front() else { break };
-            let Some(h) = w.upgrade() else { continue };
-            if h.used(self.kind).swap(false, Ordering::AcqRel) {
-                ring.push_back(w);
-                continue;
+        let mut taken = Taken::default();
+        {
+            let mut ring = lock(&self.ring);
+            let mut steps = 2 * ring.len() + 2;
+            while self.held.load(Ordering::Acquire) + n > self.cap && steps > 0 {
+                steps -= 1;
+                let Some(w) = ring.pop_front() else { break };
+                let Some(h) = w.upgrade() else { continue };
+                if h.used(self.kind).swap(false, Ordering::AcqRel) {
+                    ring.push_back(w);
+                    continue;
+                }
+                if self.kind == Kind::Fd && h.unlinked() {
+                    continue;
+                }
+                // Handles never take the ring's lock while holding their own, so this cannot
+                // deadlock.
+                h.release(self.kind, self, &mut taken);
             }
-            // Handles never take the ring's lock while holding their own, so this cannot
-            // deadlock.
-            h.release(self.kind, self);
+            self.held.fetch_add(n, Ordering::AcqRel);
         }
-        self.held.fetch_add(n, Ordering::AcqRel);
+        drop(taken);
     }
 
     fn unreserve(&self, n: usize) {
@@ -96,9 +115,67 @@ impl Budget {
             });
     }
 
+    /// Puts `h` in the ring. Entries of dropped handles are swept out once they outnumber the
+    /// live ones, so a process that opens and drops snapshots forever keeps a bounded ring.
     fn enlist(&self, h: &Arc<ChunkHandle>) {
-        lock(&self.ring).push_back(Arc::downgrade(h));
+        let mut ring = lock(&self.ring);
+        ring.push_back(Arc::downgrade(h));
+        if ring.len() > 2 * self.held.load(Ordering::Acquire) + 64 {
+            ring.retain(|w| w.strong_count() > 0);
+        }
     }
+}
+
+/// Descriptors that reads in flight hold beyond the budget (a job keeps its files open until it
+/// completes, whatever the budget closes meanwhile): half the budget, shared by every gather in
+/// the process. A gather takes the permits for one job's files at once, so two gathers can never
+/// each hold part of what the other waits for.
+struct JobFiles {
+    max: usize,
+    free: Mutex<usize>,
+    freed: Condvar,
+}
+
+/// Permits for the files of one job; given back when dropped.
+pub(crate) struct JobPermit {
+    n: usize,
+}
+
+impl Drop for JobPermit {
+    fn drop(&mut self) {
+        let mut free = lock(&JOB_FILES.free);
+        *free += self.n;
+        drop(free);
+        JOB_FILES.freed.notify_all();
+    }
+}
+
+static JOB_FILES: LazyLock<JobFiles> = LazyLock::new(|| {
+    let max = (FDS.cap / 2).max(1);
+    JobFiles {
+        max,
+        free: Mutex::new(max),
+        freed: Condvar::new(),
+    }
+});
+
+/// Files one job may name at most.
+pub(crate) fn max_job_files() -> usize {
+    JOB_FILES.max
+}
+
+/// Waits until `n` (at most [`max_job_files`]) descriptors may be held by a job.
+pub(crate) fn job_permit(n: usize) -> JobPermit {
+    let n = n.clamp(1, JOB_FILES.max);
+    let mut free = lock(&JOB_FILES.free);
+    while *free < n {
+        free = JOB_FILES
+            .freed
+            .wait(free)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
+    *free -= n;
+    JobPermit { n }
 }
 
 /// Descriptors: a quarter of the soft `RLIMIT_NOFILE` (the rest is the program's), at least 4,
@@ -160,21 +237,38 @@ impl ChunkHandle {
         }
     }
 
-    /// Lets go of this handle's resources of `kind` (called by the budget making room).
-    fn release(&self, kind: Kind, budget: &Budget) {
+    /// Lets go of this handle's resources of `kind` into `taken` (called by the budget making
+    /// room).
+    fn release(&self, kind: Kind, budget: &Budget, taken: &mut Taken) {
         match kind {
             Kind::Fd => {
                 let mut o = lock(&self.open);
-                let n =
-                    usize::from(o.file.take().is_some()) + usize::from(o.direct.take().is_some());
-                budget.unreserve(n);
+                let files: Vec<Arc<ReadFile>> =
+                    o.file.take().into_iter().chain(o.direct.take()).collect();
+                drop(o);
+                budget.unreserve(files.len());
+                taken.files.extend(files);
             }
             Kind::Map => {
-                if lock(&self.map).take().is_some() {
+                if let Some(m) = lock(&self.map).take() {
                     budget.unreserve(1);
+                    taken.maps.push(m);
                 }
             }
         }
+    }
+
+    /// True if a descriptor this handle holds names a file no directory links to any more (a
+    /// later commit removed it): closing it would lose the file.
+    fn unlinked(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let o = lock(&self.open);
+        o.file
+            .iter()
+            .chain(o.direct.iter())
+            .next()
+            .and_then(|f| f.file.metadata().ok())
+            .is_some_and(|m| m.nlink() == 0)
     }
 
     fn gone(&self, reason: String) -> Error {
@@ -194,10 +288,10 @@ impl ChunkHandle {
             .custom_flags(flags)
             .open(path)
             .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => {
+                std::io::ErrorKind::NotFound if path == self.path => {
                     self.gone("the file was removed by a later commit".into())
                 }
-                _ => Error::io(&self.path, "open", e),
+                _ => Error::io(path, "open", e),
             })?;
         let meta = file
             .metadata()
@@ -207,7 +301,32 @@ impl ChunkHandle {
                 "a later commit replaced the file (its id was reused after a rebalance)".into(),
             ));
         }
+        fs::advise_random(&file);
         Ok(file)
+    }
+
+    /// Stores `file` as this handle's plain (`direct == false`) or `O_DIRECT` descriptor,
+    /// counted against the budget (`reserve(1)` was made for it), unless another thread stored
+    /// one first: then theirs is returned and the reservation given back.
+    fn keep(self: &Arc<Self>, file: Arc<ReadFile>) -> Arc<ReadFile> {
+        let mut guard = lock(&self.open);
+        let o = &mut *guard;
+        let (slot, other) = match file.direct {
+            true => (&mut o.direct, o.file.is_some()),
+            false => (&mut o.file, o.direct.is_some()),
+        };
+        if let Some(theirs) = slot {
+            let theirs = Arc::clone(theirs);
+            drop(guard);
+            FDS.unreserve(1);
+            return theirs;
+        }
+        *slot = Some(Arc::clone(&file));
+        drop(guard);
+        if !other {
+            FDS.enlist(self);
+        }
+        file
     }
 
     /// The chunk's descriptor, opened (and counted) on first use.
@@ -217,34 +336,22 @@ impl ChunkHandle {
             return Ok(Arc::clone(f));
         }
         FDS.reserve(1);
-        let file = match self.open_checked(&self.path, 0) {
-            Ok(f) => Arc::new(ReadFile {
+        match self.open_checked(&self.path, 0) {
+            Ok(f) => Ok(self.keep(Arc::new(ReadFile {
                 file: f,
                 path: self.path.clone(),
-            }),
+                direct: false,
+            }))),
             Err(e) => {
                 FDS.unreserve(1);
-                return Err(e);
+                Err(e)
             }
-        };
-        let mut o = lock(&self.open);
-        if let Some(theirs) = &o.file {
-            let theirs = Arc::clone(theirs);
-            drop(o);
-            FDS.unreserve(1);
-            return Ok(theirs);
         }
-        o.file = Some(Arc::clone(&file));
-        let first = o.direct.is_none();
-        drop(o);
-        if first {
-            FDS.enlist(self);
-        }
-        Ok(file)
     }
 
-    /// The chunk opened with `O_DIRECT`, or `None` where the file system refuses it (reported
-    /// once per chunk; reads then go through the page cache).
+    /// The chunk opened with `O_DIRECT`, or `None` where that is refused (reported once per
+    /// chunk; reads then go through the page cache). A chunk a later commit removed or replaced
+    /// is [`Error::ChunkGone`].
     pub(crate) fn direct(self: &Arc<Self>) -> Result<Option<Arc<ReadFile>>> {
         if self.direct_refused.load(Ordering::Acquire) {
             return Ok(None);
@@ -255,48 +362,47 @@ impl ChunkHandle {
         }
         // Reopen the very file a held descriptor names, where there is one: the path may name
         // another file by now (a rebalance removed the chunk, and a later one reused its id).
+        // Without /proc, the path, checked against the chunk's identity.
         let held = lock(&self.open).file.clone();
-        let path = match &held {
+        FDS.reserve(1);
+        let opened = match &held {
             Some(f) => {
                 use std::os::fd::AsRawFd;
-                PathBuf::from(format!("/proc/self/fd/{}", f.file.as_raw_fd()))
+                let link = PathBuf::from(format!("/proc/self/fd/{}", f.file.as_raw_fd()));
+                match self.open_checked(&link, libc::O_DIRECT) {
+                    Err(Error::Io { source, .. })
+                        if matches!(
+                            source.kind(),
+                            std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                        ) =>
+                    {
+                        self.open_checked(&self.path, libc::O_DIRECT)
+                    }
+                    r => r,
+                }
             }
-            None => self.path.clone(),
+            None => self.open_checked(&self.path, libc::O_DIRECT),
         };
-        FDS.reserve(1);
-        let opened = self.open_checked(&path, libc::O_DIRECT);
         drop(held);
-        let file = match opened {
-            Ok(f) => Arc::new(ReadFile {
+        match opened {
+            Ok(f) => Ok(Some(self.keep(Arc::new(ReadFile {
                 file: f,
                 path: self.path.clone(),
-            }),
-            Err(Error::Io { source, .. }) if source.raw_os_error() == Some(libc::EINVAL) => {
+                direct: true,
+            })))),
+            Err(e @ Error::ChunkGone { .. }) => {
                 FDS.unreserve(1);
-                if !self.direct_refused.swap(true, Ordering::AcqRel) {
-                    tracing::warn!(path = %self.path.display(), "O_DIRECT is refused; reading this chunk through the page cache");
-                }
-                return Ok(None);
+                Err(e)
             }
             Err(e) => {
                 FDS.unreserve(1);
-                return Err(e);
+                if !self.direct_refused.swap(true, Ordering::AcqRel) {
+                    tracing::warn!(path = %self.path.display(), error = %e,
+                        "O_DIRECT is refused; reading this chunk through the page cache");
+                }
+                Ok(None)
             }
-        };
-        let mut o = lock(&self.open);
-        if let Some(theirs) = &o.direct {
-            let theirs = Arc::clone(theirs);
-            drop(o);
-            FDS.unreserve(1);
-            return Ok(Some(theirs));
         }
-        o.direct = Some(Arc::clone(&file));
-        let first = o.file.is_none();
-        drop(o);
-        if first {
-            FDS.enlist(self);
-        }
-        Ok(Some(file))
     }
 
     /// The mapping of the committed prefix, made on first use; `None` if mapping failed
@@ -359,9 +465,9 @@ pub(crate) struct ChunkSet {
 
 impl ChunkSet {
     /// The chunks `meta` names in `dir`: each checked to exist with at least its committed
-    /// size, its identity recorded, and its descriptor opened while the budget has room (so a
-    /// snapshot of a dataset with fewer chunks than the budget keeps reading its files even
-    /// after a rebalance removes them).
+    /// size, its identity recorded, and its descriptor opened while the budget has room (a
+    /// descriptor of a file a later rebalance removes is never closed by the budget, so the
+    /// snapshot keeps reading it).
     pub(crate) fn load(dir: &Path, meta: &Meta) -> Result<ChunkSet> {
         let max_id = meta
             .chunks
@@ -398,6 +504,7 @@ impl ChunkSet {
                         Arc::new(ReadFile {
                             file,
                             path: path.clone(),
+                            direct: false,
                         })
                     }),
                     direct: None,
@@ -429,5 +536,33 @@ impl ChunkSet {
     /// The path of chunk `id` (for error messages), empty if the commit does not name it.
     pub(crate) fn path(&self, id: u16) -> PathBuf {
         self.get(id).map(|c| c.path.clone()).unwrap_or_default()
+    }
+}
+
+/// A per-batch memo of one value per chunk: 64 slots addressed by the id's low bits. A batch over
+/// few chunks asks the handles once per chunk; one over many chunks pays a compare per record and
+/// asks again only when two of its chunks share a slot.
+pub(crate) struct PerChunk<T> {
+    slots: [Option<(u16, T)>; 64],
+}
+
+impl<T: Copy> PerChunk<T> {
+    pub(crate) fn new() -> Self {
+        PerChunk { slots: [None; 64] }
+    }
+
+    /// The value for chunk `id`, computed by `f` on a miss.
+    pub(crate) fn get(&mut self, id: u16, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let Some(slot) = self.slots.get_mut(usize::from(id) % 64) else {
+            return f();
+        };
+        match slot {
+            Some((c, v)) if *c == id => Ok(*v),
+            _ => {
+                let v = f()?;
+                *slot = Some((id, v));
+                Ok(v)
+            }
+        }
     }
 }

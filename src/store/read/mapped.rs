@@ -3,6 +3,7 @@
 //!
 //! [`ZeroCopy`]: super::backend::ZeroCopy
 
+use super::chunks::PerChunk;
 use super::finish::{run_parallel, Finisher, Task};
 use super::resolve::{Resolved, Want};
 use crate::error::Result;
@@ -39,30 +40,37 @@ pub(crate) fn resident(res: &Resolved<'_>) -> Result<bool> {
 /// the slab instead, so typed views work on every value.
 pub(crate) fn gather(res: &Resolved<'_>, fin: &Finisher, verify: bool) -> Result<Option<Values>> {
     let wants = &res.wants;
-    let mut maps: Vec<Option<SharedMap>> = Vec::with_capacity(wants.len());
-    let mut last: Option<(u16, SharedMap)> = None;
+    // The batch's mappings, each asked of its chunk once (`PerChunk` remembers which), and per
+    // value the index of its mapping (`NONE` for an absent value).
+    const NONE: u32 = u32::MAX;
+    let mut maps: Vec<SharedMap> = Vec::new();
+    let mut index_of = PerChunk::<u32>::new();
+    let mut which: Vec<u32> = Vec::with_capacity(wants.len());
     for w in wants {
         if w.e.physical_len == 0 {
-            maps.push(None);
+            which.push(NONE);
             continue;
         }
-        let map = match &last {
-            Some((c, m)) if *c == w.e.chunk => m.clone(),
-            _ => {
-                let Some(m) = res.chunk(w)?.map()? else {
-                    return Ok(None);
-                };
-                last = Some((w.e.chunk, m.clone()));
-                m
-            }
-        };
-        maps.push(Some(map));
+        let k = index_of.get(w.e.chunk, || {
+            Ok(match res.chunk(w)?.map()? {
+                Some(m) => {
+                    maps.push(m);
+                    (maps.len() - 1) as u32
+                }
+                None => NONE,
+            })
+        })?;
+        if k == NONE {
+            return Ok(None);
+        }
+        which.push(k);
     }
+    let map_of = |k: u32| maps.get(k as usize);
     let copied: Vec<bool> = wants
         .iter()
-        .zip(&maps)
-        .map(|(w, m)| {
-            m.as_ref().is_some_and(|m| {
+        .zip(&which)
+        .map(|(w, &k)| {
+            map_of(k).is_some_and(|m| {
                 w.e.codec == Codec::Deflate
                     || !(m.bytes().as_ptr() as usize)
                         .wrapping_add(w.e.offset as usize)
@@ -78,15 +86,12 @@ pub(crate) fn gather(res: &Resolved<'_>, fin: &Finisher, verify: bool) -> Result
             .map(|(w, _)| w.e.logical_len as usize),
         SLOT_ALIGN,
     );
-    // Owner 0 is the slab; each chunk mapping the batch touches gets one owner.
-    let mut owners: Vec<Bytes> = vec![Bytes::new()];
-    let mut owner_chunks: Vec<u16> = vec![u16::MAX];
-    let mut last = (u16::MAX, 0u32);
+    // Owner 0 is the slab; mapping k is owner k + 1.
     let mut spans = Vec::with_capacity(wants.len());
     let mut tasks = Vec::with_capacity(wants.len());
     let mut slots = starts.iter();
-    for (pos, (w, map)) in wants.iter().zip(&maps).enumerate() {
-        let Some(map) = map else {
+    for (pos, (w, &k)) in wants.iter().zip(&which).enumerate() {
+        let Some(map) = map_of(k) else {
             spans.push(EMPTY);
             continue;
         };
@@ -96,22 +101,8 @@ pub(crate) fn gather(res: &Resolved<'_>, fin: &Finisher, verify: bool) -> Result
             .get(start..end)
             .ok_or_else(|| res.misplaced(w, "its stored bytes"))?;
         if !copied.get(pos).copied().unwrap_or(false) {
-            let owner = if last.0 == w.e.chunk && last.1 != 0 {
-                last.1
-            } else {
-                let o = match owner_chunks.iter().position(|&c| c == w.e.chunk) {
-                    Some(o) => o as u32,
-                    None => {
-                        owners.push(map.bytes().clone());
-                        owner_chunks.push(w.e.chunk);
-                        (owners.len() - 1) as u32
-                    }
-                };
-                last = (w.e.chunk, o);
-                o
-            };
             spans.push(Span {
-                owner,
+                owner: k + 1,
                 start,
                 len: end - start,
             });
@@ -139,8 +130,8 @@ pub(crate) fn gather(res: &Resolved<'_>, fin: &Finisher, verify: bool) -> Result
     }
     run_parallel(fin, res, &tasks, &mut buf, verify)?;
     drop(tasks);
-    if let Some(o) = owners.first_mut() {
-        *o = Bytes::from(buf);
-    }
+    let owners = std::iter::once(Bytes::from(buf))
+        .chain(maps.iter().map(|m| m.bytes().clone()))
+        .collect();
     Ok(Some(Values { owners, spans }))
 }

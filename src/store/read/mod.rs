@@ -84,20 +84,13 @@ fn gather_io(res: &Resolved<'_>, engine: &Engine) -> Result<Values> {
     let verify = engine.verify_checksums;
     let (out, starts) = slab(wants.iter().map(|w| w.e.logical_len as usize), SLOT_ALIGN);
 
-    // Which chunks read with O_DIRECT (where the file system allows it), and their files.
-    let mut direct_of: Vec<(u16, bool)> = Vec::new();
+    // Which chunks read with O_DIRECT (where the file system allows it).
+    let mut direct_of = chunks::PerChunk::<bool>::new();
     let mut extents = Vec::with_capacity(wants.len());
     for (w, &slot) in wants.iter().zip(&starts) {
-        let direct = engine.direct_io && w.e.physical_len > 0 && {
-            match direct_of.iter().find(|(c, _)| *c == w.e.chunk) {
-                Some(&(_, d)) => d,
-                None => {
-                    let d = res.chunk(w)?.direct()?.is_some();
-                    direct_of.push((w.e.chunk, d));
-                    d
-                }
-            }
-        };
+        let direct = engine.direct_io
+            && w.e.physical_len > 0
+            && direct_of.get(w.e.chunk, || Ok(res.chunk(w)?.direct()?.is_some()))?;
         extents.push(Extent {
             chunk: w.e.chunk,
             offset: w.e.offset,
@@ -107,9 +100,9 @@ fn gather_io(res: &Resolved<'_>, engine: &Engine) -> Result<Values> {
             slot,
         });
     }
-    let plan = plan::plan(&extents);
+    let mut plan = plan::plan(&extents);
 
-    // The job: one file per (chunk, mode) run of ops, the slab and an aligned staging buffer.
+    // Buffers: the slab, and staging aligned for O_DIRECT when used.
     let align = if engine.direct_io {
         DIRECT_ALIGN
     } else {
@@ -117,28 +110,40 @@ fn gather_io(res: &Resolved<'_>, engine: &Engine) -> Result<Values> {
     };
     let staging = vec![0u8; plan.staging_len + if plan.staging_len > 0 { align } else { 0 }];
     let pad = staging.as_ptr().align_offset(align).min(align);
-    let mut plan = plan;
-    let mut bufs = vec![out, staging];
     for p in plan.pieces.iter_mut().filter(|p| p.buf == STAGING) {
         p.at += pad;
     }
-    // The reads go to the backend in jobs of at most half the descriptor budget's files: a job
-    // holds its files open until it completes, whatever the budget closes meanwhile.
-    let max_files = (chunks::descriptor_budget() / 2).max(1);
-    let mut ops = plan.ops.iter().peekable();
-    while ops.peek().is_some() {
+    let mut bufs = vec![out, staging];
+    // The reads go to the backend in jobs of at most `max_job_files` files (each (chunk, mode)
+    // is one run of ops), each holding permits for its files while in flight: a job keeps its
+    // files open until it completes, whatever the budget closes meanwhile.
+    let max_files = chunks::max_job_files();
+    let mut start = 0;
+    while start < plan.ops.len() {
+        let mut end = start;
+        let mut files = 0;
+        let mut current = None;
+        while let Some(op) = plan.ops.get(end) {
+            if current != Some((op.chunk, op.direct)) {
+                if files == max_files {
+                    break;
+                }
+                files += 1;
+                current = Some((op.chunk, op.direct));
+            }
+            end += 1;
+        }
+        let ops = plan.ops.get(start..end).unwrap_or_default();
+        start = end;
+        let _permit = chunks::job_permit(files);
         let mut job = ReadJob {
-            direct: engine.direct_io,
             bufs: std::mem::take(&mut bufs),
             ..ReadJob::default()
         };
         let mut current = None;
-        let mut first_piece = None;
-        while let Some(op) = ops.peek() {
+        let base = ops.first().map_or(0, |op| op.pieces.start);
+        for op in ops {
             if current != Some((op.chunk, op.direct)) {
-                if job.files.len() == max_files {
-                    break;
-                }
                 current = Some((op.chunk, op.direct));
                 let chunk = res.chunks.get(op.chunk).ok_or_else(|| {
                     crate::Error::internal(format!("a read names chunk {}", op.chunk))
@@ -151,7 +156,6 @@ fn gather_io(res: &Resolved<'_>, engine: &Engine) -> Result<Values> {
                 };
                 job.files.push(file);
             }
-            let base = *first_piece.get_or_insert(op.pieces.start);
             job.ops.push(crate::io::job::ReadOp {
                 file: job.files.len() - 1,
                 offset: op.offset,
@@ -160,10 +164,9 @@ fn gather_io(res: &Resolved<'_>, engine: &Engine) -> Result<Values> {
             });
             job.pieces
                 .extend_from_slice(plan.pieces.get(op.pieces.clone()).unwrap_or_default());
-            ops.next();
         }
-        job = engine.backend.read(job)?;
-        bufs = std::mem::take(&mut job.bufs);
+        let mut done = engine.backend.read(job)?;
+        bufs = std::mem::take(&mut done.bufs);
     }
     let mut bufs = bufs.into_iter();
     let mut out = bufs.next().unwrap_or_default();

@@ -11,8 +11,8 @@
 //!    generation in new files instead; committed bytes are never overwritten.
 //! 4. `meta.json.tmp` is written and `fsync`ed, renamed over `meta.json`, and the directory is
 //!    `fsync`ed. Only then does `commit` return.
-//! 5. Files the new meta no longer names are removed; open snapshots keep reading them through
-//!    their descriptors and mappings.
+//! 5. Files the new meta no longer names are removed; open snapshots keep reading the ones they
+//!    hold open through their descriptors and mappings (`store/read/chunks.rs`).
 
 use super::book::Shared;
 use super::tables::{open_field, Core, WriterField};

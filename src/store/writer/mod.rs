@@ -374,8 +374,9 @@ impl Writer {
     /// Rewrites every live record (all fields), in index order, into fresh chunks, writes every
     /// field's offset table as a new generation, and commits that atomically (the same
     /// `meta.json` rename as any commit). The old chunk files are then unlinked: snapshots opened
-    /// before keep reading them through the descriptors and mappings they hold (a file is never
-    /// truncated while a snapshot may map it), and a crash at any point leaves either the old or
+    /// before keep reading the chunks they hold open (the read engine never closes a
+    /// descriptor of a removed file; a file is never truncated while a snapshot may map it),
+    /// and report [`crate::Error::ChunkGone`] for one they had not opened, and a crash at any point leaves either the old or
     /// the new commit, with the unreferenced files removed at the next writer open.
     ///
     /// Pending changes are committed first (a commit of their own), so a rebalance never mixes
