@@ -182,6 +182,14 @@ pub enum Error {
         max: u64,
     },
 
+    /// The dataset's commit generation (or a table's) is at its largest: no further commit can
+    /// be numbered. Nothing was written.
+    #[error("generation {generation} is the last a dataset can commit")]
+    TooManyCommits {
+        /// The generation reached.
+        generation: u64,
+    },
+
     /// Another writer holds the dataset's lock.
     #[error("{path}: another writer holds this dataset (lock file is busy)")]
     WriterBusy {

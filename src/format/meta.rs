@@ -6,7 +6,7 @@
 //! and each field's schema and offset-table cursor. See `docs/FORMAT.md`.
 
 use super::dtype::{Codec, DType};
-use super::{FORMAT_VERSION, MAX_CHUNKS, MAX_CHUNK_BYTES};
+use super::{FORMAT_VERSION, MAX_CHUNKS, MAX_CHUNK_BYTES, MAX_RECORDS, MAX_TABLE_ENTRIES};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -170,7 +170,21 @@ impl Meta {
         {
             return Err(format!("chunk {} out of range", c.id));
         }
+        if self.len > MAX_RECORDS {
+            return Err(format!(
+                "len {} is past the limit of {MAX_RECORDS} records",
+                self.len
+            ));
+        }
         for f in &self.fields {
+            let t = f.table;
+            if t.table_len > MAX_TABLE_ENTRIES || t.patch_len > MAX_TABLE_ENTRIES {
+                return Err(format!(
+                    "field {:?}: table_len {} or patch_len {} is past the limit of \
+                     {MAX_TABLE_ENTRIES} entries",
+                    f.name, t.table_len, t.patch_len
+                ));
+            }
             // Patches only ever replace entries below table_len, so the table covers len.
             if f.table.table_len < self.len {
                 return Err(format!(
@@ -271,6 +285,28 @@ mod tests {
             assert!(
                 Meta::decode(&b[..n]).is_err(),
                 "truncation to {n} not detected"
+            );
+        }
+    }
+
+    /// Lengths whose byte sizes would wrap past 2^64 (× 24) are refused at decode, so nothing
+    /// downstream computes with them.
+    #[test]
+    fn lengths_past_their_limits_are_refused() {
+        let wrap = u64::MAX / 24 + 2;
+        for (len, table_len, patch_len) in [
+            (10, wrap, 0),
+            (10, 10, wrap),
+            (MAX_RECORDS + 1, MAX_RECORDS + 1, 0),
+            (10, MAX_TABLE_ENTRIES + 1, 0),
+        ] {
+            let mut m = sample();
+            m.len = len;
+            m.fields[0].table.table_len = table_len;
+            m.fields[0].table.patch_len = patch_len;
+            assert!(
+                matches!(Meta::decode(&m.encode()), Err(MetaError::Corrupt(_))),
+                "{len} {table_len} {patch_len}"
             );
         }
     }

@@ -21,3 +21,11 @@ pub const MAX_CHUNK_BYTES: u64 = 1 << 40;
 
 /// The number of chunk ids (u16); ids run from 0 to `MAX_CHUNKS - 1`.
 pub const MAX_CHUNKS: u32 = 65_535;
+
+/// The most records a dataset holds (2^40): `len` in `meta.json` is refused above it, and an
+/// append past it is [`crate::Error::TooManyRecords`].
+pub const MAX_RECORDS: u64 = 1 << 40;
+
+/// The most entries an offset table or a patch log holds (2^48): with it, every byte offset
+/// computed from `table_len` or `patch_len` (× 24 bytes) fits in a `u64` with room to spare.
+pub const MAX_TABLE_ENTRIES: u64 = 1 << 48;

@@ -14,7 +14,7 @@ use crate::format::meta::{FieldMeta, Meta, MetaError};
 use crate::format::FORMAT_VERSION;
 use crate::io::vfs::{Prefix, StdFs, Vfs, VfsFile};
 use crate::store::layout;
-use crate::store::read::{ChunkHandle, ChunkSet};
+use crate::store::read::chunks::{ChunkHandle, ChunkSet};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

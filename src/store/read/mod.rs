@@ -16,7 +16,7 @@
 //! `config` and `finish`; `config` uses `backend`.
 
 mod backend;
-mod chunks;
+pub(crate) mod chunks;
 mod config;
 mod engine;
 mod finish;
@@ -26,7 +26,6 @@ mod resolve;
 
 pub use backend::{ReadBackend, ZeroCopy};
 pub use chunks::descriptor_budget;
-pub(crate) use chunks::{ChunkHandle, ChunkSet};
 pub use config::{
     forced_backend, Backend, ReadConfig, DEFAULT_MAX_BYTES_IN_FLIGHT, DEFAULT_QUEUE_DEPTH,
     DEFAULT_THREADS,

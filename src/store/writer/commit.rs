@@ -177,7 +177,12 @@ impl Core {
     ) -> Result<u64> {
         // 4. The commit point.
         let mut meta = self.meta.clone();
-        meta.generation += 1;
+        meta.generation = meta
+            .generation
+            .checked_add(1)
+            .ok_or(Error::TooManyCommits {
+                generation: meta.generation,
+            })?;
         meta.len = len;
         meta.chunks = shared
             .book()
@@ -253,7 +258,13 @@ fn append_entries(wf: &mut WriterField) -> Result<TableMeta> {
 
 /// Writes a field's `len` live entries as a new table generation with an empty patch log.
 fn compact(vfs: &dyn Vfs, dir: &Path, wf: &WriterField, len: u64) -> Result<TableMeta> {
-    let generation = wf.table().generation + 1;
+    let generation = wf
+        .table()
+        .generation
+        .checked_add(1)
+        .ok_or(Error::TooManyCommits {
+            generation: wf.table().generation,
+        })?;
     let name = &wf.committed.meta.name;
     let tpath = layout::table(dir, name, generation);
     let ppath = layout::patches(dir, name, generation);

@@ -99,6 +99,14 @@ impl WriterConfig {
     }
 
     pub(super) fn validate(&self) -> Result<()> {
+        if !(1..=12).contains(&self.deflate_level) {
+            return Err(Error::InvalidConfig {
+                reason: format!(
+                    "deflate_level is {}; it must be between 1 and 12",
+                    self.deflate_level
+                ),
+            });
+        }
         if !(1..=MAX_WRITERS).contains(&self.num_writers) {
             return Err(Error::InvalidConfig {
                 reason: format!(

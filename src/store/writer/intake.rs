@@ -95,6 +95,11 @@ impl Writer {
                 actual: fields.len(),
             });
         }
+        if self.len >= crate::format::MAX_RECORDS {
+            return Err(Error::TooManyRecords {
+                max: crate::format::MAX_RECORDS,
+            });
+        }
         self.check_for_open_job(0..fields.len(), fields)?;
         let index = self.len;
         let op = Op::Set {
@@ -109,6 +114,11 @@ impl Writer {
 
     /// Checks every record of a batch, as if appended one after another, before any is taken.
     pub(super) fn check_many<R: AsRef<[B]>, B: AsRef<[u8]>>(&self, records: &[R]) -> Result<()> {
+        if (records.len() as u64) > crate::format::MAX_RECORDS.saturating_sub(self.len) {
+            return Err(Error::TooManyRecords {
+                max: crate::format::MAX_RECORDS,
+            });
+        }
         let mut proj = self.projections.clone();
         let mut new = self.projected_new;
         let mut task = self.open_task;

@@ -81,6 +81,16 @@ pub(super) fn create(
 pub(super) fn open(vfs: Arc<dyn Vfs>, path: &Path, config: WriterConfig) -> Result<Writer> {
     config.validate()?;
     let dir = path.to_path_buf();
+    // Not a dataset: say so before the lock file is created, so nothing is left behind.
+    if !vfs.exists(&layout::meta(&dir))? {
+        return Err(Error::NotADataset {
+            reason: match vfs.exists(&dir)? {
+                true => "it holds no meta.json".to_string(),
+                false => "no such directory".to_string(),
+            },
+            path: dir,
+        });
+    }
     let lock = vfs.lock(&dir.join(layout::LOCK))?;
     let (_, meta) = read_meta_with(&*vfs, &dir)?;
     clean_orphans(&*vfs, &dir, &meta)?;

@@ -135,7 +135,13 @@ impl Core {
         // bounded by one block per field whatever the dataset's size.
         let mut tables = Vec::with_capacity(self.fields.len());
         for wf in &self.fields {
-            let generation = wf.table().generation + 1;
+            let generation =
+                wf.table()
+                    .generation
+                    .checked_add(1)
+                    .ok_or(crate::Error::TooManyCommits {
+                        generation: wf.table().generation,
+                    })?;
             let name = &wf.committed.meta.name;
             let tpath = layout::table(&self.dir, name, generation);
             let ppath = layout::patches(&self.dir, name, generation);
