@@ -4,27 +4,12 @@
 //! disk are as they were.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+mod support;
+
+use std::path::Path;
+use support::tree;
 use zrecord::format::meta::Meta;
 use zrecord::{DType, Dataset, Error, Field, Schema, Writer, WriterConfig};
-
-/// Every file under `dir` with its bytes.
-fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.insert(p.clone(), std::fs::read(&p).unwrap());
-            }
-        }
-    }
-    out
-}
 
 /// A committed dataset of 300 records over a few chunks.
 fn dataset(dir: &Path) {

@@ -2,26 +2,11 @@
 //! dataset's files are unchanged and the writer goes on working.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use zrecord::{DType, Dataset, Error, Field, Schema, Writer, WriterConfig};
+mod support;
 
-/// Every file under `dir` with its contents.
-fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.insert(p.clone(), std::fs::read(&p).unwrap());
-            }
-        }
-    }
-    out
-}
+use std::path::Path;
+use support::tree;
+use zrecord::{DType, Dataset, Error, Field, Schema, Writer, WriterConfig};
 
 fn writer(dir: &Path, chunk: u64) -> Writer {
     let schema = Schema::new()
