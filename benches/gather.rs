@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use zrecord::{Backend, DType, Dataset, Field, ReadOptions, Schema, Writer, WriterConfig};
+use zrecord::{Backend, DType, Dataset, Field, ReadConfig, Schema, Writer, WriterConfig};
 
 const DATASET_BYTES: usize = 256 << 20;
 
@@ -40,7 +40,7 @@ fn gather(c: &mut Criterion) {
             group.throughput(Throughput::Elements(batch as u64));
             for backend in [Backend::Mmap, Backend::Uring, Backend::Psync] {
                 let ds =
-                    Dataset::open_with(&dir, ReadOptions::default().with_backend(backend)).unwrap();
+                    Dataset::open_with(&dir, ReadConfig::default().with_backend(backend)).unwrap();
                 let mut x = 0x9E37_79B9_7F4A_7C15u64;
                 let mut idx = vec![0u64; batch];
                 let id = BenchmarkId::new(

@@ -62,9 +62,6 @@ pub use store::read::{
     forced_backend, read_backend, uring_available, Backend, ReadBackend, ReadConfig, ZeroCopy,
 };
 
-/// The read configuration's former name.
-#[doc(hidden)]
-pub type ReadOptions = ReadConfig;
 pub use store::dataset::Dataset;
 pub use store::dataset::GatherFuture;
 pub use store::schema::{Field, Schema};

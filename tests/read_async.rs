@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 use zrecord::{
-    Backend, Batch, DType, Dataset, Field, GatherFuture, ReadOptions, Schema, Snapshot, Writer,
+    Backend, Batch, DType, Dataset, Field, GatherFuture, ReadConfig, Schema, Snapshot, Writer,
     WriterConfig,
 };
 
@@ -63,7 +63,7 @@ fn many_concurrent_gathers_on_a_multi_thread_runtime() {
         .unwrap();
     for backend in [Backend::Auto, Backend::Uring, Backend::Psync, Backend::Mmap] {
         let ds = Arc::new(
-            Dataset::open_with(&dir, ReadOptions::default().with_backend(backend)).unwrap(),
+            Dataset::open_with(&dir, ReadConfig::default().with_backend(backend)).unwrap(),
         );
         rt.block_on(async {
             let mut tasks = Vec::new();
@@ -116,7 +116,7 @@ fn dropped_gathers_lose_nothing_but_their_result() {
     let dir = tmp.path().join("ds");
     let model = build(&dir, 300);
     for backend in [Backend::Uring, Backend::Psync, Backend::Auto] {
-        let ds = Dataset::open_with(&dir, ReadOptions::default().with_backend(backend)).unwrap();
+        let ds = Dataset::open_with(&dir, ReadConfig::default().with_backend(backend)).unwrap();
         // Started and dropped unpolled, or after one poll: the reads still run to completion on
         // the I/O threads, which own the buffers until then.
         for k in 0..200u64 {
@@ -155,7 +155,7 @@ fn thousands_of_gathers_dropped_mid_flight_on_tokio() {
         .unwrap();
     for backend in [Backend::Uring, Backend::Psync, Backend::Auto] {
         let ds = Arc::new(
-            Dataset::open_with(&dir, ReadOptions::default().with_backend(backend)).unwrap(),
+            Dataset::open_with(&dir, ReadConfig::default().with_backend(backend)).unwrap(),
         );
         rt.block_on(async {
             let mut tasks = Vec::new();
@@ -224,7 +224,7 @@ fn the_runtime_keeps_ticking_during_gathers() {
         .build()
         .unwrap();
     let ds = Arc::new(
-        Dataset::open_with(&dir, ReadOptions::default().with_backend(Backend::Uring)).unwrap(),
+        Dataset::open_with(&dir, ReadConfig::default().with_backend(Backend::Uring)).unwrap(),
     );
     let max_gap = rt.block_on(async {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));

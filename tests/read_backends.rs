@@ -7,7 +7,7 @@
     clippy::needless_range_loop
 )]
 
-use zrecord::{Backend, Codec, DType, Dataset, Field, ReadOptions, Schema, Writer, WriterConfig};
+use zrecord::{Backend, Codec, DType, Dataset, Field, ReadConfig, Schema, Writer, WriterConfig};
 
 /// Record sizes that cross every boundary the engine cares about: empty, tiny, around a page,
 /// around the 1 MiB coalescing limit, and big.
@@ -107,7 +107,7 @@ fn every_backend_returns_the_same_bytes() {
     for backend in [Backend::Uring, Backend::Psync, Backend::Mmap, Backend::Auto] {
         for direct in [false, true] {
             for verify in [true, false] {
-                let opts = ReadOptions::default()
+                let opts = ReadConfig::default()
                     .with_backend(backend)
                     .with_direct_io(direct)
                     .with_verify_checksums(verify);
@@ -147,7 +147,7 @@ fn slab_values_are_64_byte_aligned() {
     let dir = tmp.path().join("ds");
     build(&dir, 20);
     for backend in [Backend::Uring, Backend::Psync] {
-        let ds = Dataset::open_with(&dir, ReadOptions::default().with_backend(backend)).unwrap();
+        let ds = Dataset::open_with(&dir, ReadConfig::default().with_backend(backend)).unwrap();
         if matches!(ds.backend(), Some(Backend::Mmap | Backend::Auto)) {
             println!(
                 "ZRECORD_IO={} forces zero-copy slices: alignment not promised",
@@ -177,7 +177,7 @@ fn out_of_range_and_unknown_fields_are_errors_on_every_backend() {
     let dir = tmp.path().join("ds");
     build(&dir, 10);
     for backend in [Backend::Uring, Backend::Psync, Backend::Mmap, Backend::Auto] {
-        let ds = Dataset::open_with(&dir, ReadOptions::default().with_backend(backend)).unwrap();
+        let ds = Dataset::open_with(&dir, ReadConfig::default().with_backend(backend)).unwrap();
         let n = ds.len();
         assert!(matches!(
             ds.gather_blocking(&[0, n]),

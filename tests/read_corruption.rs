@@ -4,7 +4,7 @@
 
 use std::os::unix::fs::FileExt as _;
 use zrecord::{
-    Backend, Codec, DType, Dataset, Error, Field, ReadOptions, Schema, Writer, WriterConfig,
+    Backend, Codec, DType, Dataset, Error, Field, ReadConfig, Schema, Writer, WriterConfig,
 };
 
 #[test]
@@ -46,7 +46,7 @@ fn a_flipped_chunk_byte_is_reported_by_every_backend() {
 
     for backend in [Backend::Uring, Backend::Psync, Backend::Mmap, Backend::Auto] {
         for direct in [false, true] {
-            let opts = ReadOptions::default()
+            let opts = ReadConfig::default()
                 .with_backend(backend)
                 .with_direct_io(direct);
             let ds = Dataset::open_with(&dir, opts.clone()).unwrap();
@@ -126,7 +126,7 @@ fn a_flipped_byte_in_a_big_batch_is_reported_by_every_backend() {
     drop(f);
     let all: Vec<u64> = (0..40).collect();
     for backend in [Backend::Uring, Backend::Psync, Backend::Mmap, Backend::Auto] {
-        let ds = Dataset::open_with(&dir, ReadOptions::default().with_backend(backend)).unwrap();
+        let ds = Dataset::open_with(&dir, ReadConfig::default().with_backend(backend)).unwrap();
         match ds.gather_blocking(&all).unwrap_err() {
             Error::ChecksumMismatch { index, offset, .. } => {
                 assert_eq!(index, 30, "{backend}");
@@ -174,7 +174,7 @@ fn the_first_damaged_record_in_batch_order_is_reported() {
     let up: Vec<u64> = (0..256).collect();
     let down: Vec<u64> = (0..256).rev().collect();
     for backend in [Backend::Uring, Backend::Psync, Backend::Mmap, Backend::Auto] {
-        let ds = Dataset::open_with(&dir, ReadOptions::default().with_backend(backend)).unwrap();
+        let ds = Dataset::open_with(&dir, ReadConfig::default().with_backend(backend)).unwrap();
         for (indices, first) in [(&up, 40), (&down, 200)] {
             match ds.gather_blocking(indices).unwrap_err() {
                 Error::ChecksumMismatch { index, .. } => assert_eq!(index, first, "{backend}"),
@@ -185,7 +185,7 @@ fn the_first_damaged_record_in_batch_order_is_reported() {
         // wrong bytes, never a panic; the first damaged one in order is the one named.
         let ds = Dataset::open_with(
             &dir,
-            ReadOptions::default()
+            ReadConfig::default()
                 .with_backend(backend)
                 .with_verify_checksums(false),
         )

@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 use std::path::Path;
 use zrecord::{
-    Backend, Codec, DType, Dataset, Error, Field, ReadOptions, Schema, Writer, WriterConfig,
+    Backend, Codec, DType, Dataset, Error, Field, ReadConfig, Schema, Writer, WriterConfig,
 };
 
 const CHUNK: u64 = 8192;
@@ -103,7 +103,7 @@ fn run(ops: Vec<Op>, backend: Backend, direct: bool, config: WriterConfig) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("ds");
     let mut w = Writer::create(&dir, &schema(), config.clone()).unwrap();
-    let opts = ReadOptions::default()
+    let opts = ReadConfig::default()
         .with_backend(backend)
         .with_direct_io(direct);
     let ds = Dataset::open_with(&dir, opts).unwrap();

@@ -5,7 +5,7 @@ mod support;
 
 use std::path::Path;
 use support::{read_all, record, Rec, Rng};
-use zrecord::{Backend, Dataset, ReadOptions, Writer, WriterConfig};
+use zrecord::{Backend, Dataset, ReadConfig, Writer, WriterConfig};
 
 fn config() -> WriterConfig {
     WriterConfig::default()
@@ -126,11 +126,11 @@ fn rebalance_of_an_empty_dataset() {
 #[test]
 fn snapshot_opened_before_rebalance_keeps_reading() {
     let opts = [
-        ReadOptions::default(),
-        ReadOptions::default().with_backend(Backend::Psync),
-        ReadOptions::default().with_backend(Backend::Mmap),
-        ReadOptions::default().with_backend(Backend::Uring),
-        ReadOptions::default().with_direct_io(true),
+        ReadConfig::default(),
+        ReadConfig::default().with_backend(Backend::Psync),
+        ReadConfig::default().with_backend(Backend::Mmap),
+        ReadConfig::default().with_backend(Backend::Uring),
+        ReadConfig::default().with_direct_io(true),
     ];
     for (k, opt) in opts.into_iter().enumerate() {
         let tmp = tempfile::tempdir().unwrap();

@@ -13,7 +13,7 @@ use support::Rng;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use zrecord::{Backend, Codec, DType, Dataset, Field, ReadOptions, Schema, Writer, WriterConfig};
+use zrecord::{Backend, Codec, DType, Dataset, Field, ReadConfig, Schema, Writer, WriterConfig};
 
 type Rec = Arc<Vec<Vec<u8>>>;
 type Models = Mutex<HashMap<u64, Arc<Vec<Rec>>>>;
@@ -84,7 +84,7 @@ fn read(
     models: &Models,
     stop: &AtomicBool,
 ) -> (u64, u64) {
-    let ds = Dataset::open_with(dir, ReadOptions::default().with_backend(backend)).unwrap();
+    let ds = Dataset::open_with(dir, ReadConfig::default().with_backend(backend)).unwrap();
     let opts = ds.read_config().clone();
     let mut r = Rng(seed);
     let (mut records, mut generations) = (0u64, 0u64);

@@ -5,7 +5,7 @@ use crate::Res;
 use clap::{Args, Subcommand};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use zrecord::{Backend, Codec, DType, Dataset, Field, ReadOptions, Schema, Writer, WriterConfig};
+use zrecord::{Backend, Codec, DType, Dataset, Field, ReadConfig, Schema, Writer, WriterConfig};
 
 #[derive(Subcommand)]
 pub enum BenchCmd {
@@ -321,7 +321,7 @@ fn gather(a: &GatherArgs) -> Res {
 
 fn run_gather(a: &GatherArgs) -> Result<GatherStats, Box<dyn std::error::Error>> {
     let backend = Backend::from(a.backend);
-    let opts = ReadOptions::default()
+    let opts = ReadConfig::default()
         .with_backend(backend)
         .with_direct_io(a.direct)
         .with_verify_checksums(!a.no_verify);
@@ -562,7 +562,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 fn loader(a: &LoaderArgs) -> Res {
     use zrecord::pipeline::{BucketConfig, DatasetSource, Loader, SamplerConfig, SamplerMode};
     let backend = Backend::from(a.backend);
-    let ds = Dataset::open_with(&a.dir, ReadOptions::default().with_backend(backend))?;
+    let ds = Dataset::open_with(&a.dir, ReadConfig::default().with_backend(backend))?;
     let source = std::sync::Arc::new(DatasetSource::new(&ds));
     let mut builder = Loader::builder(std::sync::Arc::clone(&source))
         .sampler(SamplerConfig {

@@ -12,7 +12,7 @@ use crate::progress;
 use crate::Res;
 use clap::Args;
 use std::path::PathBuf;
-use zrecord::{Backend, Dataset, ReadOptions, Snapshot};
+use zrecord::{Backend, Dataset, ReadConfig, Snapshot};
 
 /// Problems listed before the rest are only counted.
 const MAX_LISTED: usize = 100;
@@ -47,7 +47,7 @@ impl Problems<'_> {
 
 /// Runs `zrecord verify`.
 pub fn run(a: &VerifyArgs) -> Res {
-    let opts = ReadOptions::default().with_backend(Backend::Uring);
+    let opts = ReadConfig::default().with_backend(Backend::Uring);
     // A dataset that cannot be opened has one problem: the one that stopped the open, which
     // names its file (meta.json, a table, a patch log or a chunk).
     let ds = Dataset::open_with(&a.dir, opts.clone())?;
