@@ -8,7 +8,7 @@
 
 use super::job::{eof_error, JobError, Piece, ReadJob};
 use io_uring::{opcode, types, IoUring};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
 
 /// The budgets of one ring: reads and bytes in flight at most, across jobs.
@@ -122,14 +122,23 @@ fn build(entries: u32) -> std::io::Result<(IoUring, &'static str)> {
     Err(last)
 }
 
-/// A job on the ring thread.
+/// A job on the ring thread. Per-op state exists only where it is needed, so a job of a million
+/// reads costs the ring thread nothing per read beyond the job itself: iovec arrays for the
+/// multi-piece reads in flight, and progress for reads a short read left partial.
 struct Active {
     job: ReadJob,
     reply: Option<Reply>,
-    /// One iovec per piece, built once; a short read advances the op's first iovec in place.
-    iovs: Vec<libc::iovec>,
-    /// Bytes landed per op.
-    progress: Vec<usize>,
+    /// The next op never submitted yet.
+    next: usize,
+    /// Ops to submit again (short reads, `EINTR`/`EAGAIN`).
+    retry: Vec<usize>,
+    /// The job is in the driver's queue.
+    queued: bool,
+    /// The iovecs of each multi-piece op in flight, from its first unread byte; dropped only
+    /// after the op's completion is reaped.
+    iovs: HashMap<usize, Vec<libc::iovec>>,
+    /// Bytes landed, for ops a short read left partial.
+    progress: HashMap<usize, usize>,
     /// Ops not yet finished (queued, in flight, or waiting to be resubmitted).
     unfinished: usize,
     in_flight: usize,
@@ -144,8 +153,8 @@ struct Driver {
     ring: IoUring,
     jobs: Vec<Option<Active>>,
     free: Vec<usize>,
-    /// (job slot, op) ready to submit, in arrival order.
-    queue: VecDeque<(usize, usize)>,
+    /// Job slots with ops to submit, in arrival order.
+    queue: VecDeque<usize>,
     ops_in_flight: usize,
     bytes_in_flight: usize,
     budget: Budget,
@@ -216,7 +225,7 @@ impl Driver {
     }
 
     fn admit(&mut self, req: Request) {
-        let Request { mut job, reply } = req;
+        let Request { job, reply } = req;
         if let Err(e) = job.validate() {
             let _ = reply.send(Err(JobError::new(&job, 0, e)));
             return;
@@ -225,30 +234,21 @@ impl Driver {
             let _ = reply.send(Ok(job));
             return;
         }
-        let bases: Vec<*mut u8> = job.bufs.iter_mut().map(|b| b.as_mut_ptr()).collect();
-        let iovs = job
-            .pieces
-            .iter()
-            .map(|p: &Piece| libc::iovec {
-                iov_base: bases
-                    .get(p.buf)
-                    .map_or(std::ptr::null_mut(), |b| b.wrapping_add(p.at))
-                    .cast(),
-                iov_len: p.len,
-            })
-            .collect();
         let n = job.ops.len();
         let slot = self.free.pop().unwrap_or_else(|| {
             self.jobs.push(None);
             self.jobs.len() - 1
         });
-        self.queue.extend((0..n).map(|op| (slot, op)));
+        self.queue.push_back(slot);
         if let Some(s) = self.jobs.get_mut(slot) {
             *s = Some(Active {
                 job,
                 reply: Some(reply),
-                iovs,
-                progress: vec![0; n],
+                next: 0,
+                retry: Vec::new(),
+                queued: true,
+                iovs: HashMap::new(),
+                progress: HashMap::new(),
                 unfinished: n,
                 in_flight: 0,
                 error: None,
@@ -261,30 +261,51 @@ impl Driver {
         while self.ops_in_flight < self.budget.ops.max(1)
             && (self.bytes_in_flight < self.budget.bytes || self.ops_in_flight == 0)
         {
-            let Some((slot, op)) = self.queue.pop_front() else {
+            let Some(&slot) = self.queue.front() else {
                 return;
             };
             let Some(a) = self.jobs.get_mut(slot).and_then(Option::as_mut) else {
+                self.queue.pop_front();
                 continue;
             };
             if a.error.is_some() {
-                // The job already failed: count the op as finished without reading.
-                a.unfinished -= 1;
+                // The job already failed: count its unsubmitted ops as finished without
+                // reading them.
+                let skipped = a.job.ops.len().saturating_sub(a.next) + a.retry.len();
+                a.next = a.job.ops.len();
+                a.retry.clear();
+                a.unfinished = a.unfinished.saturating_sub(skipped);
+                a.queued = false;
+                self.queue.pop_front();
                 self.finish_if_done(slot);
                 continue;
             }
+            let op = match a.retry.pop() {
+                Some(op) => op,
+                None if a.next < a.job.ops.len() => {
+                    a.next += 1;
+                    a.next - 1
+                }
+                None => {
+                    a.queued = false;
+                    self.queue.pop_front();
+                    continue;
+                }
+            };
             let Some((entry, len)) = sqe(a, slot, op) else {
                 a.unfinished -= 1;
                 self.finish_if_done(slot);
                 continue;
             };
-            // SAFETY: the entry names memory owned by `self.jobs[slot]` (the job's buffer and
-            // iovec array), which is not freed, moved out or resized until the op's completion
-            // is reaped (`finish_if_done` runs only when `in_flight == 0`).
+            // SAFETY: the entry names memory owned by `self.jobs[slot]` (the job's buffer and,
+            // for a READV, the op's iovec array in `iovs`), which is not freed, moved out or
+            // resized until the op's completion is reaped (`finish_if_done` runs only when
+            // `in_flight == 0`; an op's iovecs are replaced only when it is submitted again,
+            // after its completion).
             let pushed = unsafe { self.ring.submission().push(&entry) };
             if pushed.is_err() {
                 // The queue is full: submit what is there, then try again.
-                self.queue.push_front((slot, op));
+                a.retry.push(op);
                 if let Err(e) = self.ring.submit() {
                     tracing::warn!(error = %e, "io_uring submit failed while draining a full queue");
                 }
@@ -296,6 +317,16 @@ impl Driver {
             a.in_flight += 1;
             self.ops_in_flight += 1;
             self.bytes_in_flight += len;
+        }
+    }
+
+    /// Puts `slot` back in the queue (an op of it must be submitted again).
+    fn requeue(&mut self, slot: usize) {
+        if let Some(a) = self.jobs.get_mut(slot).and_then(Option::as_mut) {
+            if !a.queued {
+                a.queued = true;
+                self.queue.push_back(slot);
+            }
         }
     }
 
@@ -317,14 +348,15 @@ impl Driver {
                 Some(o) => (o.need, a.job.op_len(o)),
                 None => (0, 0),
             };
-            let done_before = a.progress.get(op).copied().unwrap_or(0);
+            let done_before = a.progress.get(&op).copied().unwrap_or(0);
             self.bytes_in_flight = self
                 .bytes_in_flight
                 .saturating_sub(total - done_before.min(total));
             let finished = if res < 0 {
                 let errno = -res;
                 if errno == libc::EINTR || errno == libc::EAGAIN {
-                    self.queue.push_back((slot, op));
+                    a.retry.push(op);
+                    self.requeue(slot);
                     false
                 } else {
                     if a.error.is_none() {
@@ -343,19 +375,23 @@ impl Driver {
                 true
             } else {
                 let done = done_before + res as usize;
-                if let Some(p) = a.progress.get_mut(op) {
-                    *p = done;
-                }
                 if done >= need {
                     true
                 } else {
                     // Short read: resubmit the rest.
-                    self.queue.push_front((slot, op));
+                    a.progress.insert(op, done);
+                    a.retry.push(op);
+                    self.requeue(slot);
                     false
                 }
             };
             if finished {
-                a.unfinished -= 1;
+                if let Some(a) = self.jobs.get_mut(slot).and_then(Option::as_mut) {
+                    // The kernel is done with the op: its iovecs and progress can go.
+                    a.iovs.remove(&op);
+                    a.progress.remove(&op);
+                    a.unfinished -= 1;
+                }
                 self.finish_if_done(slot);
             }
         }
@@ -384,44 +420,58 @@ impl Driver {
 }
 
 /// Builds the submission entry for the rest of op `op` of job `a` (in slot `slot`): a `READ` for
-/// a single remaining piece, a `READV` otherwise. Returns the entry and the bytes it asks for.
+/// a single remaining piece, a `READV` otherwise (its iovecs kept in `a.iovs` until the op's
+/// completion is reaped). Returns the entry and the bytes it asks for.
 fn sqe(a: &mut Active, slot: usize, op: usize) -> Option<(io_uring::squeue::Entry, usize)> {
     let o = a.job.ops.get(op)?;
     let file = a.job.files.get(o.file)?;
-    let done = a.progress.get(op).copied().unwrap_or(0);
-    // Find the first piece not yet fully read and advance its iovec past the landed bytes.
+    let done = a.progress.get(&op).copied().unwrap_or(0);
+    // The first piece not yet fully read, and how much of it has landed.
+    let pieces = a.job.pieces.get(o.pieces.clone())?;
     let mut skip = done;
-    let mut first = o.pieces.start;
-    for (i, p) in a.job.pieces.get(o.pieces.clone())?.iter().enumerate() {
+    let mut first = pieces.len();
+    for (i, p) in pieces.iter().enumerate() {
         if skip < p.len {
-            first = o.pieces.start + i;
+            first = i;
             break;
         }
         skip -= p.len;
-        first = o.pieces.start + i + 1;
     }
-    if first >= o.pieces.end {
+    let rest = pieces.get(first..)?;
+    if rest.is_empty() {
         return None;
     }
-    let piece = *a.job.pieces.get(first)?;
-    let base = a.job.bufs.get_mut(piece.buf)?.as_mut_ptr();
-    let v = a.iovs.get_mut(first)?;
-    v.iov_base = base.wrapping_add(piece.at + skip).cast();
-    v.iov_len = piece.len - skip;
-    let (first_base, first_len) = (v.iov_base, v.iov_len);
-    let rest = a.iovs.get(first..o.pieces.end)?;
-    let len: usize = rest.iter().map(|v| v.iov_len).sum();
+    let bases: Vec<*mut u8> = a.job.bufs.iter_mut().map(|b| b.as_mut_ptr()).collect();
+    let iov = |p: &Piece, skip: usize| libc::iovec {
+        iov_base: bases
+            .get(p.buf)
+            .map_or(std::ptr::null_mut(), |b| b.wrapping_add(p.at + skip))
+            .cast(),
+        iov_len: p.len - skip,
+    };
+    let len: usize = rest.iter().map(|p| p.len).sum::<usize>() - skip;
     let user_data = ((slot as u64) << 32) | op as u64;
     let fd = types::Fd(file.fd());
     let offset = o.offset + done as u64;
-    let entry = if rest.len() == 1 {
-        opcode::Read::new(fd, first_base.cast(), first_len as u32)
-            .offset(offset)
-            .build()
-    } else {
-        opcode::Readv::new(fd, rest.as_ptr(), rest.len() as u32)
-            .offset(offset)
-            .build()
+    let entry = match rest {
+        [p] => {
+            let v = iov(p, skip);
+            opcode::Read::new(fd, v.iov_base.cast(), v.iov_len as u32)
+                .offset(offset)
+                .build()
+        }
+        _ => {
+            let iovs: Vec<libc::iovec> = rest
+                .iter()
+                .enumerate()
+                .map(|(i, p)| iov(p, if i == 0 { skip } else { 0 }))
+                .collect();
+            let (ptr, n) = (iovs.as_ptr(), iovs.len() as u32);
+            // Moving the Vec into the map moves its handle, not its heap buffer: `ptr` stays
+            // valid until the entry is removed, after the op's completion is reaped.
+            a.iovs.insert(op, iovs);
+            opcode::Readv::new(fd, ptr, n).offset(offset).build()
+        }
     };
     Some((entry.user_data(user_data), len))
 }
