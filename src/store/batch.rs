@@ -5,6 +5,9 @@ use crate::format::dtype::DType;
 use bytes::Bytes;
 use std::sync::Arc;
 
+/// A batch's fields: name and dtype, in order.
+pub(crate) type FieldNames = Arc<[(String, DType)]>;
+
 /// Alignment of every record slot in a batch's slab.
 pub const SLOT_ALIGN: usize = 64;
 
@@ -55,6 +58,20 @@ pub(crate) const EMPTY: Span = Span {
 };
 
 impl Values {
+    /// Appends `other`'s values after these (its owners renumbered after ours).
+    pub(crate) fn append(&mut self, other: Values) {
+        let base = self.owners.len() as u32;
+        self.owners.extend(other.owners);
+        self.spans
+            .extend(other.spans.into_iter().map(|s| match s.len {
+                0 => s,
+                _ => Span {
+                    owner: s.owner + base,
+                    ..s
+                },
+            }));
+    }
+
     fn get(&self, i: usize) -> Option<&[u8]> {
         let s = self.spans.get(i)?;
         if s.len == 0 {

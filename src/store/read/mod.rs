@@ -36,7 +36,7 @@ pub use engine::{read_backend, uring_available};
 use crate::error::Result;
 use crate::format::dtype::Codec;
 use crate::io::job::ReadJob;
-use crate::store::batch::{slab, Batch, Span, Values, SLOT_ALIGN};
+use crate::store::batch::{slab, Batch, FieldNames, Span, Values, SLOT_ALIGN};
 use crate::store::snapshot::Snapshot;
 use bytes::Bytes;
 use finish::{run_parallel, Task};
@@ -44,15 +44,47 @@ use plan::{Extent, DIRECT_ALIGN, OUT, STAGING};
 use resolve::Resolved;
 use std::sync::Arc;
 
+/// Values (indices × fields) a gather resolves, plans and finishes at once. A bigger gather runs
+/// in parts of this size whose results are joined, so what a gather holds beyond its result is
+/// bounded (about 200 bytes per value of a part, ~13 MiB) whatever the number of indices.
+pub(crate) const PART_VALUES: usize = 1 << 16;
+
 /// Reads `indices` × `fields` (snapshot field numbers) from `snap` in caller order, through
 /// `engine`. Every index is checked; every record's checksum is verified unless the engine's
-/// configuration turns it off.
+/// configuration turns it off. Big requests run in parts of [`PART_VALUES`] values, in order:
+/// the first failing record in caller order is the one reported.
 pub(crate) fn gather(
     snap: &Snapshot,
     indices: &[u64],
     fields: &[usize],
     engine: &Engine,
 ) -> Result<Batch> {
+    let per_part = (PART_VALUES / fields.len().max(1)).max(1);
+    if indices.len() <= per_part {
+        let (values, names) = gather_part(snap, indices, fields, engine)?;
+        return Ok(Batch::new(values, indices.to_vec(), names));
+    }
+    let mut joined = Values::default();
+    let mut names = None;
+    for part in indices.chunks(per_part) {
+        let (values, n) = gather_part(snap, part, fields, engine)?;
+        joined.append(values);
+        names.get_or_insert(n);
+    }
+    let names = match names {
+        Some(n) => n,
+        None => resolve::resolve(snap, &[], fields)?.fields,
+    };
+    Ok(Batch::new(joined, indices.to_vec(), names))
+}
+
+/// One part of a gather: its values and the batch's field names.
+fn gather_part(
+    snap: &Snapshot,
+    indices: &[u64],
+    fields: &[usize],
+    engine: &Engine,
+) -> Result<(Values, FieldNames)> {
     let res = resolve::resolve(snap, indices, fields)?;
     let verify = engine.verify_checksums;
     let mapped = !engine.direct_io
@@ -69,11 +101,7 @@ pub(crate) fn gather(
         Some(v) => v,
         None => gather_io(&res, engine)?,
     };
-    Ok(Batch::new(
-        values,
-        indices.to_vec(),
-        Arc::clone(&res.fields),
-    ))
+    Ok((values, Arc::clone(&res.fields)))
 }
 
 /// The I/O path: the plan's reads through the backend, raw records straight into their slots,
