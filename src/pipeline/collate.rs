@@ -33,9 +33,21 @@ pub enum PoolingType {
 }
 
 /// Padding options of [`pad_stack`].
+///
+/// Built from [`PadConfig::default`] or [`PadConfig::new`] with chainable setters, so options
+/// added later do not break callers:
+///
+/// ```
+/// use zrecord::pipeline::{PadConfig, PadSide};
+///
+/// let config = PadConfig::new(-1i32).side(PadSide::Left).pad_to_multiple_of(Some(8));
+/// assert_eq!(config.pad_value, -1);
+/// assert_eq!(PadConfig::<u16>::default().pad_value, 0);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PadConfig<E> {
-    /// The value of padding elements.
+    /// The value of padding elements. Default: `E::default()` (zero for numbers).
     pub pad_value: E,
     /// The side. Default: [`PadSide::Right`].
     pub side: PadSide,
@@ -45,12 +57,43 @@ pub struct PadConfig<E> {
 }
 
 impl<E: Default> Default for PadConfig<E> {
+    /// Padding with `E::default()` (zero for numbers), on the right, rows not rounded up.
     fn default() -> Self {
+        Self::new(E::default())
+    }
+}
+
+impl<E> PadConfig<E> {
+    /// Padding with `pad_value`; every other option at its default.
+    #[must_use]
+    pub fn new(pad_value: E) -> Self {
         Self {
-            pad_value: E::default(),
+            pad_value,
             side: PadSide::Right,
             pad_to_multiple_of: None,
         }
+    }
+
+    /// Sets the value of padding elements. Default `E::default()` (zero for numbers).
+    #[must_use]
+    pub fn pad_value(mut self, pad_value: E) -> Self {
+        self.pad_value = pad_value;
+        self
+    }
+
+    /// Sets the side padding goes on. Default [`PadSide::Right`].
+    #[must_use]
+    pub fn side(mut self, side: PadSide) -> Self {
+        self.side = side;
+        self
+    }
+
+    /// Sets the multiple the row length is rounded up to (for GPU kernels or context-parallel
+    /// splits); `None` does not round. Default `None`. `Some(0)` is invalid.
+    #[must_use]
+    pub fn pad_to_multiple_of(mut self, multiple: Option<usize>) -> Self {
+        self.pad_to_multiple_of = multiple;
+        self
     }
 }
 

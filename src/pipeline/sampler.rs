@@ -35,7 +35,20 @@ pub enum SamplerMode {
 }
 
 /// Configuration of a [`Sampler`].
+///
+/// Built from [`SamplerConfig::default`] with chainable setters, so options added later do not
+/// break callers:
+///
+/// ```
+/// use zrecord::pipeline::{SamplerConfig, SamplerMode};
+///
+/// let config = SamplerConfig::default().seed(7).epochs(None);
+/// assert_eq!(config.mode, SamplerMode::Shuffled);
+/// let in_order = SamplerConfig::default().mode(SamplerMode::Sequential { window_len: 1 });
+/// assert_eq!(in_order.epochs, Some(1));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SamplerConfig {
     /// The order. Default: [`SamplerMode::Shuffled`].
     pub mode: SamplerMode,
@@ -46,12 +59,36 @@ pub struct SamplerConfig {
 }
 
 impl Default for SamplerConfig {
+    /// Shuffled, seed 0, one epoch.
     fn default() -> Self {
         Self {
             mode: SamplerMode::Shuffled,
             seed: 0,
             epochs: Some(1),
         }
+    }
+}
+
+impl SamplerConfig {
+    /// Sets the order. Default [`SamplerMode::Shuffled`].
+    #[must_use]
+    pub fn mode(mut self, mode: SamplerMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Sets the seed. Default 0.
+    #[must_use]
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Sets the number of epochs; `None` runs forever. Default `Some(1)`.
+    #[must_use]
+    pub fn epochs(mut self, epochs: Option<u64>) -> Self {
+        self.epochs = epochs;
+        self
     }
 }
 
