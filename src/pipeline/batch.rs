@@ -170,25 +170,18 @@ mod tests {
     fn batches(n: u64, batch_size: u64, drop_last: bool) -> Vec<Vec<u64>> {
         let s = Sampler::new(
             n,
-            SamplerConfig {
-                mode: SamplerMode::Sequential { window_len: 1 },
-                seed: 0,
-                epochs: Some(2),
-            },
+            SamplerConfig::default()
+                .mode(SamplerMode::Sequential { window_len: 1 })
+                .seed(0)
+                .epochs(Some(2)),
         )
         .unwrap();
-        Batch::new(
-            s,
-            BatchConfig {
-                batch_size,
-                drop_last,
-            },
-        )
-        .unwrap()
-        .cursor()
-        .into_iter()
-        .map(|b| b.unwrap().indices())
-        .collect()
+        Batch::new(s, BatchConfig::new(batch_size).drop_last(drop_last))
+            .unwrap()
+            .cursor()
+            .into_iter()
+            .map(|b| b.unwrap().indices())
+            .collect()
     }
 
     #[test]
@@ -211,10 +204,7 @@ mod tests {
         assert_eq!(batches(1, 2, true), Vec::<Vec<u64>>::new());
         assert!(Batch::new(
             Sampler::new(1, SamplerConfig::default()).unwrap(),
-            BatchConfig {
-                batch_size: 0,
-                drop_last: false
-            }
+            BatchConfig::new(0).drop_last(false)
         )
         .is_err());
     }

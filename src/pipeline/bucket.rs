@@ -290,22 +290,20 @@ mod tests {
     fn bucket(n: u64, buffer_size: u64, pack_size: u64) -> Bucket<Sampler> {
         let sampler = Sampler::new(
             n,
-            SamplerConfig {
-                mode: SamplerMode::Shuffled,
-                seed: 1,
-                epochs: Some(2),
-            },
+            SamplerConfig::default()
+                .mode(SamplerMode::Shuffled)
+                .seed(1)
+                .epochs(Some(2)),
         )
         .unwrap();
         // Key: the index modulo 5, so keys collide and the tie-breaker matters.
         let key = BucketKey::new("mod5", |i| Ok(i % 5));
         Bucket::new(
             sampler,
-            BucketConfig {
-                buffer_size,
-                pack_size,
-                seed: 9,
-            },
+            BucketConfig::default()
+                .buffer_size(buffer_size)
+                .pack_size(pack_size)
+                .seed(9),
             key,
         )
         .unwrap()
@@ -353,15 +351,9 @@ mod tests {
     fn zero_sizes_are_rejected() {
         let s = Sampler::new(3, SamplerConfig::default()).unwrap();
         let key = BucketKey::new("zero", |_| Ok(0));
-        let cfg = BucketConfig {
-            buffer_size: 0,
-            ..BucketConfig::default()
-        };
+        let cfg = BucketConfig::default().buffer_size(0);
         assert!(Bucket::new(s.clone(), cfg, key.clone()).is_err());
-        let cfg = BucketConfig {
-            pack_size: 0,
-            ..BucketConfig::default()
-        };
+        let cfg = BucketConfig::default().pack_size(0);
         assert!(Bucket::new(s, cfg, key).is_err());
     }
 }

@@ -273,24 +273,16 @@ mod tests {
 
         let left = pad_stack(
             &items(),
-            PadConfig {
-                pad_value: -1,
-                side: PadSide::Left,
-                pad_to_multiple_of: None,
-            },
+            PadConfig::new(-1)
+                .side(PadSide::Left)
+                .pad_to_multiple_of(None),
         )
         .unwrap();
         assert_eq!(left.data, vec![1, 2, 3, -1, -1, 4, -1, 5, 6]);
         assert_eq!(left.attention_mask, vec![1, 1, 1, 0, 0, 1, 0, 1, 1]);
 
-        let aligned = pad_stack(
-            &items(),
-            PadConfig {
-                pad_to_multiple_of: Some(8),
-                ..PadConfig::default()
-            },
-        )
-        .unwrap();
+        let aligned =
+            pad_stack(&items(), PadConfig::default().pad_to_multiple_of(Some(8))).unwrap();
         assert_eq!(aligned.cols, 8);
         assert_eq!(aligned.row(1).unwrap(), &[4, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(aligned.data.len(), 24);
@@ -300,10 +292,7 @@ mod tests {
     fn invalid_inputs() {
         let none: Vec<Vec<u8>> = Vec::new();
         assert!(pad_stack(&none, PadConfig::default()).is_err());
-        let zero = PadConfig {
-            pad_to_multiple_of: Some(0),
-            ..PadConfig::<u8>::default()
-        };
+        let zero = PadConfig::<u8>::default().pad_to_multiple_of(Some(0));
         assert!(pad_stack(&[vec![1u8]], zero).is_err());
         assert!(pooling_mask(&[1, 1, 1], 2, PoolingType::All).is_err());
         // Empty records stack to zero columns.
@@ -324,14 +313,7 @@ mod tests {
             vec![0, 0, 1, 1, 0, 0, 0, 1, 0]
         );
         assert_eq!(right.pooling_mask(PoolingType::All), right.attention_mask);
-        let left = pad_stack(
-            &items(),
-            PadConfig {
-                side: PadSide::Left,
-                ..PadConfig::default()
-            },
-        )
-        .unwrap();
+        let left = pad_stack(&items(), PadConfig::default().side(PadSide::Left)).unwrap();
         assert_eq!(
             left.pooling_mask(PoolingType::First),
             vec![1, 0, 0, 0, 0, 1, 0, 1, 0]

@@ -283,11 +283,10 @@ mod tests {
     fn shuffled(n: u64, seed: u64) -> Sampler {
         Sampler::new(
             n,
-            SamplerConfig {
-                mode: SamplerMode::Shuffled,
-                seed,
-                epochs: None,
-            },
+            SamplerConfig::default()
+                .mode(SamplerMode::Shuffled)
+                .seed(seed)
+                .epochs(None),
         )
         .unwrap()
     }
@@ -358,11 +357,10 @@ mod tests {
     fn sequential_sliding_window_wraps_without_truncation() {
         let mut s = Sampler::new(
             10,
-            SamplerConfig {
-                mode: SamplerMode::Sequential { window_len: 4 },
-                seed: 0,
-                epochs: Some(3),
-            },
+            SamplerConfig::default()
+                .mode(SamplerMode::Sequential { window_len: 4 })
+                .seed(0)
+                .epochs(Some(3)),
         )
         .unwrap();
         assert_eq!(s.epoch_len(), 12);
@@ -370,20 +368,16 @@ mod tests {
         assert_eq!(epoch(&mut s, 1), vec![2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3]);
         let mut plain = Sampler::new(
             5,
-            SamplerConfig {
-                mode: SamplerMode::Sequential { window_len: 1 },
-                seed: 0,
-                epochs: Some(2),
-            },
+            SamplerConfig::default()
+                .mode(SamplerMode::Sequential { window_len: 1 })
+                .seed(0)
+                .epochs(Some(2)),
         )
         .unwrap();
         assert_eq!(epoch(&mut plain, 1), vec![0, 1, 2, 3, 4]);
         assert!(Sampler::new(
             5,
-            SamplerConfig {
-                mode: SamplerMode::Sequential { window_len: 0 },
-                ..SamplerConfig::default()
-            }
+            SamplerConfig::default().mode(SamplerMode::Sequential { window_len: 0 })
         )
         .is_err());
     }
@@ -392,11 +386,10 @@ mod tests {
     fn random_draws_in_range_and_deterministic() {
         let mut s = Sampler::new(
             50,
-            SamplerConfig {
-                mode: SamplerMode::Random,
-                seed: 3,
-                epochs: None,
-            },
+            SamplerConfig::default()
+                .mode(SamplerMode::Random)
+                .seed(3)
+                .epochs(None),
         )
         .unwrap();
         let a = epoch(&mut s, 0);

@@ -256,11 +256,10 @@ mod tests {
     fn seq(n: u64) -> Sampler {
         Sampler::new(
             n,
-            SamplerConfig {
-                mode: SamplerMode::Sequential { window_len: 1 },
-                seed: 0,
-                epochs: Some(1),
-            },
+            SamplerConfig::default()
+                .mode(SamplerMode::Sequential { window_len: 1 })
+                .seed(0)
+                .epochs(Some(1)),
         )
         .unwrap()
     }
@@ -278,36 +277,19 @@ mod tests {
     #[test]
     fn empty_contiguous_shard_pads_with_the_last_item() {
         // 5 items in blocks of 2 over 4 shards: shard 3 owns nothing.
-        let c = ShardConfig {
-            total: 4,
-            index: 3,
-            mode: ShardMode::Contiguous,
-            ..ShardConfig::default()
-        };
+        let c = ShardConfig::new(4, 3).mode(ShardMode::Contiguous);
         assert_eq!(items(5, c), vec![]);
-        let padded = ShardConfig {
-            pad_to_equal: true,
-            ..c
-        };
+        let padded = c.pad_to_equal(true);
         assert_eq!(items(5, padded), vec![(4, true), (4, true)]);
     }
 
     #[test]
     fn invalid_configs() {
         let bad = |c| Shard::new(seq(3), c).is_err();
-        assert!(bad(ShardConfig {
-            total: 0,
-            ..ShardConfig::default()
-        }));
-        assert!(bad(ShardConfig {
-            total: 2,
-            index: 2,
-            ..ShardConfig::default()
-        }));
-        assert!(bad(ShardConfig {
-            pad_to_equal: true,
-            drop_remainder: true,
-            ..ShardConfig::default()
-        }));
+        assert!(bad(ShardConfig::default().total(0)));
+        assert!(bad(ShardConfig::new(2, 2)));
+        assert!(bad(ShardConfig::default()
+            .pad_to_equal(true)
+            .drop_remainder(true)));
     }
 }
