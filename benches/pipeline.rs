@@ -32,11 +32,10 @@ impl Source for Synthetic {
 }
 
 fn shuffled() -> SamplerConfig {
-    SamplerConfig {
-        mode: SamplerMode::Shuffled,
-        seed: 7,
-        epochs: None,
-    }
+    SamplerConfig::default()
+        .mode(SamplerMode::Shuffled)
+        .seed(7)
+        .epochs(None)
 }
 
 fn resume_deep(c: &mut Criterion) {

@@ -66,11 +66,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let source = Arc::new(DatasetSource::new(&ds));
     let run = |bucket: Option<BucketConfig>| -> Result<Totals, Box<dyn std::error::Error>> {
         let mut builder = Loader::builder(Arc::clone(&source))
-            .sampler(SamplerConfig {
-                mode: SamplerMode::Shuffled,
-                seed: 3,
-                epochs: Some(1),
-            })
+            .sampler(
+                SamplerConfig::default()
+                    .mode(SamplerMode::Shuffled)
+                    .seed(3)
+                    .epochs(Some(1)),
+            )
             .batch_size(BATCH)
             .num_workers(2);
         if let Some(b) = bucket {
@@ -82,11 +83,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 pad_stack_field::<u32>(
                     &batch,
                     0,
-                    PadConfig {
-                        pad_value: PAD_ID,
-                        pad_to_multiple_of: Some(8),
-                        ..PadConfig::default()
-                    },
+                    PadConfig::new(PAD_ID).pad_to_multiple_of(Some(8)),
                 )
             })
             .build()?;
@@ -121,11 +118,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let plain = run(None)?;
     report(&plain);
     println!("\nshuffled, length-bucketed (buffer 2048, packs of {BATCH}):");
-    let bucketed = run(Some(BucketConfig {
-        buffer_size: 2048,
-        pack_size: BATCH,
-        seed: 3,
-    }))?;
+    let bucketed = run(Some(
+        BucketConfig::default()
+            .buffer_size(2048)
+            .pack_size(BATCH)
+            .seed(3),
+    ))?;
     report(&bucketed);
 
     let saved = plain.cells.saturating_sub(bucketed.cells);

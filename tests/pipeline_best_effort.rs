@@ -71,27 +71,24 @@ fn config(
     max_skips_per_round: u64,
     epochs: u64,
 ) -> LoaderConfig {
-    LoaderConfig {
-        sampler: SamplerConfig {
-            mode: SamplerMode::Shuffled,
-            seed: 3,
-            epochs: Some(epochs),
-        },
-        batch: BatchConfig {
-            batch_size: 2,
-            drop_last: false,
-        },
-        prefetch: PrefetchConfig {
-            num_workers,
-            worker_queue_size: 8,
-            consumer_queue_size: 1,
-            merge: MergePolicy::BestEffort {
-                max_lead,
-                max_skips_per_round,
-            },
-        },
-        ..LoaderConfig::default()
-    }
+    LoaderConfig::default()
+        .sampler(
+            SamplerConfig::default()
+                .mode(SamplerMode::Shuffled)
+                .seed(3)
+                .epochs(Some(epochs)),
+        )
+        .batch(BatchConfig::new(2).drop_last(false))
+        .prefetch(
+            PrefetchConfig::default()
+                .num_workers(num_workers)
+                .worker_queue_size(8)
+                .consumer_queue_size(1)
+                .merge(MergePolicy::BestEffort {
+                    max_lead,
+                    max_skips_per_round,
+                }),
+        )
 }
 
 type Out = Vec<(u64, Vec<u64>)>;

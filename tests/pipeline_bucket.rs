@@ -29,11 +29,12 @@ fn source() -> Arc<MemorySource> {
 /// Runs 2 epochs; returns (padding elements / real elements, indices per epoch).
 fn run(bucket: Option<BucketConfig>, key: Option<BucketKey>) -> (f64, Vec<Vec<u64>>) {
     let mut b = LoaderBuilder::new(source())
-        .sampler(SamplerConfig {
-            mode: SamplerMode::Shuffled,
-            seed: 1,
-            epochs: Some(2),
-        })
+        .sampler(
+            SamplerConfig::default()
+                .mode(SamplerMode::Shuffled)
+                .seed(1)
+                .epochs(Some(2)),
+        )
         .batch_size(BATCH)
         .num_workers(3);
     if let Some(c) = bucket {
@@ -72,11 +73,10 @@ fn assert_each_once(epochs: &[Vec<u64>]) {
 #[test]
 fn bucketing_reduces_padding_and_keeps_every_item_once() {
     let (plain, plain_epochs) = run(None, None);
-    let config = BucketConfig {
-        buffer_size: 512,
-        pack_size: BATCH,
-        seed: 7,
-    };
+    let config = BucketConfig::default()
+        .buffer_size(512)
+        .pack_size(BATCH)
+        .seed(7);
     let (bucketed, bucketed_epochs) = run(Some(config), None);
     println!(
         "padding / real elements: unbucketed {plain:.3}, bucketed {bucketed:.3} ({:.1}x less)",

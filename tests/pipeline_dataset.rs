@@ -47,27 +47,27 @@ async fn a_dataset_through_the_loader() {
     // Pinned snapshot, field "x" only, bucketed by its length.
     let src = Arc::new(DatasetSource::new(&ds).fields(&["x"]).unwrap());
     let mut loader = Loader::builder(src)
-        .sampler(SamplerConfig {
-            mode: SamplerMode::Shuffled,
-            seed: 99,
-            epochs: Some(2),
-        })
-        .bucket(BucketConfig {
-            buffer_size: 128,
-            pack_size: 8,
-            seed: 99,
-        })
+        .sampler(
+            SamplerConfig::default()
+                .mode(SamplerMode::Shuffled)
+                .seed(99)
+                .epochs(Some(2)),
+        )
+        .bucket(
+            BucketConfig::default()
+                .buffer_size(128)
+                .pack_size(8)
+                .seed(99),
+        )
         .batch_size(8)
         .num_workers(3)
         .transform(|batch: zrecord::Batch, _| {
             let padded = pad_stack_field::<u8>(
                 &batch,
                 0,
-                PadConfig {
-                    pad_value: 0,
-                    side: PadSide::Left,
-                    pad_to_multiple_of: Some(4),
-                },
+                PadConfig::new(0)
+                    .side(PadSide::Left)
+                    .pad_to_multiple_of(Some(4)),
             )?;
             let last = padded.pooling_mask(PoolingType::Last);
             Ok((padded, last))
@@ -117,11 +117,12 @@ async fn corruption_surfaces_in_place() {
     }
     let ds = Arc::new(Dataset::open(&dir).unwrap());
     let builder = Loader::builder(Arc::clone(&ds))
-        .sampler(SamplerConfig {
-            mode: SamplerMode::Shuffled,
-            seed: 3,
-            epochs: Some(1),
-        })
+        .sampler(
+            SamplerConfig::default()
+                .mode(SamplerMode::Shuffled)
+                .seed(3)
+                .epochs(Some(1)),
+        )
         .batch_size(16)
         .num_workers(4);
     // The baseline: gather every batch in order, directly.

@@ -42,11 +42,12 @@ fn flaky(n: u8) -> Arc<Flaky> {
 
 fn builder(src: Arc<Flaky>, workers: usize) -> LoaderBuilder<Flaky> {
     LoaderBuilder::new(src)
-        .sampler(SamplerConfig {
-            mode: SamplerMode::Shuffled,
-            seed: 8,
-            epochs: Some(2),
-        })
+        .sampler(
+            SamplerConfig::default()
+                .mode(SamplerMode::Shuffled)
+                .seed(8)
+                .epochs(Some(2)),
+        )
         .batch_size(3)
         .num_workers(workers)
         .worker_queue_size(1)
@@ -88,11 +89,12 @@ fn gather_errors_arrive_in_place_and_the_loader_goes_on() {
 fn a_panicking_transform_is_an_error_not_a_crash() {
     let src = Arc::new(MemorySource::new((0..60u8).map(|i| vec![i]).collect()));
     let loader = LoaderBuilder::new(src)
-        .sampler(SamplerConfig {
-            mode: SamplerMode::Shuffled,
-            seed: 8,
-            epochs: Some(2),
-        })
+        .sampler(
+            SamplerConfig::default()
+                .mode(SamplerMode::Shuffled)
+                .seed(8)
+                .epochs(Some(2)),
+        )
         .batch_size(3)
         .num_workers(3)
         .transform(|data: Vec<Vec<u8>>, batch| {
@@ -120,11 +122,7 @@ fn a_panicking_transform_is_an_error_not_a_crash() {
 fn a_failing_bucket_key_fails_the_batches_of_its_buffer() {
     let src = flaky(40);
     let loader = builder(Arc::clone(&src), 2)
-        .bucket(BucketConfig {
-            buffer_size: 12,
-            pack_size: 3,
-            seed: 0,
-        })
+        .bucket(BucketConfig::default().buffer_size(12).pack_size(3).seed(0))
         .bucket_key(BucketKey::new("fails_on_39", |i| {
             if i == 39 {
                 Err(Error::IndexOutOfRange { index: i, len: 39 })

@@ -20,11 +20,12 @@ fn source(n: u8, generation: u64) -> Arc<MemorySource> {
 
 fn builder(src: Arc<MemorySource>) -> LoaderBuilder<MemorySource> {
     LoaderBuilder::new(src)
-        .sampler(SamplerConfig {
-            mode: SamplerMode::Shuffled,
-            seed: 4,
-            epochs: Some(2),
-        })
+        .sampler(
+            SamplerConfig::default()
+                .mode(SamplerMode::Shuffled)
+                .seed(4)
+                .epochs(Some(2)),
+        )
         .batch_size(4)
         .num_workers(3)
 }
@@ -69,10 +70,7 @@ fn mismatches_are_refused_with_a_clear_message() {
         "configuration",
     );
     refused(
-        builder(source(50, 7)).shard(ShardConfig {
-            total: 2,
-            ..ShardConfig::default()
-        }),
+        builder(source(50, 7)).shard(ShardConfig::default().total(2)),
         &state,
         "shard(total=1",
     );

@@ -64,35 +64,23 @@ fn split_at(
 }
 
 fn config(mode: SamplerMode, bucket: bool, num_workers: usize) -> LoaderConfig {
-    LoaderConfig {
-        sampler: SamplerConfig {
-            mode,
-            seed: 11,
-            epochs: Some(2),
-        },
-        shard: ShardConfig {
-            total: 2,
-            index: 1,
-            mode: ShardMode::Interleaved,
-            pad_to_equal: true,
-            drop_remainder: false,
-        },
-        bucket: bucket.then_some(BucketConfig {
-            buffer_size: 8,
-            pack_size: 3,
-            seed: 2,
-        }),
-        batch: BatchConfig {
-            batch_size: 3,
-            drop_last: false,
-        },
-        prefetch: PrefetchConfig {
-            num_workers,
-            worker_queue_size: 2,
-            consumer_queue_size: 2,
-            merge: MergePolicy::Strict,
-        },
-    }
+    LoaderConfig::default()
+        .sampler(SamplerConfig::default().mode(mode).seed(11).epochs(Some(2)))
+        .shard(
+            ShardConfig::new(2, 1)
+                .mode(ShardMode::Interleaved)
+                .pad_to_equal(true)
+                .drop_remainder(false),
+        )
+        .bucket(bucket.then_some(BucketConfig::default().buffer_size(8).pack_size(3).seed(2)))
+        .batch(BatchConfig::new(3).drop_last(false))
+        .prefetch(
+            PrefetchConfig::default()
+                .num_workers(num_workers)
+                .worker_queue_size(2)
+                .consumer_queue_size(2)
+                .merge(MergePolicy::Strict),
+        )
 }
 
 #[test]

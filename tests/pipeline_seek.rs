@@ -34,11 +34,10 @@ impl Source for Synthetic {
 }
 
 fn shuffled(epochs: Option<u64>) -> SamplerConfig {
-    SamplerConfig {
-        mode: SamplerMode::Shuffled,
-        seed: 2024,
-        epochs,
-    }
+    SamplerConfig::default()
+        .mode(SamplerMode::Shuffled)
+        .seed(2024)
+        .epochs(epochs)
 }
 
 #[test]
@@ -104,11 +103,12 @@ fn loader_resumed_deep_in_a_100m_epoch_equals_stepping() {
             .batch_size(8)
             .num_workers(1);
         if bucket {
-            b = b.bucket(BucketConfig {
-                buffer_size: 1024,
-                pack_size: 8,
-                seed: 3,
-            });
+            b = b.bucket(
+                BucketConfig::default()
+                    .buffer_size(1024)
+                    .pack_size(8)
+                    .seed(3),
+            );
         }
         let chain = b.index_chain().unwrap();
         assert_eq!(chain.epoch_len(), N / 8);

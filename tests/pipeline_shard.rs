@@ -14,11 +14,7 @@ use zrecord::pipeline::{
 fn sampler(n: u64, mode: SamplerMode) -> Sampler {
     Sampler::new(
         n,
-        SamplerConfig {
-            mode,
-            seed: 9,
-            epochs: Some(2),
-        },
+        SamplerConfig::default().mode(mode).seed(9).epochs(Some(2)),
     )
     .unwrap()
 }
@@ -37,13 +33,10 @@ fn shard(n: u64, mode: SamplerMode, config: ShardConfig, epoch: u64) -> Vec<(u64
 }
 
 fn cfg(total: u64, index: u64, mode: ShardMode, pad: bool, drop: bool) -> ShardConfig {
-    ShardConfig {
-        total,
-        index,
-        mode,
-        pad_to_equal: pad,
-        drop_remainder: drop,
-    }
+    ShardConfig::new(total, index)
+        .mode(mode)
+        .pad_to_equal(pad)
+        .drop_remainder(drop)
 }
 
 fn indices(v: &[(u64, bool)]) -> Vec<u64> {
@@ -170,11 +163,7 @@ fn shards_partition_pad_and_drop_for_many_sizes() {
 fn padded_markers_reach_the_loader() {
     let src = Arc::new(MemorySource::new((0..14u8).map(|i| vec![i]).collect()));
     let loader = LoaderBuilder::new(src)
-        .sampler(SamplerConfig {
-            mode: SEQ,
-            seed: 0,
-            epochs: Some(1),
-        })
+        .sampler(SamplerConfig::default().mode(SEQ).seed(0).epochs(Some(1)))
         .shard(cfg(4, 2, ShardMode::Interleaved, true, false))
         .batch_size(3)
         .num_workers(2)

@@ -74,11 +74,12 @@ impl Source for Watched {
 
 fn builder<S: Source>(src: Arc<S>) -> LoaderBuilder<S> {
     LoaderBuilder::new(src)
-        .sampler(SamplerConfig {
-            mode: SamplerMode::Sequential { window_len: 1 },
-            seed: 0,
-            epochs: None,
-        })
+        .sampler(
+            SamplerConfig::default()
+                .mode(SamplerMode::Sequential { window_len: 1 })
+                .seed(0)
+                .epochs(None),
+        )
         .batch_size(2)
         .num_workers(4)
         .worker_queue_size(1)
@@ -126,13 +127,12 @@ fn shutdown_waits_for_every_worker() {
 #[test]
 fn dropped_next_futures_lose_no_batch() {
     let src = Arc::new(MemorySource::new((0..101u8).map(|i| vec![i]).collect()));
-    let b = builder(Arc::clone(&src))
-        .epochs(Some(2))
-        .sampler(SamplerConfig {
-            mode: SamplerMode::Shuffled,
-            seed: 1,
-            epochs: Some(2),
-        });
+    let b = builder(Arc::clone(&src)).epochs(Some(2)).sampler(
+        SamplerConfig::default()
+            .mode(SamplerMode::Shuffled)
+            .seed(1)
+            .epochs(Some(2)),
+    );
     let want: Vec<IndexBatch> = b
         .index_chain()
         .unwrap()

@@ -71,26 +71,19 @@ proptest! {
 #[test]
 fn every_worker_count_gives_the_same_stream() {
     let src = source(200);
-    let config = |num_workers| LoaderConfig {
-        sampler: SamplerConfig {
-            mode: SamplerMode::Shuffled,
-            seed: 5,
-            epochs: Some(2),
-        },
-        bucket: Some(BucketConfig {
-            buffer_size: 32,
-            pack_size: 4,
-            seed: 1,
-        }),
-        batch: BatchConfig {
-            batch_size: 4,
-            drop_last: false,
-        },
-        prefetch: PrefetchConfig {
-            num_workers,
-            ..PrefetchConfig::default()
-        },
-        ..LoaderConfig::default()
+    let config = |num_workers| {
+        LoaderConfig::default()
+            .sampler(
+                SamplerConfig::default()
+                    .mode(SamplerMode::Shuffled)
+                    .seed(5)
+                    .epochs(Some(2)),
+            )
+            .bucket(Some(
+                BucketConfig::default().buffer_size(32).pack_size(4).seed(1),
+            ))
+            .batch(BatchConfig::new(4).drop_last(false))
+            .prefetch(PrefetchConfig::default().num_workers(num_workers))
     };
     let one = prefetched(LoaderBuilder::new(Arc::clone(&src)).config(config(1)));
     assert_eq!(one.len(), 100);

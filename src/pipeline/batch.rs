@@ -10,20 +10,55 @@ use super::stage::{Sample, Stage};
 use crate::{Error, Result};
 
 /// Configuration of a [`Batch`].
+///
+/// Built from [`BatchConfig::default`] or [`BatchConfig::new`] with chainable setters, so options
+/// added later do not break callers:
+///
+/// ```
+/// use zrecord::pipeline::BatchConfig;
+///
+/// let config = BatchConfig::new(64).drop_last(true);
+/// assert_eq!((config.batch_size, config.drop_last), (64, true));
+/// assert_eq!(BatchConfig::default().batch_size, 32);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct BatchConfig {
-    /// Items per batch. Default: 32.
+    /// Items per batch, at least 1. Default: 32.
     pub batch_size: u64,
     /// Drop the last, short batch of every epoch. Default: false.
     pub drop_last: bool,
 }
 
 impl Default for BatchConfig {
+    /// 32 items per batch, the last short batch of every epoch kept.
     fn default() -> Self {
         Self {
             batch_size: 32,
             drop_last: false,
         }
+    }
+}
+
+impl BatchConfig {
+    /// Batches of `batch_size` items; every other option at its default.
+    #[must_use]
+    pub fn new(batch_size: u64) -> Self {
+        Self::default().batch_size(batch_size)
+    }
+
+    /// Sets the items per batch, at least 1. Default 32.
+    #[must_use]
+    pub fn batch_size(mut self, batch_size: u64) -> Self {
+        self.batch_size = batch_size;
+        self
+    }
+
+    /// Sets whether the last, short batch of every epoch is dropped. Default false.
+    #[must_use]
+    pub fn drop_last(mut self, drop_last: bool) -> Self {
+        self.drop_last = drop_last;
+        self
     }
 }
 
@@ -135,25 +170,18 @@ mod tests {
     fn batches(n: u64, batch_size: u64, drop_last: bool) -> Vec<Vec<u64>> {
         let s = Sampler::new(
             n,
-            SamplerConfig {
-                mode: SamplerMode::Sequential { window_len: 1 },
-                seed: 0,
-                epochs: Some(2),
-            },
+            SamplerConfig::default()
+                .mode(SamplerMode::Sequential { window_len: 1 })
+                .seed(0)
+                .epochs(Some(2)),
         )
         .unwrap();
-        Batch::new(
-            s,
-            BatchConfig {
-                batch_size,
-                drop_last,
-            },
-        )
-        .unwrap()
-        .cursor()
-        .into_iter()
-        .map(|b| b.unwrap().indices())
-        .collect()
+        Batch::new(s, BatchConfig::new(batch_size).drop_last(drop_last))
+            .unwrap()
+            .cursor()
+            .into_iter()
+            .map(|b| b.unwrap().indices())
+            .collect()
     }
 
     #[test]
@@ -176,10 +204,7 @@ mod tests {
         assert_eq!(batches(1, 2, true), Vec::<Vec<u64>>::new());
         assert!(Batch::new(
             Sampler::new(1, SamplerConfig::default()).unwrap(),
-            BatchConfig {
-                batch_size: 0,
-                drop_last: false
-            }
+            BatchConfig::new(0).drop_last(false)
         )
         .is_err());
     }

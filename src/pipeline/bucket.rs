@@ -79,17 +79,52 @@ impl fmt::Debug for BucketKey {
 }
 
 /// Configuration of a [`Bucket`].
+///
+/// Built from [`BucketConfig::default`] with chainable setters, so options added later do not
+/// break callers:
+///
+/// ```
+/// use zrecord::pipeline::BucketConfig;
+///
+/// let config = BucketConfig::default().buffer_size(4096).pack_size(64);
+/// assert_eq!((config.buffer_size, config.pack_size, config.seed), (4096, 64, 0));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct BucketConfig {
-    /// Items sorted together. Default: 1024.
+    /// Items sorted together, at least 1. Default: 1024.
     pub buffer_size: u64,
-    /// Items per pack (usually the batch size). Default: 32.
+    /// Items per pack (usually the batch size), at least 1. Default: 32.
     pub pack_size: u64,
     /// The seed of the tie-breaker and the shuffles. Default: 0.
     pub seed: u64,
 }
 
+impl BucketConfig {
+    /// Sets the items sorted together, at least 1. Default 1024.
+    #[must_use]
+    pub fn buffer_size(mut self, buffer_size: u64) -> Self {
+        self.buffer_size = buffer_size;
+        self
+    }
+
+    /// Sets the items per pack (usually the batch size), at least 1. Default 32.
+    #[must_use]
+    pub fn pack_size(mut self, pack_size: u64) -> Self {
+        self.pack_size = pack_size;
+        self
+    }
+
+    /// Sets the seed of the tie-breaker and the shuffles. Default 0.
+    #[must_use]
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+}
+
 impl Default for BucketConfig {
+    /// Buffers of 1024 items, packs of 32, seed 0.
     fn default() -> Self {
         Self {
             buffer_size: 1024,
@@ -255,22 +290,20 @@ mod tests {
     fn bucket(n: u64, buffer_size: u64, pack_size: u64) -> Bucket<Sampler> {
         let sampler = Sampler::new(
             n,
-            SamplerConfig {
-                mode: SamplerMode::Shuffled,
-                seed: 1,
-                epochs: Some(2),
-            },
+            SamplerConfig::default()
+                .mode(SamplerMode::Shuffled)
+                .seed(1)
+                .epochs(Some(2)),
         )
         .unwrap();
         // Key: the index modulo 5, so keys collide and the tie-breaker matters.
         let key = BucketKey::new("mod5", |i| Ok(i % 5));
         Bucket::new(
             sampler,
-            BucketConfig {
-                buffer_size,
-                pack_size,
-                seed: 9,
-            },
+            BucketConfig::default()
+                .buffer_size(buffer_size)
+                .pack_size(pack_size)
+                .seed(9),
             key,
         )
         .unwrap()
@@ -318,15 +351,9 @@ mod tests {
     fn zero_sizes_are_rejected() {
         let s = Sampler::new(3, SamplerConfig::default()).unwrap();
         let key = BucketKey::new("zero", |_| Ok(0));
-        let cfg = BucketConfig {
-            buffer_size: 0,
-            ..BucketConfig::default()
-        };
+        let cfg = BucketConfig::default().buffer_size(0);
         assert!(Bucket::new(s.clone(), cfg, key.clone()).is_err());
-        let cfg = BucketConfig {
-            pack_size: 0,
-            ..BucketConfig::default()
-        };
+        let cfg = BucketConfig::default().pack_size(0);
         assert!(Bucket::new(s, cfg, key).is_err());
     }
 }

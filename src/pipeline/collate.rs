@@ -33,9 +33,21 @@ pub enum PoolingType {
 }
 
 /// Padding options of [`pad_stack`].
+///
+/// Built from [`PadConfig::default`] or [`PadConfig::new`] with chainable setters, so options
+/// added later do not break callers:
+///
+/// ```
+/// use zrecord::pipeline::{PadConfig, PadSide};
+///
+/// let config = PadConfig::new(-1i32).side(PadSide::Left).pad_to_multiple_of(Some(8));
+/// assert_eq!(config.pad_value, -1);
+/// assert_eq!(PadConfig::<u16>::default().pad_value, 0);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PadConfig<E> {
-    /// The value of padding elements.
+    /// The value of padding elements. Default: `E::default()` (zero for numbers).
     pub pad_value: E,
     /// The side. Default: [`PadSide::Right`].
     pub side: PadSide,
@@ -45,12 +57,43 @@ pub struct PadConfig<E> {
 }
 
 impl<E: Default> Default for PadConfig<E> {
+    /// Padding with `E::default()` (zero for numbers), on the right, rows not rounded up.
     fn default() -> Self {
+        Self::new(E::default())
+    }
+}
+
+impl<E> PadConfig<E> {
+    /// Padding with `pad_value`; every other option at its default.
+    #[must_use]
+    pub fn new(pad_value: E) -> Self {
         Self {
-            pad_value: E::default(),
+            pad_value,
             side: PadSide::Right,
             pad_to_multiple_of: None,
         }
+    }
+
+    /// Sets the value of padding elements. Default `E::default()` (zero for numbers).
+    #[must_use]
+    pub fn pad_value(mut self, pad_value: E) -> Self {
+        self.pad_value = pad_value;
+        self
+    }
+
+    /// Sets the side padding goes on. Default [`PadSide::Right`].
+    #[must_use]
+    pub fn side(mut self, side: PadSide) -> Self {
+        self.side = side;
+        self
+    }
+
+    /// Sets the multiple the row length is rounded up to (for GPU kernels or context-parallel
+    /// splits); `None` does not round. Default `None`. `Some(0)` is invalid.
+    #[must_use]
+    pub fn pad_to_multiple_of(mut self, multiple: Option<usize>) -> Self {
+        self.pad_to_multiple_of = multiple;
+        self
     }
 }
 
@@ -230,24 +273,16 @@ mod tests {
 
         let left = pad_stack(
             &items(),
-            PadConfig {
-                pad_value: -1,
-                side: PadSide::Left,
-                pad_to_multiple_of: None,
-            },
+            PadConfig::new(-1)
+                .side(PadSide::Left)
+                .pad_to_multiple_of(None),
         )
         .unwrap();
         assert_eq!(left.data, vec![1, 2, 3, -1, -1, 4, -1, 5, 6]);
         assert_eq!(left.attention_mask, vec![1, 1, 1, 0, 0, 1, 0, 1, 1]);
 
-        let aligned = pad_stack(
-            &items(),
-            PadConfig {
-                pad_to_multiple_of: Some(8),
-                ..PadConfig::default()
-            },
-        )
-        .unwrap();
+        let aligned =
+            pad_stack(&items(), PadConfig::default().pad_to_multiple_of(Some(8))).unwrap();
         assert_eq!(aligned.cols, 8);
         assert_eq!(aligned.row(1).unwrap(), &[4, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(aligned.data.len(), 24);
@@ -257,10 +292,7 @@ mod tests {
     fn invalid_inputs() {
         let none: Vec<Vec<u8>> = Vec::new();
         assert!(pad_stack(&none, PadConfig::default()).is_err());
-        let zero = PadConfig {
-            pad_to_multiple_of: Some(0),
-            ..PadConfig::<u8>::default()
-        };
+        let zero = PadConfig::<u8>::default().pad_to_multiple_of(Some(0));
         assert!(pad_stack(&[vec![1u8]], zero).is_err());
         assert!(pooling_mask(&[1, 1, 1], 2, PoolingType::All).is_err());
         // Empty records stack to zero columns.
@@ -281,14 +313,7 @@ mod tests {
             vec![0, 0, 1, 1, 0, 0, 0, 1, 0]
         );
         assert_eq!(right.pooling_mask(PoolingType::All), right.attention_mask);
-        let left = pad_stack(
-            &items(),
-            PadConfig {
-                side: PadSide::Left,
-                ..PadConfig::default()
-            },
-        )
-        .unwrap();
+        let left = pad_stack(&items(), PadConfig::default().side(PadSide::Left)).unwrap();
         assert_eq!(
             left.pooling_mask(PoolingType::First),
             vec![1, 0, 0, 0, 0, 1, 0, 1, 0]

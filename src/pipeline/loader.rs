@@ -39,7 +39,22 @@ use super::state::{LoaderState, LOADER_STATE_VERSION};
 use crate::{Error, Result};
 
 /// Every option of a [`Loader`] but the bucket key and the transform (which are functions).
+///
+/// Built from [`LoaderConfig::default`] with chainable setters, so options added later do not
+/// break callers:
+///
+/// ```
+/// use zrecord::pipeline::{BatchConfig, BucketConfig, LoaderConfig, PrefetchConfig, SamplerConfig};
+///
+/// let config = LoaderConfig::default()
+///     .sampler(SamplerConfig::default().seed(42))
+///     .bucket(Some(BucketConfig::default().pack_size(64)))
+///     .batch(BatchConfig::new(64))
+///     .prefetch(PrefetchConfig::default().num_workers(4));
+/// assert_eq!(config.shard.total, 1);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[non_exhaustive]
 pub struct LoaderConfig {
     /// The sampler. Default: [`SamplerConfig::default`] (shuffled, seed 0, one epoch).
     pub sampler: SamplerConfig,
@@ -51,6 +66,44 @@ pub struct LoaderConfig {
     pub batch: BatchConfig,
     /// Workers, queues and merge. Default: [`PrefetchConfig::default`].
     pub prefetch: PrefetchConfig,
+}
+
+impl LoaderConfig {
+    /// Sets the sampler. Default [`SamplerConfig::default`] (shuffled, seed 0, one epoch).
+    #[must_use]
+    pub fn sampler(mut self, sampler: SamplerConfig) -> Self {
+        self.sampler = sampler;
+        self
+    }
+
+    /// Sets the shard of this rank. Default [`ShardConfig::default`] (one shard: everything).
+    #[must_use]
+    pub fn shard(mut self, shard: ShardConfig) -> Self {
+        self.shard = shard;
+        self
+    }
+
+    /// Sets length bucketing: `Some` turns it on, `None` off. Default `None` (off).
+    #[must_use]
+    pub fn bucket(mut self, bucket: Option<BucketConfig>) -> Self {
+        self.bucket = bucket;
+        self
+    }
+
+    /// Sets batching. Default [`BatchConfig::default`] (32, keep the last short batch).
+    #[must_use]
+    pub fn batch(mut self, batch: BatchConfig) -> Self {
+        self.batch = batch;
+        self
+    }
+
+    /// Sets workers, queues and merge. Default [`PrefetchConfig::default`] (2 workers, queues
+    /// of 2, strict merge).
+    #[must_use]
+    pub fn prefetch(mut self, prefetch: PrefetchConfig) -> Self {
+        self.prefetch = prefetch;
+        self
+    }
 }
 
 /// The index chain a [`Loader`] runs: sampler → shard → (bucket) → batch. Its item sequence is

@@ -75,7 +75,19 @@ pub enum MergePolicy {
 }
 
 /// Configuration of a [`Prefetch`].
+///
+/// Built from [`PrefetchConfig::default`] with chainable setters, so options added later do not
+/// break callers:
+///
+/// ```
+/// use zrecord::pipeline::{MergePolicy, PrefetchConfig};
+///
+/// let config = PrefetchConfig::default().num_workers(4).worker_queue_size(3);
+/// assert_eq!(config.consumer_queue_size, 2);
+/// assert_eq!(config.merge, MergePolicy::Strict);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct PrefetchConfig {
     /// Number of worker threads, at least 1. Default: 2.
     pub num_workers: usize,
@@ -89,6 +101,7 @@ pub struct PrefetchConfig {
 }
 
 impl Default for PrefetchConfig {
+    /// 2 workers, worker queues of 2 batches, a consumer buffer of 2 batches, strict merge.
     fn default() -> Self {
         Self {
             num_workers: 2,
@@ -100,6 +113,35 @@ impl Default for PrefetchConfig {
 }
 
 impl PrefetchConfig {
+    /// Sets the number of worker threads, at least 1. Default 2.
+    #[must_use]
+    pub fn num_workers(mut self, num_workers: usize) -> Self {
+        self.num_workers = num_workers;
+        self
+    }
+
+    /// Sets the capacity of each worker's queue, in batches, at least 1. Default 2.
+    #[must_use]
+    pub fn worker_queue_size(mut self, size: usize) -> Self {
+        self.worker_queue_size = size;
+        self
+    }
+
+    /// Sets the capacity of the buffer of merged batches waiting for the consumer, at least 1.
+    /// Default 2.
+    #[must_use]
+    pub fn consumer_queue_size(mut self, size: usize) -> Self {
+        self.consumer_queue_size = size;
+        self
+    }
+
+    /// Sets the merge. Default [`MergePolicy::Strict`].
+    #[must_use]
+    pub fn merge(mut self, merge: MergePolicy) -> Self {
+        self.merge = merge;
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         let bad = |reason: String| Err(Error::InvalidConfig { reason });
         if self.num_workers == 0 {

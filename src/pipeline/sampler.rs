@@ -35,7 +35,20 @@ pub enum SamplerMode {
 }
 
 /// Configuration of a [`Sampler`].
+///
+/// Built from [`SamplerConfig::default`] with chainable setters, so options added later do not
+/// break callers:
+///
+/// ```
+/// use zrecord::pipeline::{SamplerConfig, SamplerMode};
+///
+/// let config = SamplerConfig::default().seed(7).epochs(None);
+/// assert_eq!(config.mode, SamplerMode::Shuffled);
+/// let in_order = SamplerConfig::default().mode(SamplerMode::Sequential { window_len: 1 });
+/// assert_eq!(in_order.epochs, Some(1));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SamplerConfig {
     /// The order. Default: [`SamplerMode::Shuffled`].
     pub mode: SamplerMode,
@@ -46,12 +59,36 @@ pub struct SamplerConfig {
 }
 
 impl Default for SamplerConfig {
+    /// Shuffled, seed 0, one epoch.
     fn default() -> Self {
         Self {
             mode: SamplerMode::Shuffled,
             seed: 0,
             epochs: Some(1),
         }
+    }
+}
+
+impl SamplerConfig {
+    /// Sets the order. Default [`SamplerMode::Shuffled`].
+    #[must_use]
+    pub fn mode(mut self, mode: SamplerMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Sets the seed. Default 0.
+    #[must_use]
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Sets the number of epochs; `None` runs forever. Default `Some(1)`.
+    #[must_use]
+    pub fn epochs(mut self, epochs: Option<u64>) -> Self {
+        self.epochs = epochs;
+        self
     }
 }
 
@@ -246,11 +283,10 @@ mod tests {
     fn shuffled(n: u64, seed: u64) -> Sampler {
         Sampler::new(
             n,
-            SamplerConfig {
-                mode: SamplerMode::Shuffled,
-                seed,
-                epochs: None,
-            },
+            SamplerConfig::default()
+                .mode(SamplerMode::Shuffled)
+                .seed(seed)
+                .epochs(None),
         )
         .unwrap()
     }
@@ -321,11 +357,10 @@ mod tests {
     fn sequential_sliding_window_wraps_without_truncation() {
         let mut s = Sampler::new(
             10,
-            SamplerConfig {
-                mode: SamplerMode::Sequential { window_len: 4 },
-                seed: 0,
-                epochs: Some(3),
-            },
+            SamplerConfig::default()
+                .mode(SamplerMode::Sequential { window_len: 4 })
+                .seed(0)
+                .epochs(Some(3)),
         )
         .unwrap();
         assert_eq!(s.epoch_len(), 12);
@@ -333,20 +368,16 @@ mod tests {
         assert_eq!(epoch(&mut s, 1), vec![2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3]);
         let mut plain = Sampler::new(
             5,
-            SamplerConfig {
-                mode: SamplerMode::Sequential { window_len: 1 },
-                seed: 0,
-                epochs: Some(2),
-            },
+            SamplerConfig::default()
+                .mode(SamplerMode::Sequential { window_len: 1 })
+                .seed(0)
+                .epochs(Some(2)),
         )
         .unwrap();
         assert_eq!(epoch(&mut plain, 1), vec![0, 1, 2, 3, 4]);
         assert!(Sampler::new(
             5,
-            SamplerConfig {
-                mode: SamplerMode::Sequential { window_len: 0 },
-                ..SamplerConfig::default()
-            }
+            SamplerConfig::default().mode(SamplerMode::Sequential { window_len: 0 })
         )
         .is_err());
     }
@@ -355,11 +386,10 @@ mod tests {
     fn random_draws_in_range_and_deterministic() {
         let mut s = Sampler::new(
             50,
-            SamplerConfig {
-                mode: SamplerMode::Random,
-                seed: 3,
-                epochs: None,
-            },
+            SamplerConfig::default()
+                .mode(SamplerMode::Random)
+                .seed(3)
+                .epochs(None),
         )
         .unwrap();
         let a = epoch(&mut s, 0);

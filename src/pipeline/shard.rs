@@ -32,7 +32,19 @@ pub enum ShardMode {
 }
 
 /// Configuration of a [`Shard`].
+///
+/// Built from [`ShardConfig::default`] (one shard: everything) or [`ShardConfig::new`] with
+/// chainable setters, so options added later do not break callers:
+///
+/// ```
+/// use zrecord::pipeline::{ShardConfig, ShardMode};
+///
+/// let config = ShardConfig::new(4, 1).mode(ShardMode::Contiguous).pad_to_equal(true);
+/// assert_eq!((config.total, config.index), (4, 1));
+/// assert!(!config.drop_remainder);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ShardConfig {
     /// Number of shards. Default: 1.
     pub total: u64,
@@ -49,6 +61,7 @@ pub struct ShardConfig {
 }
 
 impl Default for ShardConfig {
+    /// One shard (index 0 of 1: everything), interleaved, neither padded nor cut.
     fn default() -> Self {
         Self {
             total: 1,
@@ -57,6 +70,51 @@ impl Default for ShardConfig {
             pad_to_equal: false,
             drop_remainder: false,
         }
+    }
+}
+
+impl ShardConfig {
+    /// Shard `index` of `total`; every other option at its default.
+    #[must_use]
+    pub fn new(total: u64, index: u64) -> Self {
+        Self::default().total(total).index(index)
+    }
+
+    /// Sets the number of shards, at least 1. Default 1.
+    #[must_use]
+    pub fn total(mut self, total: u64) -> Self {
+        self.total = total;
+        self
+    }
+
+    /// Sets this shard, below `total`. Default 0.
+    #[must_use]
+    pub fn index(mut self, index: u64) -> Self {
+        self.index = index;
+        self
+    }
+
+    /// Sets the assignment of positions. Default [`ShardMode::Interleaved`].
+    #[must_use]
+    pub fn mode(mut self, mode: ShardMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Sets whether every shard is padded to `ceil(L / total)` items by repeating the epoch's
+    /// last item, marked padded. Default false. Exclusive with `drop_remainder`.
+    #[must_use]
+    pub fn pad_to_equal(mut self, pad_to_equal: bool) -> Self {
+        self.pad_to_equal = pad_to_equal;
+        self
+    }
+
+    /// Sets whether every shard is cut to `floor(L / total)` items. Default false. Exclusive
+    /// with `pad_to_equal`.
+    #[must_use]
+    pub fn drop_remainder(mut self, drop_remainder: bool) -> Self {
+        self.drop_remainder = drop_remainder;
+        self
     }
 }
 
@@ -198,11 +256,10 @@ mod tests {
     fn seq(n: u64) -> Sampler {
         Sampler::new(
             n,
-            SamplerConfig {
-                mode: SamplerMode::Sequential { window_len: 1 },
-                seed: 0,
-                epochs: Some(1),
-            },
+            SamplerConfig::default()
+                .mode(SamplerMode::Sequential { window_len: 1 })
+                .seed(0)
+                .epochs(Some(1)),
         )
         .unwrap()
     }
@@ -220,36 +277,19 @@ mod tests {
     #[test]
     fn empty_contiguous_shard_pads_with_the_last_item() {
         // 5 items in blocks of 2 over 4 shards: shard 3 owns nothing.
-        let c = ShardConfig {
-            total: 4,
-            index: 3,
-            mode: ShardMode::Contiguous,
-            ..ShardConfig::default()
-        };
+        let c = ShardConfig::new(4, 3).mode(ShardMode::Contiguous);
         assert_eq!(items(5, c), vec![]);
-        let padded = ShardConfig {
-            pad_to_equal: true,
-            ..c
-        };
+        let padded = c.pad_to_equal(true);
         assert_eq!(items(5, padded), vec![(4, true), (4, true)]);
     }
 
     #[test]
     fn invalid_configs() {
         let bad = |c| Shard::new(seq(3), c).is_err();
-        assert!(bad(ShardConfig {
-            total: 0,
-            ..ShardConfig::default()
-        }));
-        assert!(bad(ShardConfig {
-            total: 2,
-            index: 2,
-            ..ShardConfig::default()
-        }));
-        assert!(bad(ShardConfig {
-            pad_to_equal: true,
-            drop_remainder: true,
-            ..ShardConfig::default()
-        }));
+        assert!(bad(ShardConfig::default().total(0)));
+        assert!(bad(ShardConfig::new(2, 2)));
+        assert!(bad(ShardConfig::default()
+            .pad_to_equal(true)
+            .drop_remainder(true)));
     }
 }

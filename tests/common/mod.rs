@@ -15,27 +15,24 @@ prop_compose! {
             1 => SamplerMode::Shuffled,
             _ => SamplerMode::Random,
         };
-        SamplerConfig { mode, seed, epochs: Some(epochs) }
+        SamplerConfig::default().mode(mode).seed(seed).epochs(Some(epochs))
     }
 }
 
 prop_compose! {
     fn shard_config()(total in 1..4u64, index in 0..4u64, contiguous in any::<bool>(), pad in 0..3u8)
         -> ShardConfig {
-        ShardConfig {
-            total,
-            index: index % total,
-            mode: if contiguous { ShardMode::Contiguous } else { ShardMode::Interleaved },
-            pad_to_equal: pad == 1,
-            drop_remainder: pad == 2,
-        }
+        ShardConfig::new(total, index % total)
+            .mode(if contiguous { ShardMode::Contiguous } else { ShardMode::Interleaved })
+            .pad_to_equal(pad == 1)
+            .drop_remainder(pad == 2)
     }
 }
 
 prop_compose! {
     fn bucket_config()(on in any::<bool>(), buffer_size in 1..20u64, pack_size in 1..6u64, seed in any::<u64>())
         -> Option<BucketConfig> {
-        on.then_some(BucketConfig { buffer_size, pack_size, seed })
+        on.then_some(BucketConfig::default().buffer_size(buffer_size).pack_size(pack_size).seed(seed))
     }
 }
 
@@ -50,17 +47,17 @@ prop_compose! {
         worker_queue_size in 1..4usize,
         consumer_queue_size in 1..4usize,
     ) -> LoaderConfig {
-        LoaderConfig {
-            sampler,
-            shard,
-            bucket,
-            batch: BatchConfig { batch_size, drop_last },
-            prefetch: PrefetchConfig {
-                num_workers,
-                worker_queue_size,
-                consumer_queue_size,
-                merge: MergePolicy::Strict,
-            },
-        }
+        LoaderConfig::default()
+            .sampler(sampler)
+            .shard(shard)
+            .bucket(bucket)
+            .batch(BatchConfig::new(batch_size).drop_last(drop_last))
+            .prefetch(
+                PrefetchConfig::default()
+                    .num_workers(num_workers)
+                    .worker_queue_size(worker_queue_size)
+                    .consumer_queue_size(consumer_queue_size)
+                    .merge(MergePolicy::Strict),
+            )
     }
 }

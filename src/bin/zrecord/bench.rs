@@ -565,19 +565,21 @@ fn loader(a: &LoaderArgs) -> Res {
     let ds = Dataset::open_with(&a.dir, ReadConfig::default().with_backend(backend))?;
     let source = std::sync::Arc::new(DatasetSource::new(&ds));
     let mut builder = Loader::builder(std::sync::Arc::clone(&source))
-        .sampler(SamplerConfig {
-            mode: SamplerMode::Shuffled,
-            seed: 1,
-            epochs: None,
-        })
+        .sampler(
+            SamplerConfig::default()
+                .mode(SamplerMode::Shuffled)
+                .seed(1)
+                .epochs(None),
+        )
         .batch_size(a.batch)
         .num_workers(a.workers.max(1));
     if let Some(buffer_size) = a.bucket_buffer {
-        builder = builder.bucket(BucketConfig {
-            buffer_size,
-            pack_size: a.bucket_pack,
-            seed: 1,
-        });
+        builder = builder.bucket(
+            BucketConfig::default()
+                .buffer_size(buffer_size)
+                .pack_size(a.bucket_pack)
+                .seed(1),
+        );
     }
     let mut loader = builder.build()?;
     let (mut records, mut bytes) = (0u64, 0u64);
