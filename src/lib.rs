@@ -8,6 +8,11 @@
 //! ([`Dataset`]) read random records in batches, in the caller's order, every record checked
 //! against its CRC32C.
 //!
+//! Reads go through one [`ReadBackend`]: zrecord's own (io_uring, a pread pool, zero-copy mmap,
+//! and `auto`, which picks per batch) or one of yours, set with [`ReadConfig`], which also sets
+//! the reads and bytes in flight and the read path's thread budget. Chunk files are opened on
+//! demand and closed least-recently-used under a budget derived from `RLIMIT_NOFILE`.
+//!
 //! ```
 //! use zrecord::{Codec, DType, Dataset, Field, Schema, Writer, WriterConfig};
 //!
