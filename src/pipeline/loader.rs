@@ -155,6 +155,8 @@ pub struct LoaderBuilder<S: Source, T = <S as Source>::Batch> {
     source: Arc<S>,
     config: LoaderConfig,
     key: Option<BucketKey>,
+    /// The seed given to [`LoaderBuilder::seed`], applied to a bucket configuration set later.
+    seed: Option<u64>,
     transform: Transform<S::Batch, T>,
 }
 
@@ -174,15 +176,18 @@ impl<S: Source> LoaderBuilder<S> {
             source,
             config: LoaderConfig::default(),
             key: None,
+            seed: None,
             transform: identity(),
         }
     }
 }
 
 impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
-    /// Replaces the whole configuration.
+    /// Replaces the whole configuration, seeds included (a seed given to
+    /// [`LoaderBuilder::seed`] before this is forgotten).
     pub fn config(mut self, config: LoaderConfig) -> Self {
         self.config = config;
+        self.seed = None;
         self
     }
 
@@ -192,8 +197,10 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
         self
     }
 
-    /// The seed of the sampler (and of the bucket, if bucketing is on).
+    /// The seed of the sampler and of the bucket, whether [`LoaderBuilder::bucket`] is called
+    /// before or after this (it overrides the seed of the [`BucketConfig`]).
     pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
         self.config.sampler.seed = seed;
         if let Some(b) = &mut self.config.bucket {
             b.seed = seed;
@@ -213,8 +220,12 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
         self
     }
 
-    /// Turns length bucketing on. The key defaults to [`Source::item_len`].
-    pub fn bucket(mut self, bucket: BucketConfig) -> Self {
+    /// Turns length bucketing on. The key defaults to [`Source::item_len`]. A seed given to
+    /// [`LoaderBuilder::seed`] (before or after this) replaces `bucket.seed`.
+    pub fn bucket(mut self, mut bucket: BucketConfig) -> Self {
+        if let Some(seed) = self.seed {
+            bucket.seed = seed;
+        }
         self.config.bucket = Some(bucket);
         self
     }
@@ -282,6 +293,7 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
             source: self.source,
             config: self.config,
             key: self.key,
+            seed: self.seed,
             transform: Arc::new(transform),
         }
     }
