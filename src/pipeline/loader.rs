@@ -35,7 +35,7 @@ use super::sampler::{Sampler, SamplerConfig};
 use super::shard::{Shard, ShardConfig};
 use super::source::Source;
 use super::stage::{describe, fingerprint, Stage};
-use super::state::{LoaderState, LOADER_STATE_VERSION};
+use super::state::{describe_differences, LoaderState, LOADER_STATE_VERSION};
 use crate::{Error, Result};
 
 /// Every option of a [`Loader`] but the bucket key and the transform (which are functions).
@@ -342,7 +342,9 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     /// # Errors
     /// [`Error::ResumeMismatch`] if the source's generation or length, or the configuration of
     /// the index chain (sampler, shard, bucket, batch) differ from the checkpoint's, or if a
-    /// best-effort checkpoint is resumed with another worker count; otherwise as
+    /// best-effort checkpoint is resumed with another worker count. A configuration mismatch
+    /// names each differing setting, the checkpoint's value against this loader's (e.g.
+    /// `shard.total: checkpoint 2, this loader 3`). Otherwise as
     /// [`LoaderBuilder::build`].
     pub fn resume(self, state: &LoaderState) -> Result<Loader<S, T>> {
         self.start(Some(state))
@@ -412,6 +414,11 @@ impl Header {
                 "the checkpoint was taken on a source of {} records, this one has {}",
                 state.source_len, self.source_len
             ));
+        }
+        if state.config != self.config {
+            if let Some(differences) = describe_differences(&state.config, &self.config) {
+                return mismatch(format!("the pipeline configuration differs: {differences}"));
+            }
         }
         if state.fingerprint != self.fingerprint || state.config != self.config {
             return mismatch(format!(
