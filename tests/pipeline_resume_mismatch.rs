@@ -1,5 +1,6 @@
 //! A checkpoint resumed against another dataset generation, source length, configuration,
-//! format version, or (best effort) worker count is refused with `ResumeMismatch`.
+//! format version, or (best effort) worker count is refused with `ResumeMismatch`, whose message
+//! names each differing setting, the checkpoint's value against this loader's.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use std::sync::Arc;
@@ -61,23 +62,27 @@ fn mismatches_are_refused_with_a_clear_message() {
     refused(
         builder(source(50, 7)).seed(5),
         &state,
-        "configuration differs",
+        "configuration differs: sampler.seed: checkpoint 4, this loader 5",
     );
-    refused(builder(source(50, 7)).batch_size(5), &state, "batch_size=4");
+    refused(
+        builder(source(50, 7)).batch_size(5),
+        &state,
+        "batch.batch_size: checkpoint 4, this loader 5",
+    );
     refused(
         builder(source(50, 7)).epochs(Some(3)),
         &state,
-        "configuration",
+        "sampler.epochs: checkpoint Some(2), this loader Some(3)",
     );
     refused(
         builder(source(50, 7)).shard(ShardConfig::default().total(2)),
         &state,
-        "shard(total=1",
+        "shard.total: checkpoint 1, this loader 2",
     );
     refused(
         builder(source(50, 7)).bucket(BucketConfig::default()),
         &state,
-        "bucket(",
+        "bucket: checkpoint off, this loader on (buffer_size=1024, pack_size=32, seed=0, key=",
     );
     // Another format version.
     let mut future = state.clone();
@@ -125,4 +130,38 @@ fn worker_count_may_change_for_strict_but_not_best_effort_checkpoints() {
         &state,
         "best-effort",
     );
+}
+
+#[test]
+fn every_differing_setting_is_named_and_nothing_else() {
+    let state = checkpoint(builder(source(50, 7)).shard(ShardConfig::default().total(2)));
+    let b = builder(source(50, 7))
+        .shard(ShardConfig::default().total(3))
+        .batch_size(6)
+        .drop_last(true);
+    let msg = b.resume(&state).unwrap_err().to_string();
+    assert!(
+        msg.ends_with(
+            "the pipeline configuration differs: shard.total: checkpoint 2, this loader 3; \
+             batch.batch_size: checkpoint 4, this loader 6; \
+             batch.drop_last: checkpoint false, this loader true"
+        ),
+        "{msg}"
+    );
+    // Not the whole descriptions: equal settings are not quoted.
+    assert!(!msg.contains("sampler"), "{msg}");
+    assert!(!msg.contains("index="), "{msg}");
+
+    // A checkpoint whose description cannot be parsed is still refused, quoting both.
+    let mut odd = state.clone();
+    odd.config = "hand-written".into();
+    refused(
+        builder(source(50, 7)),
+        &odd,
+        "checkpoint has `hand-written`",
+    );
+    // The same description with another fingerprint (a tampered checkpoint) too.
+    let mut tampered = checkpoint(builder(source(50, 7)));
+    tampered.fingerprint ^= 1;
+    refused(builder(source(50, 7)), &tampered, "fingerprint");
 }

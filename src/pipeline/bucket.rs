@@ -51,9 +51,12 @@ impl BucketKey {
         }
     }
 
-    /// The default key: [`Source::item_len`], the record length (no data read).
+    /// The default key: [`Source::item_len`], the record length (no data read), named by
+    /// [`Source::key_description`].
     pub fn item_len<S: Source>(source: Arc<S>) -> Self {
-        Self::new("item_len", move |index| source.item_len(index))
+        Self::new(source.key_description(), move |index| {
+            source.item_len(index)
+        })
     }
 
     /// The key's name.

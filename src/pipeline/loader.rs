@@ -35,7 +35,7 @@ use super::sampler::{Sampler, SamplerConfig};
 use super::shard::{Shard, ShardConfig};
 use super::source::Source;
 use super::stage::{describe, fingerprint, Stage};
-use super::state::{LoaderState, LOADER_STATE_VERSION};
+use super::state::{describe_differences, LoaderState, LOADER_STATE_VERSION};
 use crate::{Error, Result};
 
 /// Every option of a [`Loader`] but the bucket key and the transform (which are functions).
@@ -155,6 +155,8 @@ pub struct LoaderBuilder<S: Source, T = <S as Source>::Batch> {
     source: Arc<S>,
     config: LoaderConfig,
     key: Option<BucketKey>,
+    /// The seed given to [`LoaderBuilder::seed`], applied to a bucket configuration set later.
+    seed: Option<u64>,
     transform: Transform<S::Batch, T>,
 }
 
@@ -174,15 +176,18 @@ impl<S: Source> LoaderBuilder<S> {
             source,
             config: LoaderConfig::default(),
             key: None,
+            seed: None,
             transform: identity(),
         }
     }
 }
 
 impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
-    /// Replaces the whole configuration.
+    /// Replaces the whole configuration, seeds included (a seed given to
+    /// [`LoaderBuilder::seed`] before this is forgotten).
     pub fn config(mut self, config: LoaderConfig) -> Self {
         self.config = config;
+        self.seed = None;
         self
     }
 
@@ -192,8 +197,10 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
         self
     }
 
-    /// The seed of the sampler (and of the bucket, if bucketing is on).
+    /// The seed of the sampler and of the bucket, whether [`LoaderBuilder::bucket`] is called
+    /// before or after this (it overrides the seed of the [`BucketConfig`]).
     pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
         self.config.sampler.seed = seed;
         if let Some(b) = &mut self.config.bucket {
             b.seed = seed;
@@ -213,8 +220,12 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
         self
     }
 
-    /// Turns length bucketing on. The key defaults to [`Source::item_len`].
-    pub fn bucket(mut self, bucket: BucketConfig) -> Self {
+    /// Turns length bucketing on. The key defaults to [`Source::item_len`]. A seed given to
+    /// [`LoaderBuilder::seed`] (before or after this) replaces `bucket.seed`.
+    pub fn bucket(mut self, mut bucket: BucketConfig) -> Self {
+        if let Some(seed) = self.seed {
+            bucket.seed = seed;
+        }
         self.config.bucket = Some(bucket);
         self
     }
@@ -282,6 +293,7 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
             source: self.source,
             config: self.config,
             key: self.key,
+            seed: self.seed,
             transform: Arc::new(transform),
         }
     }
@@ -330,7 +342,9 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     /// # Errors
     /// [`Error::ResumeMismatch`] if the source's generation or length, or the configuration of
     /// the index chain (sampler, shard, bucket, batch) differ from the checkpoint's, or if a
-    /// best-effort checkpoint is resumed with another worker count; otherwise as
+    /// best-effort checkpoint is resumed with another worker count. A configuration mismatch
+    /// names each differing setting, the checkpoint's value against this loader's (e.g.
+    /// `shard.total: checkpoint 2, this loader 3`). Otherwise as
     /// [`LoaderBuilder::build`].
     pub fn resume(self, state: &LoaderState) -> Result<Loader<S, T>> {
         self.start(Some(state))
@@ -400,6 +414,11 @@ impl Header {
                 "the checkpoint was taken on a source of {} records, this one has {}",
                 state.source_len, self.source_len
             ));
+        }
+        if state.config != self.config {
+            if let Some(differences) = describe_differences(&state.config, &self.config) {
+                return mismatch(format!("the pipeline configuration differs: {differences}"));
+            }
         }
         if state.fingerprint != self.fingerprint || state.config != self.config {
             return mismatch(format!(

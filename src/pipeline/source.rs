@@ -27,6 +27,17 @@ pub trait Source: Send + Sync + 'static {
     /// (for a zrecord dataset it is the record length from the offset table).
     fn item_len(&self, index: u64) -> Result<u64>;
 
+    /// What [`Source::item_len`] computes (which data, and how), as the name of the default
+    /// bucket key. A bucketed loader's checkpoint records it, and resuming a bucketed loader
+    /// whose key is described otherwise is refused; so two sources whose keys differ must
+    /// describe them differently. Defaults to `item_len`.
+    ///
+    /// The description goes into a `key=value` list: it should hold no `, ` or ` | ` outside
+    /// brackets.
+    fn key_description(&self) -> String {
+        "item_len".to_string()
+    }
+
     /// Reads the records at `indices`, in that order. Blocking; called on worker threads.
     fn gather(&self, indices: &[u64]) -> Result<Self::Batch>;
 
@@ -114,6 +125,11 @@ impl Source for Dataset {
         (0..snap.meta().fields.len()).try_fold(0u64, |acc, f| {
             Ok(acc.saturating_add(snap.record_len(f, index)?))
         })
+    }
+
+    /// `stored_len(all_fields)`: the sum of the record's stored field lengths.
+    fn key_description(&self) -> String {
+        "stored_len(all_fields)".to_string()
     }
 
     fn gather(&self, indices: &[u64]) -> Result<Self::Batch> {
@@ -216,6 +232,14 @@ impl Source for DatasetSource {
         self.snapshot.record_len(self.key_field, index)
     }
 
+    /// `stored_len(field=NAME)`: the stored length of the key field.
+    fn key_description(&self) -> String {
+        match self.snapshot.meta().fields.get(self.key_field) {
+            Some(f) => format!("stored_len(field={})", f.name),
+            None => format!("stored_len(field=#{})", self.key_field),
+        }
+    }
+
     fn gather(&self, indices: &[u64]) -> Result<Self::Batch> {
         let engine = self.engine()?;
         let fields = match &self.fields {
@@ -243,6 +267,10 @@ impl<S: Source> Source for Arc<S> {
 
     fn item_len(&self, index: u64) -> Result<u64> {
         S::item_len(self, index)
+    }
+
+    fn key_description(&self) -> String {
+        S::key_description(self)
     }
 
     fn gather(&self, indices: &[u64]) -> Result<Self::Batch> {

@@ -166,6 +166,11 @@ impl Batch {
             index: record as u64,
             len: self.len() as u64,
         })?;
+        // An absent value is an empty slice of any type: its bytes may sit at any address (the
+        // empty span is not a slot of the slab), so it must not be alignment-checked.
+        if bytes.is_empty() {
+            return Ok(&[]);
+        }
         bytemuck::try_cast_slice(bytes).map_err(|e| Error::ShapeMismatch {
             field: name.clone(),
             reason: format!(
