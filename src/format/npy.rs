@@ -1156,6 +1156,64 @@ mod tests {
     }
 
     #[test]
+    fn header_sizes_that_overflow_are_typed_errors_at_the_shape() {
+        // Each would wrap a u64 somewhere later: items per row with zero rows (this one decoded
+        // before and then panicked in `row_bytes`), row bytes, rows × row bytes, and the end of
+        // the data (data offset + data bytes).
+        for (descr, shape) in [
+            ("<f4", "(0, 4294967296, 4294967296)"),
+            ("<f4", "(0, 18446744073709551615, 2)"),
+            ("<f8", "(1, 2305843009213693952)"),
+            ("<f4", "(4611686018427387904, 4)"),
+            ("|u1", "(18446744073709551615,)"),
+            ("|u1", "(18446744073709551600,)"),
+        ] {
+            let h = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+            let f = npy((1, 0), &h, &[]);
+            let at = h.find("'shape'").unwrap() as u64 + 10 + "'shape': ".len() as u64;
+            let e = NpyHeader::decode(&f).unwrap_err();
+            assert!(matches!(e.kind, NpyErrorKind::Malformed(_)), "{shape}: {e}");
+            assert_eq!(e.offset, at, "{shape}: {e}");
+            assert!(e.to_string().contains("too large"), "{e}");
+        }
+        // The largest sizes that fit still decode, and their sizes are exact.
+        let f = npy(
+            (1, 0),
+            "{'descr': '|u1', 'fortran_order': False, 'shape': (18446744073709551487,), }",
+            &[],
+        );
+        let h = NpyHeader::decode(&f).unwrap();
+        assert_eq!(h.data_offset() + h.data_bytes(), u64::MAX);
+        assert_eq!(h.row_bytes(), 1);
+        // A zero-row array of a sane item shape is fine, and reads no rows.
+        let f = npy(
+            (1, 0),
+            "{'descr': '<f4', 'fortran_order': True, 'shape': (0, 3, 2), }",
+            &[],
+        );
+        let (h, out) = read_all(f, 4).unwrap();
+        assert_eq!((h.items_per_row(), h.row_bytes(), h.data_bytes()), (6, 24, 0));
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn fortran_segments_clamp_rows_past_the_end() {
+        let f = npy(
+            (1, 0),
+            "{'descr': '<i2', 'fortran_order': True, 'shape': (3, 4), }",
+            &[0u8; 24],
+        );
+        let h = NpyHeader::decode(&f).unwrap();
+        let d = h.data_offset();
+        let all: Vec<_> = h.fortran_segments(0, 3).collect();
+        assert_eq!(all, [(d, 6), (d + 6, 6), (d + 12, 6), (d + 18, 6)]);
+        assert_eq!(h.fortran_segments(2, u64::MAX).collect::<Vec<_>>()[0], (d + 4, 2));
+        for (first, n) in [(u64::MAX, u64::MAX), (3, 1), (u64::MAX, 0)] {
+            assert!(h.fortran_segments(first, n).all(|(_, len)| len == 0));
+        }
+    }
+
+    #[test]
     fn every_truncation_is_an_error_not_a_panic() {
         let data: Vec<u8> = (0..24u8).collect();
         let f = npy(
