@@ -207,7 +207,10 @@ impl NpyHeader {
             .ok_or_else(|| NpyError::truncated(available, end, available))?;
         let text = if version.0 >= 3 {
             std::str::from_utf8(text).map_err(|e| {
-                NpyError::malformed(header_offset(text_start, e.valid_up_to()), "header is not valid UTF-8")
+                NpyError::malformed(
+                    header_offset(text_start, e.valid_up_to()),
+                    "header is not valid UTF-8",
+                )
             })?
         } else {
             // Versions 1 and 2 are latin-1; NumPy only ever writes ASCII there.
@@ -292,8 +295,8 @@ impl NpyHeader {
                 "a 0-d array (shape ()) has no rows; reshape it to (1,)",
             ));
         }
-        let (items_per_row, row_bytes, data_bytes) =
-            checked_sizes(&shape, dtype.item_bytes(), end).ok_or_else(|| {
+        let (items_per_row, row_bytes, data_bytes) = checked_sizes(&shape, dtype.item_bytes(), end)
+            .ok_or_else(|| {
                 NpyError::malformed(
                     s_at,
                     format!(
@@ -919,7 +922,10 @@ impl<R: Read + Seek> NpyReader<R> {
     )]
     fn read_at(&mut self, at: u64, len: u64, out: &mut Vec<u8>) -> Result<(), NpyError> {
         let end = at.checked_add(len).ok_or_else(|| {
-            NpyError::malformed(at, format!("a read of {len} bytes at byte {at} ends past 2^64"))
+            NpyError::malformed(
+                at,
+                format!("a read of {len} bytes at byte {at} ends past 2^64"),
+            )
         })?;
         if self.pos != at {
             self.inner.seek(SeekFrom::Start(at)).map_err(|e| NpyError {
@@ -1192,7 +1198,10 @@ mod tests {
             &[],
         );
         let (h, out) = read_all(f, 4).unwrap();
-        assert_eq!((h.items_per_row(), h.row_bytes(), h.data_bytes()), (6, 24, 0));
+        assert_eq!(
+            (h.items_per_row(), h.row_bytes(), h.data_bytes()),
+            (6, 24, 0)
+        );
         assert!(out.is_empty());
     }
 
@@ -1207,7 +1216,10 @@ mod tests {
         let d = h.data_offset();
         let all: Vec<_> = h.fortran_segments(0, 3).collect();
         assert_eq!(all, [(d, 6), (d + 6, 6), (d + 12, 6), (d + 18, 6)]);
-        assert_eq!(h.fortran_segments(2, u64::MAX).collect::<Vec<_>>()[0], (d + 4, 2));
+        assert_eq!(
+            h.fortran_segments(2, u64::MAX).collect::<Vec<_>>()[0],
+            (d + 4, 2)
+        );
         for (first, n) in [(u64::MAX, u64::MAX), (3, 1), (u64::MAX, 0)] {
             assert!(h.fortran_segments(first, n).all(|(_, len)| len == 0));
         }
