@@ -41,6 +41,9 @@ fn at(g: u64) -> Option<Position> {
     })
 }
 
+/// A damage to a checkpoint, and what the refusal must mention.
+type Edit = (&'static str, fn(&mut LoaderState));
+
 #[track_caller]
 fn refused(b: LoaderBuilder<MemorySource>, state: &LoaderState, needle: &str) {
     match b.resume(state) {
@@ -57,45 +60,31 @@ fn refused(b: LoaderBuilder<MemorySource>, state: &LoaderState, needle: &str) {
 fn malformed_worker_lists_are_refused() {
     let good = checkpoint(builder(Some(2), 3));
     assert!(builder(Some(2), 3).resume(&good).is_ok());
-    let edits: Vec<(&str, Box<dyn Fn(&mut LoaderState)>)> = vec![
-        ("0 workers", Box::new(|s| s.prefetch.num_workers = 0)),
-        (
-            "0 workers",
-            Box::new(|s| {
-                s.prefetch.num_workers = 0;
-                s.prefetch.workers.clear();
-            }),
-        ),
-        (
-            "for 18446744073709551615 workers",
-            Box::new(|s| s.prefetch.num_workers = u64::MAX),
-        ),
+    let edits: Vec<Edit> = vec![
+        ("0 workers", |s| s.prefetch.num_workers = 0),
+        ("0 workers", |s| {
+            s.prefetch.num_workers = 0;
+            s.prefetch.workers.clear();
+        }),
+        ("for 18446744073709551615 workers", |s| {
+            s.prefetch.num_workers = u64::MAX
+        }),
         // An empty list for u64::MAX workers used to pass as a prefix and resume at `base`.
-        (
-            "0 workers listed",
-            Box::new(|s| {
-                s.prefetch.num_workers = u64::MAX;
-                s.prefetch.workers.clear();
-            }),
-        ),
-        (
-            "2 workers listed",
-            Box::new(|s| drop(s.prefetch.workers.pop())),
-        ),
-        (
-            "4 workers listed",
-            Box::new(|s| {
-                let w = s.prefetch.workers[0].clone();
-                s.prefetch.workers.push(w);
-            }),
-        ),
-        ("next worker 3", Box::new(|s| s.prefetch.next_worker = 3)),
-        (
-            "next worker 18446744073709551615",
-            Box::new(|s| s.prefetch.next_worker = u64::MAX),
-        ),
+        ("0 workers listed", |s| {
+            s.prefetch.num_workers = u64::MAX;
+            s.prefetch.workers.clear();
+        }),
+        ("2 workers listed", |s| s.prefetch.workers.truncate(2)),
+        ("4 workers listed", |s| {
+            let w = s.prefetch.workers[0].clone();
+            s.prefetch.workers.push(w);
+        }),
+        ("next worker 3", |s| s.prefetch.next_worker = 3),
+        ("next worker 18446744073709551615", |s| {
+            s.prefetch.next_worker = u64::MAX
+        }),
     ];
-    for (needle, edit) in &edits {
+    for (needle, edit) in edits {
         let mut s = good.clone();
         edit(&mut s);
         refused(builder(Some(2), 3), &s, needle);
@@ -107,27 +96,20 @@ fn malformed_worker_lists_are_refused() {
 #[test]
 fn huge_positions_and_counts_are_refused() {
     let good = checkpoint(builder(Some(2), 3));
-    let edits: Vec<(&str, Box<dyn Fn(&mut LoaderState)>)> = vec![
-        ("past the stage", Box::new(|s| s.prefetch.base = u64::MAX)),
-        (
-            "worker 0 consumed 18446744073709551615",
-            Box::new(|s| s.prefetch.workers[0].consumed = u64::MAX),
-        ),
-        (
-            "worker 1",
-            Box::new(|s| s.prefetch.workers[1].next = at(u64::MAX)),
-        ),
-        (
-            "worker 2",
-            Box::new(|s| {
-                s.prefetch.workers[2].next = Some(Position {
-                    epoch: u64::MAX,
-                    position: u64::MAX,
-                })
-            }),
-        ),
+    let edits: Vec<Edit> = vec![
+        ("past the stage", |s| s.prefetch.base = u64::MAX),
+        ("worker 0 consumed 18446744073709551615", |s| {
+            s.prefetch.workers[0].consumed = u64::MAX
+        }),
+        ("worker 1", |s| s.prefetch.workers[1].next = at(u64::MAX)),
+        ("worker 2", |s| {
+            s.prefetch.workers[2].next = Some(Position {
+                epoch: u64::MAX,
+                position: u64::MAX,
+            })
+        }),
     ];
-    for (needle, edit) in &edits {
+    for (needle, edit) in edits {
         let mut s = good.clone();
         edit(&mut s);
         refused(builder(Some(2), 3), &s, needle);
