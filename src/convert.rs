@@ -294,7 +294,7 @@ impl<'a> NpyConvert<'a> {
                 });
             }
             schema = schema.field(
-                Field::new(name, h.dtype)
+                Field::new(name, h.dtype())
                     .shape(h.item_shape().to_vec())
                     .codec(codec),
             );

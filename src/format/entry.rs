@@ -134,9 +134,11 @@ impl Entry {
         }
     }
 
-    /// End of the stored bytes in the chunk.
+    /// End of the stored bytes in the chunk. A decoded entry's end is below 2^41 (offset < 2^40,
+    /// length < 2^24); for a hand-made entry past `u64::MAX` it saturates, which still compares
+    /// as past the end of every chunk.
     pub fn end(&self) -> u64 {
-        self.offset + u64::from(self.physical_len)
+        self.offset.saturating_add(u64::from(self.physical_len))
     }
 }
 

@@ -99,7 +99,7 @@ impl Meta {
         // Serialising plain data structs to JSON cannot fail; the fallback keeps this panic-free.
         let body = serde_json::to_string(self).unwrap_or_default();
         let crc = crate::checksum::crc32c(body.as_bytes());
-        let mut out = Vec::with_capacity(body.len() + 32);
+        let mut out = Vec::with_capacity(body.len().saturating_add(32));
         out.extend_from_slice(b"{\"meta\":");
         out.extend_from_slice(body.as_bytes());
         out.extend_from_slice(format!(",\"crc32c\":{crc}}}\n").as_bytes());

@@ -4,6 +4,8 @@
 //!
 //! The byte-level specification is `docs/FORMAT.md`.
 
+#![deny(clippy::arithmetic_side_effects)]
+
 pub mod codec;
 pub mod dtype;
 pub mod entry;

@@ -43,7 +43,7 @@
 //! }
 //!
 //! let mut reader = NpyReader::new(std::io::Cursor::new(file))?;
-//! assert_eq!(reader.header().dtype, DType::I16);
+//! assert_eq!(reader.header().dtype(), DType::I16);
 //! assert_eq!(reader.header().item_shape(), &[3]);
 //! let mut rows = Vec::new();
 //! assert_eq!(reader.read_rows(2, &mut rows)?, 2);
@@ -151,37 +151,54 @@ impl std::error::Error for NpyError {
 }
 
 /// A decoded `.npy` header.
+///
+/// Only [`NpyHeader::decode`] makes one, and it refuses a header whose sizes do not fit: the
+/// bytes of a row (item size × the dimensions after axis 0), of the whole array (rows × row
+/// bytes) and the end of the data (data offset + data bytes) are all computed with checked
+/// arithmetic there and stored, so no size or offset derived from a header can wrap later.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NpyHeader {
-    /// Format version `(major, minor)`: (1, 0), (2, 0) or (3, 0).
-    pub version: (u8, u8),
-    /// The dtype string as written (`'<f4'`, `'|b1'`, ...).
-    pub descr: String,
-    /// The zrecord dtype the data maps to (`b1` → [`DType::Bool`]).
-    pub dtype: DType,
-    /// True if the stored items are big-endian (decoding converts them to little-endian).
-    pub big_endian: bool,
-    /// True if the data is in Fortran (column-major) order.
-    pub fortran_order: bool,
-    /// The array's shape; at least one dimension (axis 0 is the rows).
-    pub shape: Vec<u64>,
-    /// Where the data starts: the length of magic, version, length field and header text.
-    pub data_offset: u64,
+    version: (u8, u8),
+    descr: String,
+    dtype: DType,
+    big_endian: bool,
+    fortran_order: bool,
+    shape: Vec<u64>,
+    data_offset: u64,
+    /// Items in one row (product of `shape[1..]`); ≤ `row_bytes`.
+    items_per_row: u64,
+    /// `items_per_row × item_bytes`, checked at decode.
+    row_bytes: u64,
+    /// `rows × row_bytes`, checked at decode; `data_offset + data_bytes` fits in a `u64`.
+    data_bytes: u64,
+}
+
+/// The sizes a header's shape implies, each checked: (items per row, row bytes, data bytes,
+/// end of the data). `None` if any of them does not fit in a `u64`.
+fn checked_sizes(shape: &[u64], item_bytes: u64, data_offset: u64) -> Option<(u64, u64, u64)> {
+    let item_shape = shape.get(1..).unwrap_or_default();
+    let items_per_row = item_shape
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))?;
+    let row_bytes = items_per_row.checked_mul(item_bytes)?;
+    let rows = shape.first().copied().unwrap_or(0);
+    let data_bytes = rows.checked_mul(row_bytes)?;
+    data_offset.checked_add(data_bytes)?;
+    Some((items_per_row, row_bytes, data_bytes))
 }
 
 impl NpyHeader {
     /// The length of the whole header (magic to the end of the header text, where the data
     /// starts), from the first 12 bytes of the file (10 suffice for version 1.0).
     pub fn header_len(prefix: &[u8]) -> Result<u64, NpyError> {
-        let (_, text_start, text_len) = prefix_fields(prefix)?;
-        Ok(text_start + text_len)
+        let (_, _, end) = prefix_fields(prefix)?;
+        Ok(end)
     }
 
     /// Decodes the header from the start of the file: `bytes` must hold at least
     /// [`NpyHeader::header_len`] bytes (more is fine: the data is not looked at).
     pub fn decode(bytes: &[u8]) -> Result<NpyHeader, NpyError> {
-        let (version, text_start, text_len) = prefix_fields(bytes)?;
-        let end = text_start + text_len;
+        let (version, text_start, end) = prefix_fields(bytes)?;
         let available = bytes.len() as u64;
         let text = usize::try_from(text_start)
             .ok()
@@ -191,7 +208,7 @@ impl NpyHeader {
         let text = if version.0 >= 3 {
             std::str::from_utf8(text).map_err(|e| {
                 NpyError::malformed(
-                    text_start + e.valid_up_to() as u64,
+                    header_offset(text_start, e.valid_up_to()),
                     "header is not valid UTF-8",
                 )
             })?
@@ -199,7 +216,7 @@ impl NpyHeader {
             // Versions 1 and 2 are latin-1; NumPy only ever writes ASCII there.
             if let Some(p) = text.iter().position(|b| !b.is_ascii()) {
                 return Err(NpyError::malformed(
-                    text_start + p as u64,
+                    header_offset(text_start, p),
                     "non-ASCII byte in a version 1/2 header",
                 ));
             }
@@ -278,7 +295,18 @@ impl NpyHeader {
                 "a 0-d array (shape ()) has no rows; reshape it to (1,)",
             ));
         }
-        let h = NpyHeader {
+        let (items_per_row, row_bytes, data_bytes) = checked_sizes(&shape, dtype.item_bytes(), end)
+            .ok_or_else(|| {
+                NpyError::malformed(
+                    s_at,
+                    format!(
+                        "shape {shape:?} of {}-byte items is too large: a byte count overflows \
+                         64 bits",
+                        dtype.item_bytes()
+                    ),
+                )
+            })?;
+        Ok(NpyHeader {
             version,
             descr,
             dtype,
@@ -286,10 +314,45 @@ impl NpyHeader {
             fortran_order,
             shape,
             data_offset: end,
-        };
-        h.checked_data_bytes()
-            .ok_or_else(|| NpyError::malformed(s_at, "shape is too large: byte count overflows"))?;
-        Ok(h)
+            items_per_row,
+            row_bytes,
+            data_bytes,
+        })
+    }
+
+    /// Format version `(major, minor)`: (1, 0), (2, 0) or (3, 0).
+    pub fn version(&self) -> (u8, u8) {
+        self.version
+    }
+
+    /// The dtype string as written (`'<f4'`, `'|b1'`, ...).
+    pub fn descr(&self) -> &str {
+        &self.descr
+    }
+
+    /// The zrecord dtype the data maps to (`b1` → [`DType::Bool`]).
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// True if the stored items are big-endian (decoding converts them to little-endian).
+    pub fn big_endian(&self) -> bool {
+        self.big_endian
+    }
+
+    /// True if the data is in Fortran (column-major) order.
+    pub fn fortran_order(&self) -> bool {
+        self.fortran_order
+    }
+
+    /// The array's shape; at least one dimension (axis 0 is the rows).
+    pub fn shape(&self) -> &[u64] {
+        &self.shape
+    }
+
+    /// Where the data starts: the length of magic, version, length field and header text.
+    pub fn data_offset(&self) -> u64 {
+        self.data_offset
     }
 
     /// Number of rows (axis 0).
@@ -304,7 +367,7 @@ impl NpyHeader {
 
     /// Items in one row.
     pub fn items_per_row(&self) -> u64 {
-        self.item_shape().iter().product()
+        self.items_per_row
     }
 
     /// Bytes per item.
@@ -314,19 +377,12 @@ impl NpyHeader {
 
     /// Bytes in one row.
     pub fn row_bytes(&self) -> u64 {
-        self.items_per_row() * self.item_bytes()
+        self.row_bytes
     }
 
-    /// Bytes of array data after the header.
+    /// Bytes of array data after the header (`data_offset() + data_bytes()` fits in a `u64`).
     pub fn data_bytes(&self) -> u64 {
-        self.checked_data_bytes().unwrap_or(u64::MAX)
-    }
-
-    fn checked_data_bytes(&self) -> Option<u64> {
-        self.shape
-            .iter()
-            .try_fold(self.item_bytes(), |acc, &d| acc.checked_mul(d))
-            .filter(|n| n.checked_add(self.data_offset).is_some())
+        self.data_bytes
     }
 
     /// True if the stored bytes already are little-endian and row-major, so
@@ -338,7 +394,8 @@ impl NpyHeader {
 
     /// Checks that a file of `file_len` bytes holds all the data the header declares.
     pub fn check_file_len(&self, file_len: u64) -> Result<(), NpyError> {
-        let needed = self.data_offset.saturating_add(self.data_bytes());
+        // Fits: checked by `checked_sizes` at decode; saturating keeps this free of arithmetic.
+        let needed = self.data_offset.saturating_add(self.data_bytes);
         if file_len < needed {
             return Err(NpyError::truncated(file_len, needed, file_len));
         }
@@ -347,11 +404,20 @@ impl NpyHeader {
 
     /// The stored byte ranges `(file offset, length)` of rows `first..first + n` of a
     /// Fortran-order array, in the order [`NpyHeader::decode_rows`] expects them: one range of
-    /// `n` items per item position of a row, positions in Fortran (column-major) order.
+    /// `n` items per item position of a row, positions in Fortran (column-major) order. Rows past
+    /// the end of the array are left out (`first` and `n` are clamped to `0..rows()`).
+    #[expect(
+        clippy::arithmetic_side_effects,
+        reason = "first + n <= rows and p < items_per_row after the clamps, so every offset is \
+                  < data_offset + items_per_row * rows * item_bytes = data_offset + data_bytes, \
+                  which NpyHeader::decode (checked_sizes) proved fits in a u64"
+    )]
     pub fn fortran_segments(&self, first: u64, n: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
         let item = self.item_bytes();
         let rows = self.rows();
-        (0..self.items_per_row())
+        let first = first.min(rows);
+        let n = n.min(rows - first);
+        (0..self.items_per_row)
             .map(move |p| (self.data_offset + (p * rows + first) * item, n * item))
     }
 
@@ -381,7 +447,8 @@ impl NpyHeader {
             // Row-major already (a 1-D array, or a single Fortran row of a 1-D item).
             out.extend_from_slice(stored);
         } else {
-            out.resize(start + stored.len(), 0);
+            // The stored bytes as placeholders, every one overwritten by the transpose.
+            out.extend_from_slice(stored);
             let dst = out.get_mut(start..).unwrap_or_default();
             fortran_to_c(self.item_shape(), n, item, stored, dst);
         }
@@ -399,17 +466,30 @@ impl NpyHeader {
 }
 
 /// Scatters `n` rows stored column-major (`stored`: item position `p` in Fortran order, then
-/// row) into row-major `dst` (row, then item position in C order).
+/// row) into row-major `dst` (row, then item position in C order). Does nothing unless
+/// `stored` and `dst` both hold exactly `n` rows of `item_shape` items of `item` bytes.
+#[expect(
+    clippy::arithmetic_side_effects,
+    reason = "m * n * item == dst.len() == stored.len() is checked (checked_mul) at the top, so \
+              r * m + q < n * m and (r * m + q + 1) * item <= dst.len(); every stride and d * s \
+              is <= m, and q + s <= 2m - 1, which fits since m <= dst.len() <= isize::MAX"
+)]
 fn fortran_to_c(item_shape: &[u64], n: u64, item: usize, stored: &[u8], dst: &mut [u8]) {
     let Ok(n) = usize::try_from(n) else { return };
-    if n == 0 || item == 0 {
+    let Some(dims) = item_shape
+        .iter()
+        .map(|&d| usize::try_from(d).ok())
+        .collect::<Option<Vec<usize>>>()
+    else {
+        return;
+    };
+    let Some(m) = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)) else {
+        return;
+    };
+    let total = m.checked_mul(n).and_then(|x| x.checked_mul(item));
+    if n == 0 || item == 0 || total != Some(dst.len()) || stored.len() != dst.len() {
         return;
     }
-    let m = dst.len() / item / n;
-    let dims: Vec<usize> = item_shape
-        .iter()
-        .map(|&d| usize::try_from(d).unwrap_or(0))
-        .collect();
     // C-order strides of the item shape.
     let mut c_strides = vec![1usize; dims.len()];
     for k in (0..dims.len().saturating_sub(1)).rev() {
@@ -444,7 +524,12 @@ fn fortran_to_c(item_shape: &[u64], n: u64, item: usize, stored: &[u8], dst: &mu
 }
 
 /// Parses the version and header length from the start of the file: (version, where the
-/// header text starts, its length).
+/// header text starts, where it ends: the data offset).
+#[expect(
+    clippy::arithmetic_side_effects,
+    reason = "text_start is 10 or 12 and text_len <= MAX_HEADER_BYTES (2^20), checked just \
+              before the sum"
+)]
 fn prefix_fields(b: &[u8]) -> Result<((u8, u8), u64, u64), NpyError> {
     let available = b.len() as u64;
     let magic = b
@@ -482,7 +567,17 @@ fn prefix_fields(b: &[u8]) -> Result<((u8, u8), u64, u64), NpyError> {
             format!("header length {text_len} is larger than {MAX_HEADER_BYTES} bytes"),
         ));
     }
-    Ok(((major, minor), text_start, text_len))
+    Ok(((major, minor), text_start, text_start + text_len))
+}
+
+/// The file offset of byte `i` of a header text starting at `text_start`, for errors.
+#[expect(
+    clippy::arithmetic_side_effects,
+    reason = "text_start <= 12 and i <= the header text's length <= MAX_HEADER_BYTES (2^20), \
+              bounded in prefix_fields"
+)]
+fn header_offset(text_start: u64, i: usize) -> u64 {
+    text_start + i as u64
 }
 
 /// A dtype problem, placed at the `descr` value's offset by the caller.
@@ -567,7 +662,18 @@ struct Parser<'a> {
 
 impl Parser<'_> {
     fn offset(&self) -> u64 {
-        self.base + self.pos as u64
+        header_offset(self.base, self.pos)
+    }
+
+    /// Moves past the current byte (never past the end of the text).
+    #[expect(
+        clippy::arithmetic_side_effects,
+        reason = "pos < s.len() <= isize::MAX, checked just before the increment"
+    )]
+    fn bump(&mut self) {
+        if self.pos < self.s.len() {
+            self.pos += 1;
+        }
     }
 
     fn err(&self, why: &str) -> NpyError {
@@ -580,14 +686,14 @@ impl Parser<'_> {
 
     fn skip_ws(&mut self) {
         while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-            self.pos += 1;
+            self.bump();
         }
     }
 
     fn eat(&mut self, c: u8) -> bool {
         self.skip_ws();
         if self.peek() == Some(c) {
-            self.pos += 1;
+            self.bump();
             true
         } else {
             false
@@ -595,20 +701,21 @@ impl Parser<'_> {
     }
 
     fn value(&mut self, depth: usize) -> Result<Lit, NpyError> {
-        if depth > MAX_DEPTH {
-            return Err(self.err("nested too deeply"));
-        }
+        let inner = match depth.checked_add(1) {
+            Some(inner) if depth <= MAX_DEPTH => inner,
+            _ => return Err(self.err("nested too deeply")),
+        };
         self.skip_ws();
         match self.peek() {
             Some(b'{') => {
-                self.pos += 1;
+                self.bump();
                 let mut entries = Vec::new();
                 loop {
                     if self.eat(b'}') {
                         break;
                     }
                     self.skip_ws();
-                    let Lit::Str(key) = self.value(depth + 1)? else {
+                    let Lit::Str(key) = self.value(inner)? else {
                         return Err(self.err("dictionary key is not a string"));
                     };
                     if !self.eat(b':') {
@@ -616,7 +723,7 @@ impl Parser<'_> {
                     }
                     self.skip_ws();
                     let at = self.offset();
-                    let v = self.value(depth + 1)?;
+                    let v = self.value(inner)?;
                     if entries.iter().any(|(k, _, _)| *k == key) {
                         return Err(NpyError::malformed(at, format!("duplicate key {key:?}")));
                     }
@@ -631,7 +738,7 @@ impl Parser<'_> {
                 Ok(Lit::Dict(entries))
             }
             Some(open @ (b'(' | b'[')) => {
-                self.pos += 1;
+                self.bump();
                 let close = if open == b'(' { b')' } else { b']' };
                 let mut items = Vec::new();
                 let mut had_comma = false;
@@ -639,7 +746,7 @@ impl Parser<'_> {
                     if self.eat(close) {
                         break;
                     }
-                    items.push(self.value(depth + 1)?);
+                    items.push(self.value(inner)?);
                     had_comma = self.eat(b',');
                     if !had_comma {
                         if self.eat(close) {
@@ -659,24 +766,24 @@ impl Parser<'_> {
                 })
             }
             Some(q @ (b'\'' | b'"')) => {
-                self.pos += 1;
+                self.bump();
                 let mut out = Vec::new();
                 loop {
                     match self.peek() {
                         None => return Err(self.err("unterminated string")),
                         Some(c) if c == q => {
-                            self.pos += 1;
+                            self.bump();
                             break;
                         }
                         Some(b'\\') => {
-                            self.pos += 1;
+                            self.bump();
                             let c = self.peek().ok_or_else(|| self.err("unterminated string"))?;
                             out.push(c);
-                            self.pos += 1;
+                            self.bump();
                         }
                         Some(c) => {
                             out.push(c);
-                            self.pos += 1;
+                            self.bump();
                         }
                     }
                 }
@@ -687,7 +794,7 @@ impl Parser<'_> {
             Some(c) if c.is_ascii_digit() => {
                 let start = self.pos;
                 while self.peek().is_some_and(|c| c.is_ascii_digit()) {
-                    self.pos += 1;
+                    self.bump();
                 }
                 let digits = std::str::from_utf8(self.s.get(start..self.pos).unwrap_or_default())
                     .unwrap_or_default();
@@ -696,7 +803,7 @@ impl Parser<'_> {
                     .map_err(|_| self.err("integer does not fit in 64 bits"))?;
                 // Python 2 wrote long integers with an `L` suffix.
                 if matches!(self.peek(), Some(b'L' | b'l')) {
-                    self.pos += 1;
+                    self.bump();
                 }
                 Ok(Lit::Int(n))
             }
@@ -706,7 +813,7 @@ impl Parser<'_> {
                     .peek()
                     .is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_')
                 {
-                    self.pos += 1;
+                    self.bump();
                 }
                 match self.s.get(start..self.pos) {
                     Some(b"True") => Ok(Lit::Bool(true)),
@@ -744,8 +851,8 @@ impl<R: Read + Seek> NpyReader<R> {
         read_up_to(&mut inner, &mut prefix, 12, 0)?;
         let len = NpyHeader::header_len(&prefix)?;
         let have = prefix.len() as u64;
-        if len > have {
-            read_up_to(&mut inner, &mut prefix, len - have, have)?;
+        if let Some(rest) = len.checked_sub(have).filter(|&r| r > 0) {
+            read_up_to(&mut inner, &mut prefix, rest, have)?;
         }
         let header = NpyHeader::decode(&prefix)?;
         let pos = prefix.len() as u64;
@@ -770,6 +877,12 @@ impl<R: Read + Seek> NpyReader<R> {
 
     /// Reads the stored bytes of the next `n` rows (fewer at the end) into `stored` (replacing
     /// its contents), ready for [`NpyHeader::decode_rows`]; returns the number of rows.
+    #[expect(
+        clippy::arithmetic_side_effects,
+        reason = "n is clamped to rows - next_row, so next_row + n <= rows and \
+                  (next_row + n) * row_bytes <= rows * row_bytes = data_bytes; \
+                  data_offset + data_bytes fits in a u64 (NpyHeader::decode, checked_sizes)"
+    )]
     pub fn read_stored(&mut self, n: u64, stored: &mut Vec<u8>) -> Result<u64, NpyError> {
         let n = n.min(self.header.rows().saturating_sub(self.next_row));
         stored.clear();
@@ -801,7 +914,19 @@ impl<R: Read + Seek> NpyReader<R> {
         r
     }
 
+    /// Appends the `len` bytes at file offset `at` to `out`; fewer is [`NpyErrorKind::Truncated`].
+    #[expect(
+        clippy::arithmetic_side_effects,
+        reason = "at + len is checked first (end); got <= len since read_up_to reads through \
+                  take(len) and only appends, so at + got <= end"
+    )]
     fn read_at(&mut self, at: u64, len: u64, out: &mut Vec<u8>) -> Result<(), NpyError> {
+        let end = at.checked_add(len).ok_or_else(|| {
+            NpyError::malformed(
+                at,
+                format!("a read of {len} bytes at byte {at} ends past 2^64"),
+            )
+        })?;
         if self.pos != at {
             self.inner.seek(SeekFrom::Start(at)).map_err(|e| NpyError {
                 offset: at,
@@ -812,9 +937,10 @@ impl<R: Read + Seek> NpyReader<R> {
         let before = out.len() as u64;
         read_up_to(&mut self.inner, out, len, at)?;
         let got = out.len() as u64 - before;
-        self.pos += got;
+        let reached = at + got;
+        self.pos = reached;
         if got < len {
-            return Err(NpyError::truncated(at + got, at + len, at + got));
+            return Err(NpyError::truncated(reached, end, reached));
         }
         Ok(())
     }
@@ -837,6 +963,10 @@ mod tests {
 
     /// Builds a `.npy` file the way NumPy does: header padded with spaces to a multiple of 64,
     /// ending in a newline.
+    #[expect(
+        clippy::arithmetic_side_effects,
+        reason = "test headers are a few dozen bytes"
+    )]
     fn npy(version: (u8, u8), header: &str, data: &[u8]) -> Vec<u8> {
         let prefix = if version.0 == 1 { 10 } else { 12 };
         let mut text = header.to_string();
@@ -1029,6 +1159,70 @@ mod tests {
             NpyHeader::decode(&f).unwrap_err().kind,
             NpyErrorKind::Unsupported(_)
         ));
+    }
+
+    #[test]
+    fn header_sizes_that_overflow_are_typed_errors_at_the_shape() {
+        // Each would wrap a u64 somewhere later: items per row with zero rows (this one decoded
+        // before and then panicked in `row_bytes`), row bytes, rows × row bytes, and the end of
+        // the data (data offset + data bytes).
+        for (descr, shape) in [
+            ("<f4", "(0, 4294967296, 4294967296)"),
+            ("<f4", "(0, 18446744073709551615, 2)"),
+            ("<f8", "(1, 2305843009213693952)"),
+            ("<f4", "(4611686018427387904, 4)"),
+            ("|u1", "(18446744073709551615,)"),
+            ("|u1", "(18446744073709551600,)"),
+        ] {
+            let h = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+            let f = npy((1, 0), &h, &[]);
+            let at = h.find("'shape'").unwrap() as u64 + 10 + "'shape': ".len() as u64;
+            let e = NpyHeader::decode(&f).unwrap_err();
+            assert!(matches!(e.kind, NpyErrorKind::Malformed(_)), "{shape}: {e}");
+            assert_eq!(e.offset, at, "{shape}: {e}");
+            assert!(e.to_string().contains("too large"), "{e}");
+        }
+        // The largest sizes that fit still decode, and their sizes are exact.
+        let f = npy(
+            (1, 0),
+            "{'descr': '|u1', 'fortran_order': False, 'shape': (18446744073709551487,), }",
+            &[],
+        );
+        let h = NpyHeader::decode(&f).unwrap();
+        assert_eq!(h.data_offset() + h.data_bytes(), u64::MAX);
+        assert_eq!(h.row_bytes(), 1);
+        // A zero-row array of a sane item shape is fine, and reads no rows.
+        let f = npy(
+            (1, 0),
+            "{'descr': '<f4', 'fortran_order': True, 'shape': (0, 3, 2), }",
+            &[],
+        );
+        let (h, out) = read_all(f, 4).unwrap();
+        assert_eq!(
+            (h.items_per_row(), h.row_bytes(), h.data_bytes()),
+            (6, 24, 0)
+        );
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn fortran_segments_clamp_rows_past_the_end() {
+        let f = npy(
+            (1, 0),
+            "{'descr': '<i2', 'fortran_order': True, 'shape': (3, 4), }",
+            &[0u8; 24],
+        );
+        let h = NpyHeader::decode(&f).unwrap();
+        let d = h.data_offset();
+        let all: Vec<_> = h.fortran_segments(0, 3).collect();
+        assert_eq!(all, [(d, 6), (d + 6, 6), (d + 12, 6), (d + 18, 6)]);
+        assert_eq!(
+            h.fortran_segments(2, u64::MAX).collect::<Vec<_>>()[0],
+            (d + 4, 2)
+        );
+        for (first, n) in [(u64::MAX, u64::MAX), (3, 1), (u64::MAX, 0)] {
+            assert!(h.fortran_segments(first, n).all(|(_, len)| len == 0));
+        }
     }
 
     #[test]

@@ -74,6 +74,12 @@ pub enum MergePolicy {
     },
 }
 
+/// The most prefetch workers (threads) a [`PrefetchConfig`] may ask for.
+pub const MAX_NUM_WORKERS: usize = 1024;
+
+/// The largest worker or consumer queue a [`PrefetchConfig`] may ask for, in batches.
+pub const MAX_QUEUE_SIZE: usize = 1 << 16;
+
 /// Configuration of a [`Prefetch`].
 ///
 /// Built from [`PrefetchConfig::default`] with chainable setters, so options added later do not
@@ -89,12 +95,12 @@ pub enum MergePolicy {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct PrefetchConfig {
-    /// Number of worker threads, at least 1. Default: 2.
+    /// Number of worker threads, 1 to [`MAX_NUM_WORKERS`]. Default: 2.
     pub num_workers: usize,
-    /// Capacity of each worker's queue, in batches, at least 1. Default: 2.
+    /// Capacity of each worker's queue, in batches, 1 to [`MAX_QUEUE_SIZE`]. Default: 2.
     pub worker_queue_size: usize,
-    /// Capacity of the buffer of merged batches waiting for the consumer, at least 1.
-    /// Default: 2.
+    /// Capacity of the buffer of merged batches waiting for the consumer, 1 to
+    /// [`MAX_QUEUE_SIZE`]. Default: 2.
     pub consumer_queue_size: usize,
     /// The merge. Default: [`MergePolicy::Strict`].
     pub merge: MergePolicy,
@@ -144,12 +150,17 @@ impl PrefetchConfig {
 
     pub(crate) fn validate(&self) -> Result<()> {
         let bad = |reason: String| Err(Error::InvalidConfig { reason });
-        if self.num_workers == 0 {
-            return bad("prefetch: num_workers must be at least 1".into());
-        }
-        if self.worker_queue_size == 0 || self.consumer_queue_size == 0 {
+        if self.num_workers == 0 || self.num_workers > MAX_NUM_WORKERS {
             return bad(format!(
-                "prefetch: queue sizes must be at least 1 (worker_queue_size {}, consumer_queue_size {})",
+                "prefetch: num_workers must be 1 to {MAX_NUM_WORKERS}, not {}",
+                self.num_workers
+            ));
+        }
+        let queue_ok = |q: usize| (1..=MAX_QUEUE_SIZE).contains(&q);
+        if !queue_ok(self.worker_queue_size) || !queue_ok(self.consumer_queue_size) {
+            return bad(format!(
+                "prefetch: queue sizes must be 1 to {MAX_QUEUE_SIZE} (worker_queue_size {}, \
+                 consumer_queue_size {})",
                 self.worker_queue_size, self.consumer_queue_size
             ));
         }
@@ -431,15 +442,41 @@ impl<T: Send + 'static> Prefetch<T> {
 
 /// Checks `s` against the split and returns the per-worker consumed counts and the next worker,
 /// rebasing the split when the worker count changed.
+///
+/// Every number in `s` comes from a checkpoint (JSON a user may have edited or damaged), so each
+/// is bounded here, before any arithmetic: the worker list matches `num_workers` (at least 1) and
+/// `next_worker` is one of them; no worker consumed more than it has; every worker that has items
+/// left has a next global position that fits in a `u64` with its consumed count below
+/// `u64::MAX`; and a rebased position is within the stage. Anything else is
+/// [`Error::ResumeMismatch`].
 fn restore(s: &PrefetchState, split: &mut Split) -> Result<(Vec<u64>, usize)> {
     let mismatch = |reason: String| Error::ResumeMismatch { reason };
     let n = split.num_workers;
     let total = split.total;
-    if s.num_workers != n {
+    if s.num_workers == 0
+        || s.workers.len() as u64 != s.num_workers
+        || s.next_worker >= s.num_workers
+    {
+        return Err(mismatch(format!(
+            "malformed prefetch state: {} workers listed, next worker {}, for {} workers",
+            s.workers.len(),
+            s.next_worker,
+            s.num_workers
+        )));
+    }
+    if total.is_some_and(|t| s.base > t) {
+        return Err(mismatch(format!(
+            "the checkpoint's base is global position {}, past the stage's {} items",
+            s.base,
+            total.unwrap_or(0)
+        )));
+    }
+    let consumed = if s.num_workers != n {
         let end = s.prefix_end().ok_or_else(|| {
             mismatch(format!(
-                "the checkpoint was taken with {} workers under a best-effort merge; resume it \
-                 with {} workers, not {n}",
+                "the checkpoint was taken with {} workers and its consumed items are not a \
+                 prefix of the global order (a best-effort merge, or a damaged checkpoint); \
+                 resume it with {} workers, not {n}",
                 s.num_workers, s.num_workers
             ))
         })?;
@@ -450,36 +487,46 @@ fn restore(s: &PrefetchState, split: &mut Split) -> Result<(Vec<u64>, usize)> {
             )));
         }
         split.base = end;
-        return Ok((vec![0; usize::try_from(n).unwrap_or(0)], 0));
-    }
-    if s.workers.len() as u64 != n || s.next_worker >= n {
-        return Err(mismatch(format!(
-            "malformed prefetch state: {} workers listed, next worker {}, for {n} workers",
-            s.workers.len(),
-            s.next_worker
-        )));
-    }
-    split.base = s.base;
-    for (w, ws) in s.workers.iter().enumerate() {
+        vec![0; usize::try_from(n).unwrap_or(0)]
+    } else {
+        split.base = s.base;
+        for (w, ws) in s.workers.iter().enumerate() {
+            let w = w as u64;
+            if split.count(w).is_some_and(|c| ws.consumed > c) {
+                return Err(mismatch(format!(
+                    "worker {w} consumed {} items but has only {} in this configuration",
+                    ws.consumed,
+                    split.count(w).unwrap_or(0)
+                )));
+            }
+            let expected = split.next(w, ws.consumed);
+            if ws.next != expected {
+                return Err(mismatch(format!(
+                    "worker {w}: checkpoint says its next item is {:?}, this configuration puts \
+                     it at {expected:?}",
+                    ws.next
+                )));
+            }
+        }
+        s.workers.iter().map(|w| w.consumed).collect()
+    };
+    for (w, &k) in consumed.iter().enumerate() {
         let w = w as u64;
-        if split.count(w).is_some_and(|c| ws.consumed > c) {
+        let has_more = split.count(w).is_none_or(|c| k < c);
+        if has_more && (k == u64::MAX || split.global(w, k).is_none()) {
             return Err(mismatch(format!(
-                "worker {w} consumed {} items but has only {} in this configuration",
-                ws.consumed,
-                split.count(w).unwrap_or(0)
-            )));
-        }
-        let expected = split.next(w, ws.consumed);
-        if ws.next != expected {
-            return Err(mismatch(format!(
-                "worker {w}: checkpoint says its next item is {:?}, this configuration puts it \
-                 at {expected:?}",
-                ws.next
+                "worker {w}'s next item (item {k} from global position {}, every {n}) is past \
+                 the last global position a u64 holds",
+                split.base
             )));
         }
     }
-    let next_worker = usize::try_from(s.next_worker).unwrap_or(0);
-    Ok((s.workers.iter().map(|w| w.consumed).collect(), next_worker))
+    let next_worker = if s.num_workers == n {
+        usize::try_from(s.next_worker).unwrap_or(0)
+    } else {
+        0
+    };
+    Ok((consumed, next_worker))
 }
 
 /// Everything one worker thread owns.
@@ -515,7 +562,12 @@ where
             if self.tx.push(item).is_err() {
                 break;
             }
-            self.k = self.k.saturating_add(1);
+            // Past item u64::MAX there is no global position: the worker ends (its merge reports
+            // it as exited) rather than producing the last item again.
+            let Some(k) = self.k.checked_add(1) else {
+                break;
+            };
+            self.k = k;
         }
         let Self {
             stage,
@@ -671,7 +723,9 @@ impl<T> Prefetch<T> {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(Some(item)) => {
                 debug_assert_eq!(item.k, worker.merged, "worker items arrive in order");
-                worker.merged += 1;
+                // Below u64::MAX: a worker's items have global positions that fit in a u64, and
+                // `restore` refuses a consumed count of u64::MAX for a worker with items left.
+                worker.merged = worker.merged.saturating_add(1);
                 Merged {
                     worker: Some((w, worker.merged)),
                     next_worker: (w + 1) % n,

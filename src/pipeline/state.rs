@@ -2,6 +2,8 @@
 //! resuming takes back. All of them are small (a few integers per worker), serde-serialisable,
 //! and independent of the machine that took them.
 
+#![deny(clippy::arithmetic_side_effects)]
+
 use serde::{Deserialize, Serialize};
 
 /// A place in a stage's item sequence: the `position`-th item of `epoch`.
@@ -62,11 +64,8 @@ impl PrefetchState {
         // In `base..end`, worker w owns the positions congruent to base + w modulo n.
         let prefix_shape = self.workers.iter().enumerate().all(|(w, ws)| {
             let w = w as u64;
-            let owned = if total > w {
-                (total - w).div_ceil(n)
-            } else {
-                0
-            };
+            // 0 for a worker past `total` (saturating_sub), and n != 0 (checked above).
+            let owned = total.saturating_sub(w).div_ceil(n);
             ws.consumed == owned
         });
         prefix_shape.then_some(end)

@@ -8,6 +8,8 @@
 //! commits drop stay readable; past the budget they open on demand, and one a later commit
 //! removed or replaced is an error, never another file's bytes (`store/read/chunks.rs`).
 
+#![deny(clippy::arithmetic_side_effects)]
+
 use crate::error::{Error, Result};
 use crate::format::entry::{decode_patch, Entry, ENTRY_BYTES, PATCH_BYTES};
 use crate::format::meta::{FieldMeta, Meta, MetaError};
@@ -47,6 +49,11 @@ impl FieldTable {
         pfile.read_exact_at(&mut buf, 0)?;
         let mut patches = HashMap::with_capacity(buf.len() / PATCH_BYTES);
         for (i, raw) in buf.chunks_exact(PATCH_BYTES).enumerate() {
+            #[expect(
+                clippy::arithmetic_side_effects,
+                reason = "i < buf.len() / PATCH_BYTES (chunks_exact), so i * PATCH_BYTES < \
+                          buf.len() <= isize::MAX"
+            )]
             let pos = (i * PATCH_BYTES) as u64;
             let corrupt = |index, reason| Error::OffsetCorrupt {
                 path: patch_path.clone(),
@@ -90,7 +97,7 @@ impl FieldTable {
         let start = index.saturating_mul(ENTRY_BYTES as u64);
         let raw = usize::try_from(start)
             .ok()
-            .and_then(|s| self.map.bytes().get(s..s + ENTRY_BYTES))
+            .and_then(|s| self.map.bytes().get(s..s.checked_add(ENTRY_BYTES)?))
             .ok_or_else(|| self.corrupt(index, "index past the committed table".to_string()))?;
         Entry::decode(index, raw).map_err(|reason| self.corrupt(index, reason))
     }
@@ -171,19 +178,18 @@ pub(crate) fn read_meta_with(vfs: &dyn Vfs, dir: &Path) -> Result<(Vec<u8>, Meta
 impl Snapshot {
     /// Opens the dataset's current commit.
     pub(crate) fn load(dir: &Path) -> Result<Snapshot> {
-        let mut attempt = 0;
-        loop {
+        for _ in 0..16 {
             let (bytes, meta) = read_meta(dir)?;
             let opened = Snapshot::open_files(dir, meta);
             // The files are the ones this meta named only if the meta did not change meanwhile.
             let unchanged = read_meta(dir).map(|(b, _)| b == bytes).unwrap_or(false);
-            match opened {
-                Ok(s) if unchanged => return Ok(s),
-                Err(e) if unchanged || attempt >= 16 => return Err(e),
-                Ok(s) if attempt >= 16 => return Ok(s),
-                _ => attempt += 1,
+            if unchanged {
+                return opened;
             }
         }
+        // The meta kept changing: the seventeenth attempt stands, whatever happens meanwhile.
+        let (_, meta) = read_meta(dir)?;
+        Snapshot::open_files(dir, meta)
     }
 
     fn open_files(dir: &Path, meta: Meta) -> Result<Snapshot> {

@@ -2,6 +2,8 @@
 //! place, then the lock, the last commit read and recovered from (`recover.rs`), the offset
 //! tables loaded, and one append task started per `num_writers`.
 
+#![deny(clippy::arithmetic_side_effects)]
+
 use super::appender::Appender;
 use super::book::{Book, Shared};
 use super::config::WriterConfig;

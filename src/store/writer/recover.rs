@@ -1,6 +1,8 @@
 //! Recovery at open: what a crash left behind is removed (a stale `meta.json.tmp`, files no
 //! commit names), and committed files are truncated back to their committed sizes.
 
+#![deny(clippy::arithmetic_side_effects)]
+
 use crate::error::{Error, Result};
 use crate::format::entry::{ENTRY_BYTES, PATCH_BYTES};
 use crate::format::meta::Meta;
