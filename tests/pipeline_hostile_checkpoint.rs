@@ -17,11 +17,12 @@ fn builder(epochs: Option<u64>, workers: usize) -> LoaderBuilder<MemorySource> {
         (0..50u8).map(|i| vec![i; usize::from(i % 4)]).collect(),
     ));
     LoaderBuilder::new(src)
-        .sampler(SamplerConfig {
-            mode: SamplerMode::Shuffled,
-            seed: 4,
-            epochs,
-        })
+        .sampler(
+            SamplerConfig::default()
+                .mode(SamplerMode::Shuffled)
+                .seed(4)
+                .epochs(epochs),
+        )
         .batch_size(4)
         .num_workers(workers)
 }

@@ -114,11 +114,13 @@ fn split_top<'a>(s: &'a str, sep: &str) -> Vec<&'a str> {
         }
         match c {
             '"' => quoted = true,
-            '(' | '[' | '{' => depth += 1,
+            // Depth counts brackets of a string in memory: it cannot reach usize::MAX.
+            '(' | '[' | '{' => depth = depth.saturating_add(1),
             ')' | ']' | '}' => depth = depth.saturating_sub(1),
             _ if depth == 0 && i >= start && s.get(i..).is_some_and(|r| r.starts_with(sep)) => {
                 parts.extend(s.get(start..i));
-                start = i + sep.len();
+                // `i` is an index into `s`, which holds `sep` from there: no wrap.
+                start = i.saturating_add(sep.len());
             }
             _ => {}
         }
