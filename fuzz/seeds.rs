@@ -123,6 +123,15 @@ fn npy_seeds() {
         "npy_header",
         &npy(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (0, 5), }", &[]),
     );
+    // Fuzz finding: no rows, but a row of 2^80 bytes (refused by decode).
+    write(
+        "npy_header",
+        &npy(
+            1,
+            "{'descr': '<f8', 'fortran_order': False, 'shape': (0, 1099511627776, 1099511627776), }",
+            &[],
+        ),
+    );
 }
 
 fn loader_seeds() {

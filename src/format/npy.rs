@@ -323,6 +323,10 @@ impl NpyHeader {
     }
 
     fn checked_data_bytes(&self) -> Option<u64> {
+        // One row must fit too: with no rows the total is 0 whatever the row shape.
+        self.item_shape()
+            .iter()
+            .try_fold(self.item_bytes(), |acc, &d| acc.checked_mul(d))?;
         self.shape
             .iter()
             .try_fold(self.item_bytes(), |acc, &d| acc.checked_mul(d))
@@ -1029,6 +1033,31 @@ mod tests {
             NpyHeader::decode(&f).unwrap_err().kind,
             NpyErrorKind::Unsupported(_)
         ));
+    }
+
+    /// Fuzz finding (npy_header): with no rows the array holds no bytes whatever its row shape,
+    /// so a header with 0 rows of 2^80 bytes decoded, and `row_bytes` (called by `decode_rows`)
+    /// overflowed: a panic in a debug build, a wrapped row size in a release one.
+    #[test]
+    fn zero_rows_of_an_overflowing_row_size_is_refused() {
+        let f = npy(
+            (1, 0),
+            "{'descr': '<f8', 'fortran_order': False, 'shape': (0, 1099511627776, 1099511627776), }",
+            &[],
+        );
+        let e = NpyHeader::decode(&f).unwrap_err();
+        assert!(matches!(e.kind, NpyErrorKind::Malformed(_)), "{e}");
+        // The largest row that fits still decodes, with no rows.
+        let f = npy(
+            (1, 0),
+            "{'descr': '<f8', 'fortran_order': False, 'shape': (0, 2305843009213693951), }",
+            &[],
+        );
+        let h = NpyHeader::decode(&f).unwrap();
+        assert_eq!(h.row_bytes(), 2305843009213693951 * 8);
+        let mut out = Vec::new();
+        h.decode_rows(0, &[], &mut out).unwrap();
+        assert!(out.is_empty());
     }
 
     #[test]
