@@ -21,18 +21,29 @@ use zrecord_fuzz::{
 };
 
 fn write(target: &str, data: &[u8]) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus").join(target);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("corpus")
+        .join(target);
     std::fs::create_dir_all(&dir).unwrap();
     let name = format!("seed-{:08x}", zrecord::checksum::crc32c(data));
     std::fs::write(dir.join(name), data).unwrap();
 }
 
 fn file(name: &str) -> Vec<u8> {
-    base().files.get(&PathBuf::from(name)).cloned().flatten().unwrap_or_default()
+    base()
+        .files
+        .get(&PathBuf::from(name))
+        .cloned()
+        .flatten()
+        .unwrap_or_default()
 }
 
 fn file_index(suffix: &str) -> u8 {
-    base().names.iter().position(|p| p.to_string_lossy().ends_with(suffix)).unwrap() as u8
+    base()
+        .names
+        .iter()
+        .position(|p| p.to_string_lossy().ends_with(suffix))
+        .unwrap() as u8
 }
 
 fn meta_seeds() {
@@ -75,7 +86,7 @@ fn record_seeds() {
     write("record_decode", &record_input(1, n + 1, &stored)); // says more
     write("record_decode", &record_input(0, 5, b"hello")); // raw
     write("record_decode", &record_input(1, u32::MAX, &stored)); // past the limit
-    // 4 MiB of zeros in a few KiB, claimed as 100 bytes.
+                                                                 // 4 MiB of zeros in a few KiB, claimed as 100 bytes.
     let zeros = vec![0u8; 4 << 20];
     let bomb = d.encode(Codec::Deflate, &zeros).1.to_vec();
     write("record_decode", &record_input(1, 100, &bomb));
@@ -104,24 +115,44 @@ fn npy_seeds() {
     let f4: Vec<u8> = (0..6u32).flat_map(|i| (i as f32).to_le_bytes()).collect();
     write(
         "npy_header",
-        &npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }", &f4),
+        &npy(
+            1,
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }",
+            &f4,
+        ),
     );
     let i2: Vec<u8> = (0..12u16).flat_map(|i| i.to_be_bytes()).collect();
     write(
         "npy_header",
-        &npy(1, "{'descr': '>i2', 'fortran_order': True, 'shape': (2, 3, 2), }", &i2),
+        &npy(
+            1,
+            "{'descr': '>i2', 'fortran_order': True, 'shape': (2, 3, 2), }",
+            &i2,
+        ),
     );
     write(
         "npy_header",
-        &npy(2, "{'descr': '|b1', 'fortran_order': False, 'shape': (4,), }", &[1, 0, 1, 1]),
+        &npy(
+            2,
+            "{'descr': '|b1', 'fortran_order': False, 'shape': (4,), }",
+            &[1, 0, 1, 1],
+        ),
     );
     write(
         "npy_header",
-        &npy(3, "{'descr': '<u8', 'fortran_order': True, 'shape': (1, 2), }", &[7; 16]),
+        &npy(
+            3,
+            "{'descr': '<u8', 'fortran_order': True, 'shape': (1, 2), }",
+            &[7; 16],
+        ),
     );
     write(
         "npy_header",
-        &npy(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (0, 5), }", &[]),
+        &npy(
+            1,
+            "{'descr': '<f8', 'fortran_order': False, 'shape': (0, 5), }",
+            &[],
+        ),
     );
     // Fuzz finding: no rows, but a row of 2^80 bytes (refused by decode).
     write(
@@ -171,7 +202,9 @@ fn dataset_seeds() {
     let offsets = base()
         .names
         .iter()
-        .position(|p| p.to_string_lossy().starts_with("a.") && p.to_string_lossy().ends_with(".offsets"))
+        .position(|p| {
+            p.to_string_lossy().starts_with("a.") && p.to_string_lossy().ends_with(".offsets")
+        })
         .unwrap() as u8;
     let patches = base()
         .names
@@ -179,13 +212,35 @@ fn dataset_seeds() {
         .position(|p| p.to_string_lossy().ends_with(".patches"))
         .unwrap() as u8;
     seed(&[]);
-    seed(&[Mutation::Xor { file: meta, offset: 40, bytes: vec![1] }]);
-    seed(&[Mutation::Write { file: chunk, offset: 10, bytes: vec![0xFF; 4] }]);
-    seed(&[Mutation::Truncate { file: offsets, offset: 100 }]);
-    seed(&[Mutation::Xor { file: offsets, offset: 30, bytes: vec![0, 0, 1] }]);
+    seed(&[Mutation::Xor {
+        file: meta,
+        offset: 40,
+        bytes: vec![1],
+    }]);
+    seed(&[Mutation::Write {
+        file: chunk,
+        offset: 10,
+        bytes: vec![0xFF; 4],
+    }]);
+    seed(&[Mutation::Truncate {
+        file: offsets,
+        offset: 100,
+    }]);
+    seed(&[Mutation::Xor {
+        file: offsets,
+        offset: 30,
+        bytes: vec![0, 0, 1],
+    }]);
     seed(&[Mutation::Remove { file: patches }]);
-    seed(&[Mutation::Grow { file: chunk, len: 100 }]);
-    seed(&[Mutation::Insert { file: chunk, offset: 0, bytes: vec![0; 3] }]);
+    seed(&[Mutation::Grow {
+        file: chunk,
+        len: 100,
+    }]);
+    seed(&[Mutation::Insert {
+        file: chunk,
+        offset: 0,
+        bytes: vec![0; 3],
+    }]);
 }
 
 fn main() {

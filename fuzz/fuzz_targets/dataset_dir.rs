@@ -28,7 +28,9 @@ struct Oracle<'a> {
 impl Oracle<'_> {
     /// Panics with `what` unless the input forged a checksum.
     fn wrong(&mut self, what: String) {
-        let forged = *self.forged.get_or_insert_with(|| forged(self.base, self.files));
+        let forged = *self
+            .forged
+            .get_or_insert_with(|| forged(self.base, self.files));
         assert!(forged, "{what}");
     }
 }
@@ -40,7 +42,10 @@ fn gather_and_check(ds: &Dataset, indices: &[u64], o: &mut Oracle<'_>, when: &st
     assert_eq!(batch.len(), indices.len(), "{when}: batch length");
     for (r, &i) in indices.iter().enumerate() {
         let Some(rec) = o.base.model.get(i as usize) else {
-            o.wrong(format!("{when}: record {i} read, past the {} committed", o.base.model.len()));
+            o.wrong(format!(
+                "{when}: record {i} read, past the {} committed",
+                o.base.model.len()
+            ));
             return;
         };
         for (f, want) in rec.iter().enumerate() {
@@ -61,7 +66,10 @@ fn read_checks(dir: &Path, random: &[u8], o: &mut Oracle<'_>, when: &str) {
     };
     let n = ds.len();
     if n != o.base.model.len() as u64 {
-        o.wrong(format!("{when}: opened with {n} records, {} committed", o.base.model.len()));
+        o.wrong(format!(
+            "{when}: opened with {n} records, {} committed",
+            o.base.model.len()
+        ));
         return;
     }
     let all: Vec<u64> = (0..n).collect();
@@ -77,7 +85,10 @@ fn read_checks(dir: &Path, random: &[u8], o: &mut Oracle<'_>, when: &str) {
         let mut count = 0u64;
         for (i, e) in scan.enumerate() {
             count += 1;
-            assert!(count <= n + 1, "{when}: scan of field {f} yields more than {n} items");
+            assert!(
+                count <= n + 1,
+                "{when}: scan of field {f} yields more than {n} items"
+            );
             let Ok(e) = e else { continue };
             let want = o.base.model.get(i).and_then(|r| r.get(f)).map(Vec::len);
             if want != Some(e.logical_len as usize) {
@@ -93,7 +104,9 @@ fn read_checks(dir: &Path, random: &[u8], o: &mut Oracle<'_>, when: &str) {
 
 fn scratch() -> tempfile::TempDir {
     let shm = Path::new("/dev/shm");
-    let b = tempfile::Builder::new().prefix("zrecord-fuzz-").tempdir_in(shm);
+    let b = tempfile::Builder::new()
+        .prefix("zrecord-fuzz-")
+        .tempdir_in(shm);
     match b {
         Ok(t) => t,
         Err(_) => tempfile::tempdir().unwrap_or_else(|e| panic!("no scratch directory: {e}")),

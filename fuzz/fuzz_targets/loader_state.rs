@@ -30,7 +30,10 @@ fuzz_target!(|data: &[u8]| {
                 None => break,
                 Some(Err(_)) => {}
                 Some(Ok(b)) => {
-                    assert!(b.batch.indices().iter().all(|&i| i < len), "index out of range");
+                    assert!(
+                        b.batch.indices().iter().all(|&i| i < len),
+                        "index out of range"
+                    );
                     assert_eq!(b.data.len(), b.batch.indices().len());
                 }
             }

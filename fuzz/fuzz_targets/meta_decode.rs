@@ -11,6 +11,10 @@ fuzz_target!(|data: &[u8]| {
     };
     let encoded = meta.encode();
     let again = Meta::decode(&encoded);
-    assert_eq!(again.as_ref(), Ok(&meta), "a decoded meta does not round-trip");
+    assert_eq!(
+        again.as_ref(),
+        Ok(&meta),
+        "a decoded meta does not round-trip"
+    );
     assert_eq!(again.map(|m| m.encode()).as_deref(), Ok(&encoded[..]));
 });

@@ -11,7 +11,11 @@ fuzz_target!(|data: &[u8]| {
     let Ok(h) = NpyHeader::decode(data) else {
         return;
     };
-    assert_eq!(len.ok(), Some(h.data_offset), "header_len disagrees with decode");
+    assert_eq!(
+        len.ok(),
+        Some(h.data_offset),
+        "header_len disagrees with decode"
+    );
     let _ = h.check_file_len(data.len() as u64);
     let _ = h.stored_as_decoded();
     let _ = h.data_bytes();

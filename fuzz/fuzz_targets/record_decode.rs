@@ -33,7 +33,10 @@ struct Capped;
 unsafe impl GlobalAlloc for Capped {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if layout.size() > MAX_ALLOC {
-            eprintln!("allocation of {} bytes, more than the record limit", layout.size());
+            eprintln!(
+                "allocation of {} bytes, more than the record limit",
+                layout.size()
+            );
             std::process::abort();
         }
         // SAFETY: same layout contract as the caller's.

@@ -24,14 +24,22 @@ fuzz_target!(|data: &[u8]| {
     for (k, slot) in bytes.chunks(ENTRY_BYTES).enumerate() {
         let index = first.wrapping_add(k as u64);
         if let Ok(e) = Entry::decode(index, slot) {
-            assert_eq!(&e.encode(index)[..], slot, "entry {index} does not round-trip");
+            assert_eq!(
+                &e.encode(index)[..],
+                slot,
+                "entry {index} does not round-trip"
+            );
             assert!(e.end() >= e.offset);
         }
     }
     if mode & TABLE_FIX_CRC != 0 {
         // Patch slots: the index is the slot's first 8 bytes; fix the entry behind it.
         for slot in bytes.chunks_mut(PATCH_BYTES) {
-            let index = u64::from_le_bytes(slot.get(..8).and_then(|s| s.try_into().ok()).unwrap_or_default());
+            let index = u64::from_le_bytes(
+                slot.get(..8)
+                    .and_then(|s| s.try_into().ok())
+                    .unwrap_or_default(),
+            );
             if let Some(entry) = slot.get_mut(8..) {
                 fix_entry_crc(index, entry);
             }
@@ -39,7 +47,11 @@ fuzz_target!(|data: &[u8]| {
     }
     for slot in bytes.chunks(PATCH_BYTES) {
         if let Ok((index, e)) = decode_patch(slot) {
-            assert_eq!(&encode_patch(index, &e)[..], slot, "patch does not round-trip");
+            assert_eq!(
+                &encode_patch(index, &e)[..],
+                slot,
+                "patch does not round-trip"
+            );
         }
     }
 });

@@ -26,7 +26,10 @@ impl<'a> Input<'a> {
     }
 
     pub fn u8(&mut self) -> u8 {
-        let (b, rest) = self.data.split_first().map_or((0, &[][..]), |(b, r)| (*b, r));
+        let (b, rest) = self
+            .data
+            .split_first()
+            .map_or((0, &[][..]), |(b, r)| (*b, r));
         self.data = rest;
         b
     }
@@ -185,9 +188,17 @@ pub fn loader_config(sel: u8) -> LoaderConfig {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Mutation {
     /// Overwrite bytes at an offset (clamped to the file; the file grows if they run past it).
-    Write { file: u8, offset: u32, bytes: Vec<u8> },
+    Write {
+        file: u8,
+        offset: u32,
+        bytes: Vec<u8>,
+    },
     /// XOR bytes at an offset (clamped; nothing past the end).
-    Xor { file: u8, offset: u32, bytes: Vec<u8> },
+    Xor {
+        file: u8,
+        offset: u32,
+        bytes: Vec<u8>,
+    },
     /// Truncate to an offset (clamped).
     Truncate { file: u8, offset: u32 },
     /// Grow by `len` zero bytes.
@@ -195,7 +206,11 @@ pub enum Mutation {
     /// Remove the file.
     Remove { file: u8 },
     /// Insert bytes at an offset (clamped), shifting the rest.
-    Insert { file: u8, offset: u32, bytes: Vec<u8> },
+    Insert {
+        file: u8,
+        offset: u32,
+        bytes: Vec<u8>,
+    },
 }
 
 /// Byte that ends the mutation list.
@@ -207,12 +222,24 @@ impl Mutation {
     /// The encoding `parse` reads.
     pub fn encode(&self, out: &mut Vec<u8>) {
         let (op, file, offset, bytes): (u8, u8, u32, &[u8]) = match self {
-            Mutation::Write { file, offset, bytes } => (0, *file, *offset, bytes),
-            Mutation::Xor { file, offset, bytes } => (1, *file, *offset, bytes),
+            Mutation::Write {
+                file,
+                offset,
+                bytes,
+            } => (0, *file, *offset, bytes),
+            Mutation::Xor {
+                file,
+                offset,
+                bytes,
+            } => (1, *file, *offset, bytes),
             Mutation::Truncate { file, offset } => (2, *file, *offset, &[]),
             Mutation::Grow { file, len } => (3, *file, u32::from(*len), &[]),
             Mutation::Remove { file } => (4, *file, 0, &[]),
-            Mutation::Insert { file, offset, bytes } => (5, *file, *offset, bytes),
+            Mutation::Insert {
+                file,
+                offset,
+                bytes,
+            } => (5, *file, *offset, bytes),
         };
         out.push(op);
         out.push(file);
@@ -235,12 +262,27 @@ impl Mutation {
             let n = input.u8();
             let bytes = input.bytes(usize::from(n)).to_vec();
             v.push(match op % 6 {
-                0 => Mutation::Write { file, offset, bytes },
-                1 => Mutation::Xor { file, offset, bytes },
+                0 => Mutation::Write {
+                    file,
+                    offset,
+                    bytes,
+                },
+                1 => Mutation::Xor {
+                    file,
+                    offset,
+                    bytes,
+                },
                 2 => Mutation::Truncate { file, offset },
-                3 => Mutation::Grow { file, len: offset as u8 },
+                3 => Mutation::Grow {
+                    file,
+                    len: offset as u8,
+                },
                 4 => Mutation::Remove { file },
-                _ => Mutation::Insert { file, offset, bytes },
+                _ => Mutation::Insert {
+                    file,
+                    offset,
+                    bytes,
+                },
             });
         }
         v
@@ -381,8 +423,9 @@ fn build_base() -> Result<Base, zrecord::Error> {
         .cloned()
         .flatten()
         .unwrap_or_default();
-    let meta = Meta::decode(&meta_bytes)
-        .map_err(|e| zrecord::Error::InvalidConfig { reason: format!("{e:?}") })?;
+    let meta = Meta::decode(&meta_bytes).map_err(|e| zrecord::Error::InvalidConfig {
+        reason: format!("{e:?}"),
+    })?;
     Ok(Base {
         files,
         names,
@@ -483,7 +526,11 @@ fn base_entries(base: &Base) -> Vec<Entry> {
             }
         } else if name.ends_with(".patches") {
             for slot in b.chunks(PATCH_BYTES) {
-                v.extend(zrecord::format::entry::decode_patch(slot).ok().map(|(_, e)| e));
+                v.extend(
+                    zrecord::format::entry::decode_patch(slot)
+                        .ok()
+                        .map(|(_, e)| e),
+                );
             }
         }
     }
