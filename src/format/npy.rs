@@ -406,7 +406,8 @@ impl NpyHeader {
 /// row) into row-major `dst` (row, then item position in C order).
 fn fortran_to_c(item_shape: &[u64], n: u64, item: usize, stored: &[u8], dst: &mut [u8]) {
     let Ok(n) = usize::try_from(n) else { return };
-    if n == 0 || item == 0 {
+    // Nothing to move; and with a zero dimension the other dimensions' strides may overflow.
+    if n == 0 || item == 0 || dst.is_empty() {
         return;
     }
     let m = dst.len() / item / n;
@@ -1057,6 +1058,22 @@ mod tests {
         assert_eq!(h.row_bytes(), 2305843009213693951 * 8);
         let mut out = Vec::new();
         h.decode_rows(0, &[], &mut out).unwrap();
+        assert!(out.is_empty());
+    }
+
+    /// Fuzz finding (npy_header): a Fortran-order row with a zero dimension holds no bytes, but
+    /// the row-major strides of its other dimensions overflowed in `decode_rows`.
+    #[test]
+    fn fortran_rows_of_zero_items_with_huge_dimensions_decode_to_nothing() {
+        let f = npy(
+            (1, 0),
+            "{'descr': '<f4', 'fortran_order': True, 'shape': (1, 0, 1099511627776, 1099511627776), }",
+            &[],
+        );
+        let h = NpyHeader::decode(&f).unwrap();
+        assert_eq!(h.row_bytes(), 0);
+        let mut out = Vec::new();
+        h.decode_rows(1, &[], &mut out).unwrap();
         assert!(out.is_empty());
     }
 
