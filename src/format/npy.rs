@@ -487,7 +487,13 @@ fn fortran_to_c(item_shape: &[u64], n: u64, item: usize, stored: &[u8], dst: &mu
         return;
     };
     let total = m.checked_mul(n).and_then(|x| x.checked_mul(item));
-    if n == 0 || item == 0 || total != Some(dst.len()) || stored.len() != dst.len() {
+    // Nothing to move; and with a zero dimension the other dimensions' strides may overflow.
+    if n == 0
+        || item == 0
+        || dst.is_empty()
+        || total != Some(dst.len())
+        || stored.len() != dst.len()
+    {
         return;
     }
     // C-order strides of the item shape.
@@ -1159,6 +1165,47 @@ mod tests {
             NpyHeader::decode(&f).unwrap_err().kind,
             NpyErrorKind::Unsupported(_)
         ));
+    }
+
+    /// Fuzz finding (npy_header): with no rows the array holds no bytes whatever its row shape,
+    /// so a header with 0 rows of 2^80 bytes decoded, and `row_bytes` (called by `decode_rows`)
+    /// overflowed: a panic in a debug build, a wrapped row size in a release one.
+    #[test]
+    fn zero_rows_of_an_overflowing_row_size_is_refused() {
+        let f = npy(
+            (1, 0),
+            "{'descr': '<f8', 'fortran_order': False, 'shape': (0, 1099511627776, 1099511627776), }",
+            &[],
+        );
+        let e = NpyHeader::decode(&f).unwrap_err();
+        assert!(matches!(e.kind, NpyErrorKind::Malformed(_)), "{e}");
+        // The largest row that fits still decodes, with no rows.
+        let f = npy(
+            (1, 0),
+            "{'descr': '<f8', 'fortran_order': False, 'shape': (0, 2305843009213693951), }",
+            &[],
+        );
+        let h = NpyHeader::decode(&f).unwrap();
+        assert_eq!(h.row_bytes(), 2305843009213693951 * 8);
+        let mut out = Vec::new();
+        h.decode_rows(0, &[], &mut out).unwrap();
+        assert!(out.is_empty());
+    }
+
+    /// Fuzz finding (npy_header): a Fortran-order row with a zero dimension holds no bytes, but
+    /// the row-major strides of its other dimensions overflowed in `decode_rows`.
+    #[test]
+    fn fortran_rows_of_zero_items_with_huge_dimensions_decode_to_nothing() {
+        let f = npy(
+            (1, 0),
+            "{'descr': '<f4', 'fortran_order': True, 'shape': (1, 0, 1099511627776, 1099511627776), }",
+            &[],
+        );
+        let h = NpyHeader::decode(&f).unwrap();
+        assert_eq!(h.row_bytes(), 0);
+        let mut out = Vec::new();
+        h.decode_rows(1, &[], &mut out).unwrap();
+        assert!(out.is_empty());
     }
 
     #[test]

@@ -1,0 +1,247 @@
+//! Writes the seed corpora, `fuzz/corpus/<target>/`: small valid encodings of what each target
+//! decodes (and a few near misses). Run from the repository root:
+//!
+//! ```sh
+//! cargo run --manifest-path fuzz/Cargo.toml --example seeds
+//! ```
+//!
+//! The files are named by content, so running it again adds nothing that is already there.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures::executor::block_on;
+use zrecord::format::codec::Deflater;
+use zrecord::format::meta::Meta;
+use zrecord::pipeline::{LoaderBuilder, LoaderState};
+use zrecord::Codec;
+use zrecord_fuzz::{
+    base, loader_config, loader_source, record_input, Mutation, END_MUTATIONS, LOADER_CONFIGS,
+    TABLE_FIX_CRC,
+};
+
+fn write(target: &str, data: &[u8]) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("corpus")
+        .join(target);
+    std::fs::create_dir_all(&dir).unwrap();
+    let name = format!("seed-{:08x}", zrecord::checksum::crc32c(data));
+    std::fs::write(dir.join(name), data).unwrap();
+}
+
+fn file(name: &str) -> Vec<u8> {
+    base()
+        .files
+        .get(&PathBuf::from(name))
+        .cloned()
+        .flatten()
+        .unwrap_or_default()
+}
+
+fn file_index(suffix: &str) -> u8 {
+    base()
+        .names
+        .iter()
+        .position(|p| p.to_string_lossy().ends_with(suffix))
+        .unwrap() as u8
+}
+
+fn meta_seeds() {
+    let b = base();
+    write("meta_decode", &file("meta.json"));
+    let mut m: Meta = b.meta.clone();
+    write("meta_decode", &m.encode());
+    m.fields.truncate(1);
+    m.chunks.clear();
+    m.len = 0;
+    write("meta_decode", &m.encode());
+    m.version = 2;
+    write("meta_decode", &m.encode());
+}
+
+fn table_seeds() {
+    for p in &base().names {
+        let name = p.to_string_lossy();
+        if name.ends_with(".offsets") || name.ends_with(".patches") {
+            let bytes = file(&name);
+            for mode in [0, TABLE_FIX_CRC] {
+                let mut v = vec![mode];
+                v.extend_from_slice(&0u64.to_le_bytes());
+                v.extend_from_slice(&bytes[..bytes.len().min(24 * 8)]);
+                write("table_decode", &v);
+            }
+        }
+    }
+}
+
+fn record_seeds() {
+    let data: Vec<u8> = (0..3000u32).map(|i| (i % 7) as u8).collect();
+    let mut d = Deflater::new(6);
+    let (codec, stored) = d.encode(Codec::Deflate, &data);
+    assert_eq!(codec, Codec::Deflate);
+    let stored = stored.to_vec();
+    let n = data.len() as u32;
+    write("record_decode", &record_input(1, n, &stored)); // honest
+    write("record_decode", &record_input(1, n - 1, &stored)); // says less: a bomb
+    write("record_decode", &record_input(1, n + 1, &stored)); // says more
+    write("record_decode", &record_input(0, 5, b"hello")); // raw
+    write("record_decode", &record_input(1, u32::MAX, &stored)); // past the limit
+                                                                 // 4 MiB of zeros in a few KiB, claimed as 100 bytes.
+    let zeros = vec![0u8; 4 << 20];
+    let bomb = d.encode(Codec::Deflate, &zeros).1.to_vec();
+    write("record_decode", &record_input(1, 100, &bomb));
+}
+
+fn npy(version: u8, dict: &str, data: &[u8]) -> Vec<u8> {
+    let prefix = if version == 1 { 10 } else { 12 };
+    let mut text = dict.as_bytes().to_vec();
+    while (prefix + text.len() + 1) % 64 != 0 {
+        text.push(b' ');
+    }
+    text.push(b'\n');
+    let mut v = b"\x93NUMPY".to_vec();
+    v.extend_from_slice(&[version, 0]);
+    if version == 1 {
+        v.extend_from_slice(&(text.len() as u16).to_le_bytes());
+    } else {
+        v.extend_from_slice(&(text.len() as u32).to_le_bytes());
+    }
+    v.extend_from_slice(&text);
+    v.extend_from_slice(data);
+    v
+}
+
+fn npy_seeds() {
+    let f4: Vec<u8> = (0..6u32).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    write(
+        "npy_header",
+        &npy(
+            1,
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }",
+            &f4,
+        ),
+    );
+    let i2: Vec<u8> = (0..12u16).flat_map(|i| i.to_be_bytes()).collect();
+    write(
+        "npy_header",
+        &npy(
+            1,
+            "{'descr': '>i2', 'fortran_order': True, 'shape': (2, 3, 2), }",
+            &i2,
+        ),
+    );
+    write(
+        "npy_header",
+        &npy(
+            2,
+            "{'descr': '|b1', 'fortran_order': False, 'shape': (4,), }",
+            &[1, 0, 1, 1],
+        ),
+    );
+    write(
+        "npy_header",
+        &npy(
+            3,
+            "{'descr': '<u8', 'fortran_order': True, 'shape': (1, 2), }",
+            &[7; 16],
+        ),
+    );
+    write(
+        "npy_header",
+        &npy(
+            1,
+            "{'descr': '<f8', 'fortran_order': False, 'shape': (0, 5), }",
+            &[],
+        ),
+    );
+    // The fuzz findings (docs/FUZZING.md) are seeds too, as the files the fuzzer wrote:
+    // fuzz/corpus/npy_header/seed-finding-*.
+}
+
+fn loader_seeds() {
+    for sel in 0..LOADER_CONFIGS {
+        for k in [0usize, 1, 3] {
+            let mut loader = LoaderBuilder::new(loader_source())
+                .config(loader_config(sel))
+                .build()
+                .unwrap();
+            block_on(async {
+                for _ in 0..k {
+                    let _ = futures::StreamExt::next(&mut loader).await;
+                }
+            });
+            let state: LoaderState = loader.state();
+            let mut v = vec![sel];
+            v.extend_from_slice(serde_json::to_string(&state).unwrap().as_bytes());
+            write("loader_state", &v);
+        }
+    }
+    let _ = Arc::strong_count(&loader_source());
+}
+
+fn dataset_seeds() {
+    let tail = [0u8, 3, 25, 7, 1, 1, 200, 9];
+    let seed = |ms: &[Mutation]| {
+        let mut v = Vec::new();
+        for m in ms {
+            m.encode(&mut v);
+        }
+        v.push(END_MUTATIONS);
+        v.extend_from_slice(&tail);
+        write("dataset_dir", &v);
+    };
+    let meta = file_index("meta.json");
+    let chunk = file_index("00000.zr");
+    let offsets = base()
+        .names
+        .iter()
+        .position(|p| {
+            p.to_string_lossy().starts_with("a.") && p.to_string_lossy().ends_with(".offsets")
+        })
+        .unwrap() as u8;
+    let patches = base()
+        .names
+        .iter()
+        .position(|p| p.to_string_lossy().ends_with(".patches"))
+        .unwrap() as u8;
+    seed(&[]);
+    seed(&[Mutation::Xor {
+        file: meta,
+        offset: 40,
+        bytes: vec![1],
+    }]);
+    seed(&[Mutation::Write {
+        file: chunk,
+        offset: 10,
+        bytes: vec![0xFF; 4],
+    }]);
+    seed(&[Mutation::Truncate {
+        file: offsets,
+        offset: 100,
+    }]);
+    seed(&[Mutation::Xor {
+        file: offsets,
+        offset: 30,
+        bytes: vec![0, 0, 1],
+    }]);
+    seed(&[Mutation::Remove { file: patches }]);
+    seed(&[Mutation::Grow {
+        file: chunk,
+        len: 100,
+    }]);
+    seed(&[Mutation::Insert {
+        file: chunk,
+        offset: 0,
+        bytes: vec![0; 3],
+    }]);
+}
+
+fn main() {
+    meta_seeds();
+    table_seeds();
+    record_seeds();
+    npy_seeds();
+    loader_seeds();
+    dataset_seeds();
+    println!("seeds written under {}/corpus", env!("CARGO_MANIFEST_DIR"));
+}
