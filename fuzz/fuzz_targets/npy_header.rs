@@ -13,13 +13,13 @@ fuzz_target!(|data: &[u8]| {
     };
     assert_eq!(
         len.ok(),
-        Some(h.data_offset),
+        Some(h.data_offset()),
         "header_len disagrees with decode"
     );
     let _ = h.check_file_len(data.len() as u64);
     let _ = h.stored_as_decoded();
     let _ = h.data_bytes();
-    let rest = usize::try_from(h.data_offset)
+    let rest = usize::try_from(h.data_offset())
         .ok()
         .and_then(|o| data.get(o..))
         .unwrap_or_default();

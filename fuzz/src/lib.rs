@@ -135,46 +135,39 @@ pub fn loader_config(sel: u8) -> LoaderConfig {
         1 => SamplerMode::Sequential { window_len: 4 },
         _ => SamplerMode::Random,
     };
-    LoaderConfig {
-        sampler: SamplerConfig {
-            mode,
-            seed: 7,
-            epochs: if sel == 5 { None } else { Some(2) },
-        },
-        shard: ShardConfig {
-            total: if sel >= 3 { 2 } else { 1 },
-            index: 0,
-            mode: if sel == 3 {
-                ShardMode::Contiguous
-            } else {
-                ShardMode::Interleaved
-            },
-            pad_to_equal: sel == 4,
-            drop_remainder: false,
-        },
-        bucket: (sel % 2 == 1).then_some(BucketConfig {
-            buffer_size: 8,
-            pack_size: 3,
-            seed: 2,
-        }),
-        batch: BatchConfig {
-            batch_size: 3,
-            drop_last: sel == 2,
-        },
-        prefetch: PrefetchConfig {
-            num_workers: if sel >= 2 { 3 } else { 1 },
-            worker_queue_size: 2,
-            consumer_queue_size: 2,
-            merge: if sel == 3 {
-                MergePolicy::BestEffort {
-                    max_lead: 2,
-                    max_skips_per_round: 1,
-                }
-            } else {
-                MergePolicy::Strict
-            },
-        },
-    }
+    LoaderConfig::default()
+        .sampler(
+            SamplerConfig::default()
+                .mode(mode)
+                .seed(7)
+                .epochs(if sel == 5 { None } else { Some(2) }),
+        )
+        .shard(
+            ShardConfig::new(if sel >= 3 { 2 } else { 1 }, 0)
+                .mode(if sel == 3 {
+                    ShardMode::Contiguous
+                } else {
+                    ShardMode::Interleaved
+                })
+                .pad_to_equal(sel == 4)
+                .drop_remainder(false),
+        )
+        .bucket((sel % 2 == 1).then(|| BucketConfig::default().buffer_size(8).pack_size(3).seed(2)))
+        .batch(BatchConfig::new(3).drop_last(sel == 2))
+        .prefetch(
+            PrefetchConfig::default()
+                .num_workers(if sel >= 2 { 3 } else { 1 })
+                .worker_queue_size(2)
+                .consumer_queue_size(2)
+                .merge(if sel == 3 {
+                    MergePolicy::BestEffort {
+                        max_lead: 2,
+                        max_skips_per_round: 1,
+                    }
+                } else {
+                    MergePolicy::Strict
+                }),
+        )
 }
 
 // ---------------------------------------------------------------------------------------------
