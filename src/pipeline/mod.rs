@@ -39,9 +39,11 @@
 pub mod batch;
 pub mod bucket;
 pub mod collate;
+pub mod elastic;
 pub mod loader;
 pub mod prefetch;
 mod queue;
+pub mod root;
 pub mod sampler;
 pub mod shard;
 pub mod source;
@@ -53,8 +55,10 @@ pub use bucket::{Bucket, BucketConfig, BucketKey};
 pub use collate::{
     pad_stack, pad_stack_field, pooling_mask, PadConfig, PadSide, PaddedBatch, PoolingType,
 };
+pub use elastic::{ElasticChain, ElasticState, ResidualEpoch, Run};
 pub use loader::{IndexChain, Loader, LoaderBuilder, LoaderConfig};
 pub use prefetch::{identity, LoaderBatch, MergePolicy, Prefetch, PrefetchConfig, Transform};
+pub use root::Root;
 pub use sampler::{Sampler, SamplerConfig, SamplerMode};
 pub use shard::{Shard, ShardConfig, ShardMode};
 pub use source::{DatasetSource, MemorySource, Source};

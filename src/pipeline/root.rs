@@ -1,0 +1,49 @@
+//! The first stage of a loader's index chain: what numbers the items of an epoch.
+
+use super::elastic::ResidualRoot;
+use super::sampler::Sampler;
+use super::stage::{Sample, Stage};
+use crate::Result;
+
+/// The root of an index chain: the stage whose `(epoch, position)` names every item a loader
+/// can deliver, and everything downstream (shard, bucket, batch) rearranges.
+#[derive(Debug, Clone)]
+pub enum Root {
+    /// One source, ordered by a [`Sampler`].
+    Sampler(Sampler),
+    /// What an elastic resume left of one epoch of another root (see
+    /// [`super::ElasticChain`]).
+    Residual(Box<ResidualRoot>),
+}
+
+impl Stage for Root {
+    type Item = Sample;
+
+    fn epochs(&self) -> Option<u64> {
+        match self {
+            Self::Sampler(s) => s.epochs(),
+            Self::Residual(r) => r.epochs(),
+        }
+    }
+
+    fn epoch_len(&self) -> u64 {
+        match self {
+            Self::Sampler(s) => s.epoch_len(),
+            Self::Residual(r) => r.epoch_len(),
+        }
+    }
+
+    fn get(&mut self, epoch: u64, position: u64) -> Result<Sample> {
+        match self {
+            Self::Sampler(s) => s.get(epoch, position),
+            Self::Residual(r) => r.get(epoch, position),
+        }
+    }
+
+    fn describe(&self, out: &mut String) {
+        match self {
+            Self::Sampler(s) => s.describe(out),
+            Self::Residual(r) => r.describe(out),
+        }
+    }
+}
