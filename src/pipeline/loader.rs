@@ -163,6 +163,19 @@ pub struct LoaderBuilder<S: Source, T = <S as Source>::Batch> {
     transform: Transform<S::Batch, T>,
 }
 
+/// A copy of the builder (sources, keys and transforms are shared): one per rank, say.
+impl<S: Source, T> Clone for LoaderBuilder<S, T> {
+    fn clone(&self) -> Self {
+        Self {
+            source: Arc::clone(&self.source),
+            config: self.config,
+            key: self.key.clone(),
+            seed: self.seed,
+            transform: Arc::clone(&self.transform),
+        }
+    }
+}
+
 impl<S: Source, T> fmt::Debug for LoaderBuilder<S, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LoaderBuilder")
