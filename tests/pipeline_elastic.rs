@@ -331,3 +331,57 @@ fn later_epochs_are_a_fresh_runs_and_new_checkpoints_resume_exactly() {
     );
     assert!(with_mask > 0, "no merge left a scattered window");
 }
+
+/// The worked example of docs/ARCHITECTURE.md ("Elastic resume"): 20 records in order, 4 ranks
+/// stopped after 2, 1, 1 and 0 batches of 2, resumed as 3 ranks.
+#[test]
+fn worked_example_of_the_architecture_doc() {
+    let src = Arc::new(MemorySource::new((0..20u8).map(|i| vec![i]).collect()));
+    let b = |total, rank| {
+        LoaderBuilder::new(Arc::clone(&src))
+            .sampler(
+                SamplerConfig::default()
+                    .mode(SamplerMode::Sequential { window_len: 1 })
+                    .epochs(Some(2)),
+            )
+            .shard(ShardConfig::new(total, rank))
+            .batch_size(2)
+    };
+    let indices = |batches: &[IndexBatch]| -> Vec<Vec<u64>> {
+        batches.iter().map(IndexBatch::indices).collect()
+    };
+    let mut states = Vec::new();
+    let mut old = Vec::new();
+    for (rank, k) in [(0, 2), (1, 1), (2, 1), (3, 0)] {
+        let (got, state) = take(b(4, rank).build().unwrap(), k);
+        old.push(indices(&got));
+        states.push(state);
+    }
+    assert_eq!(
+        old,
+        vec![
+            vec![vec![0, 4], vec![8, 12]],
+            vec![vec![1, 5]],
+            vec![vec![2, 6]],
+            vec![]
+        ]
+    );
+    let merged = b(3, 0).merge_checkpoints(&states).unwrap();
+    let elastic = merged.elastic.as_ref().unwrap();
+    assert_eq!(elastic.resume_epoch, 1);
+    assert_eq!(
+        serde_json::to_string(&elastic.residual).unwrap(),
+        r#"[{"epoch":0,"levels":[[{"first":16,"step":4,"count":1},{"first":9,"step":4,"count":3},{"first":10,"step":4,"count":3},{"first":3,"step":4,"count":5}]]}]"#
+    );
+    let new: Vec<Vec<Vec<u64>>> = (0..3)
+        .map(|rank| indices(&drain(b(3, rank).resume_elastic(&states).unwrap())))
+        .collect();
+    assert_eq!(
+        new,
+        vec![
+            vec![vec![16, 17], vec![18, 11], vec![0, 3], vec![6, 9], vec![12, 15], vec![18]],
+            vec![vec![9, 10], vec![3, 15], vec![1, 4], vec![7, 10], vec![13, 16], vec![19]],
+            vec![vec![13, 14], vec![7, 19], vec![2, 5], vec![8, 11], vec![14, 17]],
+        ]
+    );
+}
