@@ -379,9 +379,29 @@ fn worked_example_of_the_architecture_doc() {
     assert_eq!(
         new,
         vec![
-            vec![vec![16, 17], vec![18, 11], vec![0, 3], vec![6, 9], vec![12, 15], vec![18]],
-            vec![vec![9, 10], vec![3, 15], vec![1, 4], vec![7, 10], vec![13, 16], vec![19]],
-            vec![vec![13, 14], vec![7, 19], vec![2, 5], vec![8, 11], vec![14, 17]],
+            vec![
+                vec![16, 17],
+                vec![18, 11],
+                vec![0, 3],
+                vec![6, 9],
+                vec![12, 15],
+                vec![18]
+            ],
+            vec![
+                vec![9, 10],
+                vec![3, 15],
+                vec![1, 4],
+                vec![7, 10],
+                vec![13, 16],
+                vec![19]
+            ],
+            vec![
+                vec![13, 14],
+                vec![7, 19],
+                vec![2, 5],
+                vec![8, 11],
+                vec![14, 17]
+            ],
         ]
     );
 }

@@ -81,8 +81,9 @@ pub struct ElasticState {
     pub resume_epoch: u64,
 }
 
-/// The most items of a rank's chain between its first unconsumed and its last consumed batch
-/// that a merge examines (a best-effort merge keeps this below workers × lead).
+/// The most batches (and items) of a rank's chain between its first unconsumed and its last
+/// consumed one that a merge examines (a best-effort merge keeps this below workers × lead
+/// batches, a bucket below its buffer size in items).
 const MAX_WINDOW: u64 = 1 << 24;
 
 /// A [`Run`] checked against its parent, ready for lookups.
@@ -585,7 +586,15 @@ impl Progress {
         let real_hi = q_hi.min(g.own_len);
         if q_lo < real_hi {
             let width = usize::try_from(real_hi - q_lo)
-                .map_err(|_| internal("window past usize".into()))?;
+                .ok()
+                .filter(|&w| w as u64 <= MAX_WINDOW)
+                .ok_or_else(|| Error::ResumeMismatch {
+                    reason: format!(
+                        "rank {}'s checkpoint: {} items between its first unconsumed and its                          last consumed item in epoch {e}, more than the {MAX_WINDOW} a merge                          examines",
+                        self.rank,
+                        real_hi - q_lo
+                    ),
+                })?;
             let mut at = HashMap::with_capacity(width);
             for q in q_lo..real_hi {
                 at.insert(shard.get(e, q)?.position, q - q_lo);

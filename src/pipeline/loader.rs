@@ -437,6 +437,13 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
                     shard.index
                 )));
             }
+            let first_shard = shard_settings(&first.config);
+            if first_shard.is_some_and(|f| f.index(shard.index) != shard) {
+                return Err(mismatch(format!(
+                    "rank {}'s shard settings ({shard:?}) differ from checkpoint 0's                      ({first_shard:?}) beyond the rank index: not one run's ranks",
+                    shard.index
+                )));
+            }
             *slot = Some((shard, state));
             if state.elastic != first.elastic {
                 return Err(mismatch(format!(
