@@ -314,6 +314,40 @@ pub enum Error {
         what: &'static str,
     },
 
+    /// A request to an object store failed after its retries: the object, the byte range (if
+    /// the request had one), the last HTTP status (if the server answered) and the reason.
+    #[error("{object}{}: {}{reason}", range_text(range), status_text(*status))]
+    Remote {
+        /// The object's URL.
+        object: String,
+        /// The byte range asked for, `start..end`.
+        range: Option<std::ops::Range<u64>>,
+        /// The last HTTP status the server answered with.
+        status: Option<u16>,
+        /// What went wrong (the store client's message, or what zrecord found wrong).
+        reason: String,
+    },
+
+    /// A dataset on an object store is damaged: a commit manifest that does not decode, an
+    /// object whose size or checksum is not the one its manifest records.
+    #[error("{object} is corrupt: {reason}")]
+    RemoteCorrupt {
+        /// The object's URL.
+        object: String,
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// A push lost a race: another push published to the same place first, or the store
+    /// overwrote this push's commit.
+    #[error("publishing to {url} failed: {reason}")]
+    PublishConflict {
+        /// The dataset URL.
+        url: String,
+        /// What the other push did.
+        reason: String,
+    },
+
     /// A broken internal invariant: a zrecord bug, never the data's fault. Please report it.
     #[error("internal error (a zrecord bug): {reason}")]
     Internal {
@@ -386,5 +420,19 @@ mod tests {
             assert_eq!(chain.matches(&text).count(), 1, "{chain}");
             assert!(!e.to_string().contains(&text), "{e}");
         }
+    }
+}
+
+fn range_text(range: &Option<std::ops::Range<u64>>) -> String {
+    match range {
+        Some(r) => format!(" bytes {}..{}", r.start, r.end),
+        None => String::new(),
+    }
+}
+
+fn status_text(status: Option<u16>) -> String {
+    match status {
+        Some(s) => format!("HTTP {s}: "),
+        None => String::new(),
     }
 }

@@ -53,6 +53,8 @@ pub mod convert;
 pub mod error;
 pub mod format;
 pub mod pipeline;
+#[cfg(feature = "remote")]
+pub mod remote;
 
 pub use error::{Error, Result};
 pub use format::dtype::{Codec, DType};

@@ -11,20 +11,40 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// An open file a job reads from, with its path for error messages.
+/// A file a job reads from: an open local file, or an object on a store. Its path (the
+/// object's URL for an object) names it in error messages.
 #[derive(Debug)]
 pub(crate) struct ReadFile {
-    /// The file, opened read-only.
-    pub(crate) file: File,
+    /// The file, opened read-only; `None` for an object on a store.
+    pub(crate) file: Option<File>,
     /// Where it lives.
     pub(crate) path: PathBuf,
     /// Opened with `O_DIRECT`: offsets, lengths and destinations of its reads are aligned.
     pub(crate) direct: bool,
+    /// The object's key under its dataset's prefix, for an object on a store.
+    pub(crate) object: Option<String>,
 }
 
 impl ReadFile {
+    /// A local file.
+    pub(crate) fn local_file(file: File, path: PathBuf, direct: bool) -> ReadFile {
+        ReadFile {
+            file: Some(file),
+            path,
+            direct,
+            object: None,
+        }
+    }
+
+    /// The descriptor; -1 (every read of it fails with `EBADF`) for an object on a store, which
+    /// only the remote backend reads.
     pub(crate) fn fd(&self) -> RawFd {
-        self.file.as_raw_fd()
+        self.file.as_ref().map_or(-1, AsRawFd::as_raw_fd)
+    }
+
+    /// The local file, `None` for an object on a store.
+    pub(crate) fn local(&self) -> Option<&File> {
+        self.file.as_ref()
     }
 }
 
@@ -75,10 +95,12 @@ pub struct ReadJob {
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct ReadRange<'a> {
-    /// The chunk file.
+    /// The chunk file (the object's URL for a chunk on an object store).
     pub path: &'a std::path::Path,
-    /// The chunk file, open read-only.
-    pub file: &'a File,
+    /// The chunk file, open read-only; `None` for a chunk on an object store.
+    pub file: Option<&'a File>,
+    /// The chunk's object key under its dataset's prefix, for a chunk on an object store.
+    pub object: Option<&'a str>,
     /// `file` was opened with `O_DIRECT`: `offset` and `len` are multiples of 4 KiB, and so is
     /// the address of every destination.
     pub direct: bool,
@@ -107,7 +129,8 @@ impl ReadJob {
         let f = self.files.get(o.file)?;
         Some(ReadRange {
             path: &f.path,
-            file: &f.file,
+            file: f.file.as_ref(),
+            object: f.object.as_deref(),
             direct: f.direct,
             offset: o.offset,
             len: self.op_len(o),

@@ -218,6 +218,9 @@ pub(crate) struct ChunkHandle {
     direct_refused: AtomicBool,
     /// Mapping failed (reported once); reads go through the I/O backend.
     map_refused: AtomicBool,
+    /// For a chunk on an object store: the object, which only the remote backend reads (no
+    /// descriptor, no mapping).
+    remote: Option<Arc<ReadFile>>,
 }
 
 impl ChunkHandle {
@@ -267,7 +270,7 @@ impl ChunkHandle {
             .iter()
             .chain(o.direct.iter())
             .next()
-            .and_then(|f| f.file.metadata().ok())
+            .and_then(|f| f.local()?.metadata().ok())
             .is_some_and(|m| m.nlink() == 0)
     }
 
@@ -331,17 +334,20 @@ impl ChunkHandle {
 
     /// The chunk's descriptor, opened (and counted) on first use.
     pub(crate) fn file(self: &Arc<Self>) -> Result<Arc<ReadFile>> {
+        if let Some(r) = &self.remote {
+            return Ok(Arc::clone(r));
+        }
         self.fd_used.store(true, Ordering::Release);
         if let Some(f) = &lock(&self.open).file {
             return Ok(Arc::clone(f));
         }
         FDS.reserve(1);
         match self.open_checked(&self.path, 0) {
-            Ok(f) => Ok(self.keep(Arc::new(ReadFile {
-                file: f,
-                path: self.path.clone(),
-                direct: false,
-            }))),
+            Ok(f) => Ok(self.keep(Arc::new(ReadFile::local_file(
+                f,
+                self.path.clone(),
+                false,
+            )))),
             Err(e) => {
                 FDS.unreserve(1);
                 Err(e)
@@ -353,7 +359,7 @@ impl ChunkHandle {
     /// chunk; reads then go through the page cache). A chunk a later commit removed or replaced
     /// is [`Error::ChunkGone`].
     pub(crate) fn direct(self: &Arc<Self>) -> Result<Option<Arc<ReadFile>>> {
-        if self.direct_refused.load(Ordering::Acquire) {
+        if self.direct_refused.load(Ordering::Acquire) || self.remote.is_some() {
             return Ok(None);
         }
         self.fd_used.store(true, Ordering::Release);
@@ -367,8 +373,7 @@ impl ChunkHandle {
         FDS.reserve(1);
         let opened = match &held {
             Some(f) => {
-                use std::os::fd::AsRawFd;
-                let link = PathBuf::from(format!("/proc/self/fd/{}", f.file.as_raw_fd()));
+                let link = PathBuf::from(format!("/proc/self/fd/{}", f.fd()));
                 match self.open_checked(&link, libc::O_DIRECT) {
                     Err(Error::Io { source, .. })
                         if matches!(
@@ -385,11 +390,11 @@ impl ChunkHandle {
         };
         drop(held);
         match opened {
-            Ok(f) => Ok(Some(self.keep(Arc::new(ReadFile {
-                file: f,
-                path: self.path.clone(),
-                direct: true,
-            })))),
+            Ok(f) => Ok(Some(self.keep(Arc::new(ReadFile::local_file(
+                f,
+                self.path.clone(),
+                true,
+            ))))),
             Err(e @ Error::ChunkGone { .. }) => {
                 FDS.unreserve(1);
                 Err(e)
@@ -408,7 +413,7 @@ impl ChunkHandle {
     /// The mapping of the committed prefix, made on first use; `None` if mapping failed
     /// (reported once per chunk; reads then go through the I/O backend).
     pub(crate) fn map(self: &Arc<Self>) -> Result<Option<SharedMap>> {
-        if self.map_refused.load(Ordering::Acquire) {
+        if self.map_refused.load(Ordering::Acquire) || self.remote.is_some() {
             return Ok(None);
         }
         self.map_used.store(true, Ordering::Release);
@@ -417,7 +422,11 @@ impl ChunkHandle {
         }
         let file = self.file()?;
         MAPS.reserve(1);
-        let m = match SharedMap::new(&file.file, &self.path, self.size) {
+        let mapped = match file.local() {
+            Some(f) => SharedMap::new(f, &self.path, self.size),
+            None => return Ok(None),
+        };
+        let m = match mapped {
             Ok(m) => m,
             Err(e) => {
                 MAPS.unreserve(1);
@@ -500,13 +509,7 @@ impl ChunkSet {
                 id: c.id,
                 identity: Identity::of(&m),
                 open: Mutex::new(Open {
-                    file: open.map(|file| {
-                        Arc::new(ReadFile {
-                            file,
-                            path: path.clone(),
-                            direct: false,
-                        })
-                    }),
+                    file: open.map(|file| Arc::new(ReadFile::local_file(file, path.clone(), false))),
                     direct: None,
                 }),
                 path,
@@ -516,11 +519,63 @@ impl ChunkSet {
                 map_used: AtomicBool::new(false),
                 direct_refused: AtomicBool::new(false),
                 map_refused: AtomicBool::new(false),
+                remote: None,
             });
             if held {
                 FDS.reserve(1);
                 FDS.enlist(&h);
             }
+            if let Some(slot) = by_id.get_mut(usize::from(c.id)) {
+                *slot = Some(h);
+            }
+        }
+        Ok(ChunkSet { by_id })
+    }
+
+    /// The chunks `meta` names, as objects on a store: `object(id)` gives each chunk's URL
+    /// (its path in errors) and key. They hold no descriptor and no mapping; only the remote
+    /// backend reads them.
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
+    pub(crate) fn load_remote(
+        meta: &Meta,
+        object: impl Fn(u16) -> Option<(PathBuf, String)>,
+    ) -> Result<ChunkSet> {
+        let max_id = meta
+            .chunks
+            .iter()
+            .map(|c| usize::from(c.id) + 1)
+            .max()
+            .unwrap_or(0);
+        let mut by_id: Vec<Option<Arc<ChunkHandle>>> = vec![None; max_id];
+        for c in &meta.chunks {
+            let (path, key) = object(c.id).ok_or_else(|| Error::Internal {
+                reason: format!("no object for chunk {}", c.id),
+            })?;
+            let h = Arc::new(ChunkHandle {
+                id: c.id,
+                identity: Identity {
+                    dev: 0,
+                    ino: 0,
+                    born: None,
+                },
+                open: Mutex::new(Open {
+                    file: None,
+                    direct: None,
+                }),
+                remote: Some(Arc::new(ReadFile {
+                    file: None,
+                    path: path.clone(),
+                    direct: false,
+                    object: Some(key),
+                })),
+                path,
+                size: c.size,
+                map: Mutex::new(None),
+                fd_used: AtomicBool::new(false),
+                map_used: AtomicBool::new(false),
+                direct_refused: AtomicBool::new(false),
+                map_refused: AtomicBool::new(false),
+            });
             if let Some(slot) = by_id.get_mut(usize::from(c.id)) {
                 *slot = Some(h);
             }

@@ -1,0 +1,456 @@
+//! Publishing a local dataset to an object store, and fetching one back.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+
+use super::manifest::{data_key, required_files, slot_key, slot_of, Manifest, ObjectEntry, COMMITS};
+use super::store::{block_on, Created, Store, StoreOptions};
+use crate::checksum::crc32c_append;
+use crate::error::{Error, Result};
+use crate::store::snapshot::{read_meta, Snapshot};
+
+/// Options of [`push`] and [`pull`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct TransferOptions {
+    /// The object-store client's options. Default: the environment's.
+    pub store: StoreOptions,
+    /// Objects transferred at once. Default: 4.
+    pub concurrency: usize,
+    /// Objects larger than this go in parts of this size (multipart uploads, ranged
+    /// downloads). Default: 16 MiB.
+    pub part_size: usize,
+}
+
+impl Default for TransferOptions {
+    /// The environment's store settings, 4 objects at once, parts of 16 MiB.
+    fn default() -> Self {
+        Self {
+            store: StoreOptions::default(),
+            concurrency: 4,
+            part_size: 16 << 20,
+        }
+    }
+}
+
+impl TransferOptions {
+    /// Sets the object-store client's options.
+    #[must_use]
+    pub fn store(mut self, store: StoreOptions) -> Self {
+        self.store = store;
+        self
+    }
+
+    /// Sets the objects transferred at once, at least 1. Default 4.
+    #[must_use]
+    pub fn concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency;
+        self
+    }
+
+    /// Sets the part size of large objects, at least 5 MiB (S3's smallest part). Default
+    /// 16 MiB.
+    #[must_use]
+    pub fn part_size(mut self, part_size: usize) -> Self {
+        self.part_size = part_size;
+        self
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.concurrency == 0 || self.part_size < 5 << 20 {
+            return Err(Error::InvalidConfig {
+                reason: format!(
+                    "transfer: concurrency must be at least 1 (got {}) and parts at least 5 MiB \
+                     (got {} bytes)",
+                    self.concurrency, self.part_size
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What [`push`] or [`pull`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TransferReport {
+    /// The dataset URL.
+    pub url: String,
+    /// The generation transferred.
+    pub generation: u64,
+    /// The commit slot on the store.
+    pub slot: u64,
+    /// Objects (files) transferred, and their bytes.
+    pub transferred: (u64, u64),
+    /// Objects (files) already in place and skipped, and their bytes.
+    pub skipped: (u64, u64),
+    /// The store's latest commit already was this one (push), or the local copy already was
+    /// complete (pull): nothing was committed.
+    pub already_done: bool,
+}
+
+/// Reads `len` bytes at `offset` of `file`.
+fn read_at(file: &File, path: &Path, offset: u64, len: usize) -> Result<Bytes> {
+    let mut buf = vec![0u8; len];
+    crate::io::fs::read_exact_at(file, path, &mut buf, offset)?;
+    Ok(Bytes::from(buf))
+}
+
+/// CRC32C of `size` bytes of `file`, read in pieces of `piece`.
+fn crc_of(file: &File, path: &Path, size: u64, piece: usize) -> Result<u32> {
+    let mut crc = 0u32;
+    let mut buf = vec![0u8; piece];
+    let mut offset = 0u64;
+    while offset < size {
+        let len = usize::try_from(size - offset).unwrap_or(usize::MAX).min(piece);
+        let slice = buf.get_mut(..len).unwrap_or_default();
+        crate::io::fs::read_exact_at(file, path, slice, offset)?;
+        crc = crc32c_append(crc, slice);
+        offset = offset.saturating_add(len as u64);
+    }
+    Ok(crc)
+}
+
+/// One local file of the commit being pushed.
+struct LocalFile {
+    entry: ObjectEntry,
+    path: PathBuf,
+    file: Arc<File>,
+}
+
+/// Publishes the latest commit of the local dataset at `local` to `url` (`s3://bucket/prefix`).
+///
+/// Data objects are uploaded first (several at once, large ones in parts), each under a key
+/// that names its content (`data/<file>.<size>.<crc32c>`): one already on the store is skipped,
+/// so a push that was killed and is run again uploads only what is missing and finishes the
+/// same generation. The commit manifest is written last, into the next free commit slot, with a
+/// conditional create (`If-None-Match: *`): readers never see a partial generation, and of two
+/// pushes racing to the same prefix exactly one takes the slot.
+///
+/// # Errors
+/// [`Error::NotADataset`] if `local` holds no dataset; [`Error::PublishConflict`] if another push
+/// took the commit slot first (or the store overwrote this push's manifest: a store that ignores
+/// conditional creates); [`Error::Remote`] for a request that failed after its retries;
+/// [`Error::InvalidConfig`] for a URL or options that do not work.
+pub fn push(local: impl AsRef<Path>, url: &str, options: &TransferOptions) -> Result<TransferReport> {
+    options.check()?;
+    let dir = local.as_ref();
+    let store = Store::open(url, &options.store)?;
+    let not_a_dataset = |e: Error| match e {
+        Error::Io { .. } | Error::MetaCorrupt { .. } => Error::NotADataset {
+            path: dir.to_path_buf(),
+            reason: e.to_string(),
+        },
+        other => other,
+    };
+    // The snapshot and the meta text of one commit.
+    let (meta_text, snap) = loop {
+        let (bytes, meta) = read_meta(dir).map_err(not_a_dataset)?;
+        let snap = Snapshot::load(dir).map_err(not_a_dataset)?;
+        if snap.generation() == meta.generation {
+            let text = String::from_utf8(bytes).map_err(|_| Error::MetaCorrupt {
+                path: crate::store::layout::meta(dir),
+                reason: "not UTF-8".into(),
+            })?;
+            break (text, snap);
+        }
+    };
+    let piece = options.part_size;
+    let mut files = Vec::new();
+    for (name, size) in required_files(snap.meta()) {
+        let path = dir.join(&name);
+        let file = match name.strip_prefix("chunk/").and_then(|n| n.strip_suffix(".zr")) {
+            Some(id) => {
+                let id: u16 = id.parse().map_err(|_| Error::Internal {
+                    reason: format!("chunk file name {name}"),
+                })?;
+                let handle = snap.chunk(id).ok_or_else(|| Error::Internal {
+                    reason: format!("chunk {id} of the commit has no handle"),
+                })?;
+                let rf = handle.file()?;
+                let f = rf.local().ok_or_else(|| Error::Internal {
+                    reason: format!("chunk {id} is not a local file"),
+                })?;
+                Arc::new(f.try_clone().map_err(|e| Error::io(&path, "dup", e))?)
+            }
+            None => Arc::new(crate::io::fs::open_read(&path)?),
+        };
+        let crc = crc_of(&file, &path, size, piece)?;
+        files.push(LocalFile {
+            entry: ObjectEntry {
+                object: data_key(&name, size, crc),
+                file: name,
+                size,
+                crc32c: crc,
+            },
+            path,
+            file,
+        });
+    }
+    let generation = snap.generation();
+    let manifest = Manifest::new(
+        generation,
+        meta_text,
+        files.iter().map(|f| f.entry.clone()).collect(),
+    );
+    let encoded = Bytes::from(manifest.encode()?);
+    let concurrency = options.concurrency;
+    let s = Arc::clone(&store);
+    block_on(async move {
+        let results: Vec<(bool, u64)> = futures::stream::iter(files)
+            .map(|f| upload(Arc::clone(&s), f, piece))
+            .buffer_unordered(concurrency)
+            .try_collect()
+            .await?;
+        let count = |uploaded: bool| {
+            results
+                .iter()
+                .filter(|(u, _)| *u == uploaded)
+                .fold((0u64, 0u64), |(n, b), (_, size)| {
+                    (n.saturating_add(1), b.saturating_add(*size))
+                })
+        };
+        let (slot, already_done) = commit(&s, &manifest, encoded).await?;
+        Ok(TransferReport {
+            url: s.url().to_string(),
+            generation,
+            slot,
+            transferred: count(true),
+            skipped: count(false),
+            already_done,
+        })
+    })?
+}
+
+/// Uploads one file unless its object is there; returns (uploaded, size).
+async fn upload(store: Arc<Store>, f: LocalFile, part: usize) -> Result<(bool, u64)> {
+    let LocalFile { entry, path, file } = f;
+    let key = entry.object.as_str();
+    if store.head(key).await? == Some(entry.size) {
+        return Ok((false, entry.size));
+    }
+    // The bytes are read again for the upload: check they still have the checksum the key
+    // names before the object is complete.
+    let crc = std::sync::Mutex::new(0u32);
+    let read = |offset: u64, len: usize| -> Result<Bytes> {
+        let b = read_at(&file, &path, offset, len)?;
+        if let Ok(mut c) = crc.lock() {
+            *c = crc32c_append(*c, &b);
+        }
+        Ok(b)
+    };
+    let changed = || Error::Internal {
+        reason: format!(
+            "{} changed while it was pushed (committed bytes never change)",
+            path.display()
+        ),
+    };
+    if entry.size <= part as u64 {
+        let len = usize::try_from(entry.size).map_err(|_| changed())?;
+        let bytes = read(0, len)?;
+        if crc.lock().map(|c| *c).ok() != Some(entry.crc32c) {
+            return Err(changed());
+        }
+        store.put(key, bytes).await?;
+    } else {
+        let checked = |offset: u64, len: usize| -> Result<Bytes> {
+            let b = read(offset, len)?;
+            let end = offset.saturating_add(len as u64);
+            if end == entry.size && crc.lock().map(|c| *c).ok() != Some(entry.crc32c) {
+                return Err(changed());
+            }
+            Ok(b)
+        };
+        store.put_multipart(key, entry.size, part, checked).await?;
+    }
+    Ok((true, entry.size))
+}
+
+/// The latest commit slot on `store` and its bytes, `None` if there is none. Listing may lag
+/// behind creates on some stores, so the slots after the highest listed are probed too.
+pub(crate) async fn latest(store: &Store) -> Result<Option<(u64, Bytes)>> {
+    let listed = store.list(COMMITS).await?;
+    let mut slot = listed.iter().filter_map(|k| slot_of(k)).max();
+    loop {
+        let next = slot.map_or(1, |s| s.saturating_add(1));
+        if Some(next) == slot || store.head(&slot_key(next)).await?.is_none() {
+            break;
+        }
+        slot = Some(next);
+    }
+    match slot {
+        None => Ok(None),
+        Some(s) => Ok(Some((s, store.get(&slot_key(s)).await?))),
+    }
+}
+
+/// Writes `manifest` into the next free slot; returns the slot and whether the latest commit
+/// already was this one.
+async fn commit(store: &Store, manifest: &Manifest, encoded: Bytes) -> Result<(u64, bool)> {
+    let same = |slot: u64, bytes: &[u8]| -> Result<bool> {
+        let (theirs, _) = Manifest::decode(&store.object_url(&slot_key(slot)), bytes)?;
+        Ok(&theirs == manifest)
+    };
+    let current = latest(store).await?;
+    if let Some((slot, bytes)) = &current {
+        if same(*slot, bytes)? {
+            return Ok((*slot, true));
+        }
+    }
+    let slot = current.map_or(1, |(s, _)| s.saturating_add(1));
+    let key = slot_key(slot);
+    let created = store.create(&key, encoded.clone()).await?;
+    let back = store.get(&key).await?;
+    let ours = back == encoded;
+    match (created, ours) {
+        (Created::Created, true) => Ok((slot, false)),
+        (Created::Exists, _) if same(slot, &back)? => Ok((slot, true)),
+        (Created::Exists, _) => Err(Error::PublishConflict {
+            url: store.url().to_string(),
+            reason: format!(
+                "another push committed slot {slot} first (generation {}); this push's data \
+                 objects are uploaded but not committed",
+                Manifest::decode(&store.object_url(&key), &back)
+                    .map(|(m, _)| m.generation.to_string())
+                    .unwrap_or_else(|e| format!("unreadable: {e}"))
+            ),
+        }),
+        (Created::Created, false) => Err(Error::PublishConflict {
+            url: store.url().to_string(),
+            reason: format!(
+                "slot {slot} was overwritten by another push right after this one wrote it: \
+                 this store does not honour conditional creates (If-None-Match)"
+            ),
+        }),
+    }
+}
+
+/// Fetches the latest commit of the dataset at `url` into the local directory `local`, which
+/// becomes an ordinary local dataset.
+///
+/// Every file is downloaded next to its final name, checked against the size and CRC32C its
+/// manifest records, synced and renamed into place; `meta.json` comes last, so an interrupted
+/// pull leaves no dataset, and running it again skips the files already in place and checked.
+///
+/// # Errors
+/// [`Error::NotADataset`] if `url` holds no commit; [`Error::RemoteCorrupt`] for an object that
+/// does not match its manifest; [`Error::InvalidConfig`] if `local` holds another dataset;
+/// [`Error::Remote`] for a request that failed after its retries.
+pub fn pull(url: &str, local: impl AsRef<Path>, options: &TransferOptions) -> Result<TransferReport> {
+    options.check()?;
+    let dir = local.as_ref().to_path_buf();
+    let store = Store::open(url, &options.store)?;
+    let s = Arc::clone(&store);
+    let (slot, bytes) = block_on(async move { latest(&s).await })??.ok_or_else(|| {
+        Error::NotADataset {
+            path: PathBuf::from(url),
+            reason: format!("no commit under {}", store.object_url(COMMITS)),
+        }
+    })?;
+    let (manifest, meta) = Manifest::decode(&store.object_url(&slot_key(slot)), &bytes)?;
+    let meta_path = crate::store::layout::meta(&dir);
+    if let Ok((_, local_meta)) = read_meta(&dir) {
+        if local_meta.generation == meta.generation
+            && std::fs::read(&meta_path).ok().as_deref() == Some(manifest.meta.as_bytes())
+        {
+            let n = manifest.objects.len() as u64;
+            let b = manifest.objects.iter().map(|o| o.size).sum();
+            return Ok(TransferReport {
+                url: store.url().to_string(),
+                generation: meta.generation,
+                slot,
+                transferred: (0, 0),
+                skipped: (n, b),
+                already_done: true,
+            });
+        }
+        return Err(Error::InvalidConfig {
+            reason: format!(
+                "{} already holds a dataset (generation {}); pull into a new directory",
+                dir.display(),
+                local_meta.generation
+            ),
+        });
+    }
+    std::fs::create_dir_all(dir.join("chunk")).map_err(|e| Error::io(&dir, "mkdir", e))?;
+    let part = options.part_size;
+    let s = Arc::clone(&store);
+    let d = dir.clone();
+    let objects = manifest.objects.clone();
+    let concurrency = options.concurrency;
+    let results: Vec<(bool, u64)> = block_on(async move {
+        futures::stream::iter(objects)
+            .map(|o| download(Arc::clone(&s), d.clone(), o, part))
+            .buffer_unordered(concurrency)
+            .try_collect::<Vec<_>>()
+            .await
+    })??;
+    crate::io::fs::sync_dir(&dir.join("chunk"))?;
+    let tmp = dir.join("meta.json.pull");
+    std::fs::write(&tmp, manifest.meta.as_bytes()).map_err(|e| Error::io(&tmp, "write", e))?;
+    let f = crate::io::fs::open_read(&tmp)?;
+    crate::io::fs::sync_data(&f, &tmp)?;
+    std::fs::rename(&tmp, &meta_path).map_err(|e| Error::io(&meta_path, "rename", e))?;
+    crate::io::fs::sync_dir(&dir)?;
+    let count = |done: bool| {
+        results
+            .iter()
+            .filter(|(t, _)| *t == done)
+            .fold((0u64, 0u64), |(n, b), (_, size)| (n.saturating_add(1), b.saturating_add(*size)))
+    };
+    Ok(TransferReport {
+        url: store.url().to_string(),
+        generation: meta.generation,
+        slot,
+        transferred: count(true),
+        skipped: count(false),
+        already_done: false,
+    })
+}
+
+/// Downloads one object into `dir` unless the file is there and checks; returns (downloaded,
+/// size).
+async fn download(store: Arc<Store>, dir: PathBuf, o: ObjectEntry, part: usize) -> Result<(bool, u64)> {
+    let path = dir.join(&o.file);
+    let corrupt = |reason: String| Error::RemoteCorrupt {
+        object: store.object_url(&o.object),
+        reason,
+    };
+    if let Ok(f) = File::open(&path) {
+        let len = crate::io::fs::file_len(&f, &path)?;
+        if len == o.size && crc_of(&f, &path, len, part)? == o.crc32c {
+            return Ok((false, o.size));
+        }
+    }
+    let tmp = PathBuf::from(format!("{}.pull", path.display()));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .open(&tmp)
+        .map_err(|e| Error::io(&tmp, "create", e))?;
+    let mut crc = 0u32;
+    let mut offset = 0u64;
+    while offset < o.size {
+        let len = (o.size - offset).min(part as u64);
+        let end = offset.saturating_add(len);
+        let bytes = store.get_range(&o.object, offset..end).await?;
+        crc = crc32c_append(crc, &bytes);
+        crate::io::fs::write_all_at(&file, &tmp, &bytes, offset)?;
+        offset = end;
+    }
+    if crc != o.crc32c {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(corrupt(format!(
+            "its bytes have checksum {crc:#010x}, the manifest records {:#010x}",
+            o.crc32c
+        )));
+    }
+    crate::io::fs::sync_data(&file, &tmp)?;
+    std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, "rename", e))?;
+    Ok((true, o.size))
+}

@@ -1,0 +1,405 @@
+//! One dataset prefix on an object store: the `object_store` client, the runtime its requests
+//! run on, and typed errors that name the object, the range and the last HTTP status.
+
+use std::future::Future;
+use std::ops::Range;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path as ObjectPath;
+use object_store::{
+    BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
+    RetryConfig,
+};
+
+use crate::error::{Error, Result};
+
+/// Options of the object-store client: `object_store` configuration keys and values (for S3:
+/// `aws_endpoint`, `aws_access_key_id`, `aws_secret_access_key`, `aws_region`,
+/// `aws_allow_http`, …), applied over what the environment sets (`AWS_ENDPOINT`,
+/// `AWS_ACCESS_KEY_ID`, …), and the request retries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreOptions {
+    /// `object_store` configuration pairs, applied in order after the environment.
+    pub config: Vec<(String, String)>,
+    /// Retries of a failed request (5xx answers, timeouts, connection resets, short bodies)
+    /// before the error is returned. Default: 5.
+    pub retries: u32,
+    /// The first retry's delay; it doubles up to 2 s. Default: 50 ms.
+    pub backoff: Duration,
+    /// Time allowed for one request, connection included. Default: 30 s.
+    pub timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    /// The environment's settings, 5 retries from 50 ms, 30 s per request.
+    fn default() -> Self {
+        Self {
+            config: Vec::new(),
+            retries: 5,
+            backoff: Duration::from_millis(50),
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl StoreOptions {
+    /// Adds one `object_store` configuration pair (e.g. `("aws_endpoint",
+    /// "http://127.0.0.1:9000")`).
+    #[must_use]
+    pub fn with(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.config.push((key.into(), value.into()));
+        self
+    }
+
+    /// Sets the retries of a failed request. Default 5.
+    #[must_use]
+    pub fn retries(mut self, retries: u32) -> Self {
+        self.retries = retries;
+        self
+    }
+
+    /// Sets the first retry's delay (it doubles up to 2 s). Default 50 ms.
+    #[must_use]
+    pub fn backoff(mut self, backoff: Duration) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Sets the time allowed for one request. Default 30 s.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+}
+
+/// The runtime every object-store request runs on: two worker threads, started on first use.
+fn runtime() -> Result<&'static tokio::runtime::Runtime> {
+    static RUNTIME: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> =
+        OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("zrecord-remote")
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|reason| Error::ThreadSpawn {
+            what: "the object-store runtime",
+            reason: reason.clone(),
+        })
+}
+
+/// Runs `fut` on the object-store runtime and waits for it on this thread (which may be any
+/// thread, an async runtime's included: it only blocks).
+pub(crate) fn block_on<F>(fut: F) -> Result<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    runtime()?.spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    rx.recv().map_err(|_| Error::WorkerGone {
+        what: "an object-store request",
+    })
+}
+
+/// A dataset's prefix on an object store.
+#[derive(Debug)]
+pub(crate) struct Store {
+    /// The dataset URL, without a trailing `/`.
+    url: String,
+    inner: Arc<dyn ObjectStore>,
+    prefix: ObjectPath,
+    retries: u32,
+    backoff: Duration,
+}
+
+/// What a conditional create found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Created {
+    /// The object was created.
+    Created,
+    /// An object was there already; nothing was written.
+    Exists,
+}
+
+impl Store {
+    /// The store and prefix `url` names (`s3://bucket/prefix`).
+    pub(crate) fn open(url: &str, options: &StoreOptions) -> Result<Arc<Store>> {
+        let url = url.trim_end_matches('/').to_string();
+        let bad = |reason: String| Error::InvalidConfig {
+            reason: format!("{url}: {reason}"),
+        };
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| bad("not a URL".into()))?;
+        if scheme != "s3" && scheme != "s3a" {
+            return Err(bad(format!(
+                "the {scheme}:// scheme is not supported (zrecord reads s3:// URLs: S3 and \
+                 S3-compatible stores such as Garage, MinIO or Ceph)"
+            )));
+        }
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(bad("no bucket".into()));
+        }
+        let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+        for (k, v) in &options.config {
+            let key = k
+                .parse()
+                .map_err(|e| bad(format!("unknown object-store option {k:?}: {e}")))?;
+            builder = builder.with_config(key, v);
+        }
+        let max = Duration::from_secs(2);
+        let retry = RetryConfig {
+            backoff: BackoffConfig {
+                init_backoff: options.backoff,
+                max_backoff: max.max(options.backoff),
+                base: 2.0,
+            },
+            max_retries: usize::try_from(options.retries).unwrap_or(usize::MAX),
+            retry_timeout: options
+                .timeout
+                .saturating_mul(options.retries.saturating_add(1)),
+        };
+        let client = ClientOptions::new()
+            .with_timeout(options.timeout)
+            .with_connect_timeout(options.timeout.min(Duration::from_secs(5)))
+            .with_pool_max_idle_per_host(64);
+        let inner = builder
+            .with_retry(retry)
+            .with_client_options(client)
+            .build()
+            .map_err(|e| bad(format!("cannot configure the store: {e}")))?;
+        let prefix = ObjectPath::parse(prefix)
+            .map_err(|e| bad(format!("not a valid object prefix: {e}")))?;
+        Ok(Arc::new(Store {
+            url,
+            inner: Arc::new(inner),
+            prefix,
+            retries: options.retries,
+            backoff: options.backoff,
+        }))
+    }
+
+    /// The dataset URL.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The URL of the object `key` (relative to the dataset prefix).
+    pub(crate) fn object_url(&self, key: &str) -> String {
+        format!("{}/{key}", self.url)
+    }
+
+    fn path(&self, key: &str) -> ObjectPath {
+        let mut p = self.prefix.clone();
+        for part in key.split('/') {
+            p = p.clone().join(part);
+        }
+        p
+    }
+
+    fn error(&self, key: &str, range: Option<Range<u64>>, e: &object_store::Error) -> Error {
+        let reason = chain(e);
+        let status = match e {
+            object_store::Error::NotFound { .. } => Some(404),
+            object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. } => {
+                Some(412)
+            }
+            _ => http_status(&reason),
+        };
+        Error::Remote {
+            object: self.object_url(key),
+            range,
+            status,
+            reason,
+        }
+    }
+
+    /// Bytes `range` of object `key`, checked to be exactly that long. A short body is
+    /// retried like a failed request.
+    pub(crate) async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
+        let path = self.path(key);
+        let want = range.end.saturating_sub(range.start);
+        let mut delay = self.backoff;
+        let mut attempt = 0u32;
+        loop {
+            let result = self.inner.get_range(&path, range.clone()).await;
+            let error = match result {
+                Ok(b) if b.len() as u64 == want => return Ok(b),
+                Ok(b) => Error::Remote {
+                    object: self.object_url(key),
+                    range: Some(range.clone()),
+                    status: None,
+                    reason: format!("short body: {} of {want} bytes", b.len()),
+                },
+                Err(e @ object_store::Error::NotFound { .. }) => {
+                    return Err(self.error(key, Some(range), &e))
+                }
+                Err(e) => self.error(key, Some(range.clone()), &e),
+            };
+            // The client retried failed requests already; short bodies and errors it gave up
+            // on get a few more chances here.
+            if attempt >= self.retries.min(3) {
+                return Err(error);
+            }
+            attempt = attempt.saturating_add(1);
+            tracing::debug!("retrying {}: {error}", self.object_url(key));
+            tokio::time::sleep(delay).await;
+            delay = delay.saturating_mul(2).min(Duration::from_secs(2));
+        }
+    }
+
+    /// The whole object `key`.
+    pub(crate) async fn get(&self, key: &str) -> Result<Bytes> {
+        let path = self.path(key);
+        let result = self.inner.get(&path).await;
+        let got = result.map_err(|e| self.error(key, None, &e))?;
+        got.bytes().await.map_err(|e| self.error(key, None, &e))
+    }
+
+    /// The size of object `key`, `None` if there is none.
+    pub(crate) async fn head(&self, key: &str) -> Result<Option<u64>> {
+        match self.inner.head(&self.path(key)).await {
+            Ok(m) => Ok(Some(m.size)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.error(key, None, &e)),
+        }
+    }
+
+    /// Writes object `key` (overwriting).
+    pub(crate) async fn put(&self, key: &str, bytes: Bytes) -> Result<()> {
+        self.inner
+            .put(&self.path(key), PutPayload::from_bytes(bytes))
+            .await
+            .map(|_| ())
+            .map_err(|e| self.error(key, None, &e))
+    }
+
+    /// Creates object `key` unless one exists (`If-None-Match: *`).
+    pub(crate) async fn create(&self, key: &str, bytes: Bytes) -> Result<Created> {
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        match self
+            .inner
+            .put_opts(&self.path(key), PutPayload::from_bytes(bytes), opts)
+            .await
+        {
+            Ok(_) => Ok(Created::Created),
+            Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {
+                Ok(Created::Exists)
+            }
+            Err(e) => Err(self.error(key, None, &e)),
+        }
+    }
+
+    /// Uploads object `key` in parts of `part` bytes read by `read(offset, len)`, several
+    /// parts at once.
+    pub(crate) async fn put_multipart(
+        &self,
+        key: &str,
+        size: u64,
+        part: usize,
+        read: impl Fn(u64, usize) -> Result<Bytes>,
+    ) -> Result<()> {
+        let upload = self
+            .inner
+            .put_multipart(&self.path(key))
+            .await
+            .map_err(|e| self.error(key, None, &e))?;
+        let mut writer = object_store::WriteMultipart::new_with_chunk_size(upload, part);
+        let mut offset = 0u64;
+        while offset < size {
+            let len = usize::try_from(size - offset).unwrap_or(usize::MAX).min(part);
+            let bytes = match read(offset, len) {
+                Ok(b) => b,
+                Err(e) => {
+                    let _ = writer.abort().await;
+                    return Err(e);
+                }
+            };
+            if let Err(e) = writer.wait_for_capacity(4).await {
+                return Err(self.error(key, None, &e));
+            }
+            writer.write(&bytes);
+            offset = offset.saturating_add(len as u64);
+        }
+        writer
+            .finish()
+            .await
+            .map(|_| ())
+            .map_err(|e| self.error(key, None, &e))
+    }
+
+    /// The keys under `dir` (relative to the dataset prefix), one level down.
+    pub(crate) async fn list(&self, dir: &str) -> Result<Vec<String>> {
+        let base = self.path(dir);
+        let mut out = Vec::new();
+        let mut stream = self.inner.list(Some(&base));
+        while let Some(item) = stream.next().await {
+            let meta = item.map_err(|e| self.error(dir, None, &e))?;
+            if let Some(name) = meta.location.filename() {
+                out.push(format!("{dir}/{name}"));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// An error and its sources, one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        if !text.contains(&s_text) {
+            text = format!("{text}: {s_text}");
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// The HTTP status an `object_store` error message reports, if any.
+fn http_status(text: &str) -> Option<u16> {
+    ["status code: ", "status: ", "Status { status: "]
+        .iter()
+        .find_map(|needle| {
+            let at = text.find(needle)?;
+            let digits: String = text
+                .get(at + needle.len()..)?
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse().ok().filter(|s| (100..600).contains(s))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_are_read_off_messages() {
+        assert_eq!(
+            http_status("Error performing GET http://x in 3ms - Server returned non-2xx status code: 503 Service Unavailable: "),
+            Some(503)
+        );
+        assert_eq!(http_status("connection reset"), None);
+        assert_eq!(http_status("status code: 99999"), None);
+    }
+}
