@@ -156,8 +156,8 @@ impl Manifest {
                 env.crc32c
             )));
         }
-        let m: Manifest = serde_json::from_str(body)
-            .map_err(|e| corrupt(format!("malformed manifest: {e}")))?;
+        let m: Manifest =
+            serde_json::from_str(body).map_err(|e| corrupt(format!("malformed manifest: {e}")))?;
         if m.format != FORMAT || m.version != VERSION {
             return Err(corrupt(format!(
                 "format {:?} version {}, this build reads {FORMAT:?} version {VERSION}",
@@ -186,8 +186,7 @@ impl Manifest {
             )));
         }
         for ((file, size), o) in required.iter().zip(&m.objects) {
-            if &o.file != file || o.size != *size || o.object != data_key(file, *size, o.crc32c)
-            {
+            if &o.file != file || o.size != *size || o.object != data_key(file, *size, o.crc32c) {
                 return Err(corrupt(format!(
                     "object {:?} ({} bytes) listed for {:?}, the commit names {file:?} of \
                      {size} bytes as {:?}",

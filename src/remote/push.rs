@@ -7,7 +7,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 
-use super::manifest::{data_key, required_files, slot_key, slot_of, Manifest, ObjectEntry, COMMITS};
+use super::manifest::{
+    data_key, required_files, slot_key, slot_of, Manifest, ObjectEntry, COMMITS,
+};
 use super::store::{block_on, Created, Store, StoreOptions};
 use crate::checksum::crc32c_append;
 use crate::error::{Error, Result};
@@ -106,7 +108,9 @@ fn crc_of(file: &File, path: &Path, size: u64, piece: usize) -> Result<u32> {
     let mut buf = vec![0u8; piece];
     let mut offset = 0u64;
     while offset < size {
-        let len = usize::try_from(size - offset).unwrap_or(usize::MAX).min(piece);
+        let len = usize::try_from(size - offset)
+            .unwrap_or(usize::MAX)
+            .min(piece);
         let slice = buf.get_mut(..len).unwrap_or_default();
         crate::io::fs::read_exact_at(file, path, slice, offset)?;
         crc = crc32c_append(crc, slice);
@@ -136,7 +140,11 @@ struct LocalFile {
 /// took the commit slot first (or the store overwrote this push's manifest: a store that ignores
 /// conditional creates); [`Error::Remote`] for a request that failed after its retries;
 /// [`Error::InvalidConfig`] for a URL or options that do not work.
-pub fn push(local: impl AsRef<Path>, url: &str, options: &TransferOptions) -> Result<TransferReport> {
+pub fn push(
+    local: impl AsRef<Path>,
+    url: &str,
+    options: &TransferOptions,
+) -> Result<TransferReport> {
     options.check()?;
     let dir = local.as_ref();
     let store = Store::open(url, &options.store)?;
@@ -163,7 +171,10 @@ pub fn push(local: impl AsRef<Path>, url: &str, options: &TransferOptions) -> Re
     let mut files = Vec::new();
     for (name, size) in required_files(snap.meta()) {
         let path = dir.join(&name);
-        let file = match name.strip_prefix("chunk/").and_then(|n| n.strip_suffix(".zr")) {
+        let file = match name
+            .strip_prefix("chunk/")
+            .and_then(|n| n.strip_suffix(".zr"))
+        {
             Some(id) => {
                 let id: u16 = id.parse().map_err(|_| Error::Internal {
                     reason: format!("chunk file name {name}"),
@@ -340,17 +351,20 @@ async fn commit(store: &Store, manifest: &Manifest, encoded: Bytes) -> Result<(u
 /// [`Error::NotADataset`] if `url` holds no commit; [`Error::RemoteCorrupt`] for an object that
 /// does not match its manifest; [`Error::InvalidConfig`] if `local` holds another dataset;
 /// [`Error::Remote`] for a request that failed after its retries.
-pub fn pull(url: &str, local: impl AsRef<Path>, options: &TransferOptions) -> Result<TransferReport> {
+pub fn pull(
+    url: &str,
+    local: impl AsRef<Path>,
+    options: &TransferOptions,
+) -> Result<TransferReport> {
     options.check()?;
     let dir = local.as_ref().to_path_buf();
     let store = Store::open(url, &options.store)?;
     let s = Arc::clone(&store);
-    let (slot, bytes) = block_on(async move { latest(&s).await })??.ok_or_else(|| {
-        Error::NotADataset {
+    let (slot, bytes) =
+        block_on(async move { latest(&s).await })??.ok_or_else(|| Error::NotADataset {
             path: PathBuf::from(url),
             reason: format!("no commit under {}", store.object_url(COMMITS)),
-        }
-    })?;
+        })?;
     let (manifest, meta) = Manifest::decode(&store.object_url(&slot_key(slot)), &bytes)?;
     let meta_path = crate::store::layout::meta(&dir);
     if let Ok((_, local_meta)) = read_meta(&dir) {
@@ -400,7 +414,9 @@ pub fn pull(url: &str, local: impl AsRef<Path>, options: &TransferOptions) -> Re
         results
             .iter()
             .filter(|(t, _)| *t == done)
-            .fold((0u64, 0u64), |(n, b), (_, size)| (n.saturating_add(1), b.saturating_add(*size)))
+            .fold((0u64, 0u64), |(n, b), (_, size)| {
+                (n.saturating_add(1), b.saturating_add(*size))
+            })
     };
     Ok(TransferReport {
         url: store.url().to_string(),
@@ -414,7 +430,12 @@ pub fn pull(url: &str, local: impl AsRef<Path>, options: &TransferOptions) -> Re
 
 /// Downloads one object into `dir` unless the file is there and checks; returns (downloaded,
 /// size).
-async fn download(store: Arc<Store>, dir: PathBuf, o: ObjectEntry, part: usize) -> Result<(bool, u64)> {
+async fn download(
+    store: Arc<Store>,
+    dir: PathBuf,
+    o: ObjectEntry,
+    part: usize,
+) -> Result<(bool, u64)> {
     let path = dir.join(&o.file);
     let corrupt = |reason: String| Error::RemoteCorrupt {
         object: store.object_url(&o.object),

@@ -11,8 +11,7 @@ use futures::StreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
 use object_store::{
-    BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
-    RetryConfig,
+    BackoffConfig, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig,
 };
 
 use crate::error::{Error, Result};
@@ -154,8 +153,17 @@ impl Store {
         if bucket.is_empty() {
             return Err(bad("no bucket".into()));
         }
+        // Client settings as configuration keys, so the environment's and the caller's
+        // (`allow_http`, …) are kept: timeouts first, then the caller's pairs over them.
+        let ms = |d: Duration| format!("{}ms", d.as_millis());
+        let connect = options.timeout.min(Duration::from_secs(5));
+        let defaults = [
+            ("timeout".to_string(), ms(options.timeout)),
+            ("connect_timeout".to_string(), ms(connect)),
+            ("pool_max_idle_per_host".to_string(), "64".to_string()),
+        ];
         let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
-        for (k, v) in &options.config {
+        for (k, v) in defaults.iter().chain(&options.config) {
             let key = k
                 .parse()
                 .map_err(|e| bad(format!("unknown object-store option {k:?}: {e}")))?;
@@ -173,13 +181,8 @@ impl Store {
                 .timeout
                 .saturating_mul(options.retries.saturating_add(1)),
         };
-        let client = ClientOptions::new()
-            .with_timeout(options.timeout)
-            .with_connect_timeout(options.timeout.min(Duration::from_secs(5)))
-            .with_pool_max_idle_per_host(64);
         let inner = builder
             .with_retry(retry)
-            .with_client_options(client)
             .build()
             .map_err(|e| bad(format!("cannot configure the store: {e}")))?;
         let prefix = ObjectPath::parse(prefix)
@@ -215,9 +218,8 @@ impl Store {
         let reason = chain(e);
         let status = match e {
             object_store::Error::NotFound { .. } => Some(404),
-            object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. } => {
-                Some(412)
-            }
+            object_store::Error::AlreadyExists { .. }
+            | object_store::Error::Precondition { .. } => Some(412),
             _ => http_status(&reason),
         };
         Error::Remote {
@@ -300,9 +302,10 @@ impl Store {
             .await
         {
             Ok(_) => Ok(Created::Created),
-            Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {
-                Ok(Created::Exists)
-            }
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. },
+            ) => Ok(Created::Exists),
             Err(e) => Err(self.error(key, None, &e)),
         }
     }
@@ -324,7 +327,9 @@ impl Store {
         let mut writer = object_store::WriteMultipart::new_with_chunk_size(upload, part);
         let mut offset = 0u64;
         while offset < size {
-            let len = usize::try_from(size - offset).unwrap_or(usize::MAX).min(part);
+            let len = usize::try_from(size - offset)
+                .unwrap_or(usize::MAX)
+                .min(part);
             let bytes = match read(offset, len) {
                 Ok(b) => b,
                 Err(e) => {

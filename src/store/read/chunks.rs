@@ -343,11 +343,7 @@ impl ChunkHandle {
         }
         FDS.reserve(1);
         match self.open_checked(&self.path, 0) {
-            Ok(f) => Ok(self.keep(Arc::new(ReadFile::local_file(
-                f,
-                self.path.clone(),
-                false,
-            )))),
+            Ok(f) => Ok(self.keep(Arc::new(ReadFile::local_file(f, self.path.clone(), false)))),
             Err(e) => {
                 FDS.unreserve(1);
                 Err(e)
@@ -509,7 +505,8 @@ impl ChunkSet {
                 id: c.id,
                 identity: Identity::of(&m),
                 open: Mutex::new(Open {
-                    file: open.map(|file| Arc::new(ReadFile::local_file(file, path.clone(), false))),
+                    file: open
+                        .map(|file| Arc::new(ReadFile::local_file(file, path.clone(), false))),
                     direct: None,
                 }),
                 path,
