@@ -19,6 +19,9 @@ pub struct Dataset {
     current: RwLock<Arc<Snapshot>>,
     config: ReadConfig,
     engine: Arc<Engine>,
+    /// The store of a dataset opened by URL.
+    #[cfg(feature = "remote")]
+    remote: Option<Arc<crate::remote::open::Remote>>,
 }
 
 impl Dataset {
@@ -35,6 +38,11 @@ impl Dataset {
 
     /// Opens the dataset at `path` read-only, at its latest commit. Opening maps the offset
     /// tables and reads the patch logs; it reads no record data.
+    ///
+    /// `path` may be the URL of a dataset on an object store (`s3://bucket/prefix`, published
+    /// with [`crate::remote::push`]; feature `remote`, on by default): its offset tables are
+    /// fetched into the local cache directory and its records read with range requests,
+    /// checked as on local disk. `file://` URLs are local paths.
     pub fn open(path: impl AsRef<Path>) -> Result<Dataset> {
         Dataset::open_with(path, ReadConfig::default())
     }
@@ -48,6 +56,13 @@ impl Dataset {
     /// `meta.json`; [`Error::InvalidConfig`] for an invalid `ZRECORD_IO`; the corruption and
     /// I/O errors of the files the commit names.
     pub fn open_with(path: impl AsRef<Path>, config: ReadConfig) -> Result<Dataset> {
+        let text = path.as_ref().to_str().unwrap_or_default();
+        if let Some(local) = text.strip_prefix("file://") {
+            return Dataset::open_with(local, config);
+        }
+        if text.contains("://") {
+            return Dataset::open_url(text, config);
+        }
         let dir = path.as_ref().to_path_buf();
         let engine = Arc::new(Engine::new(&config)?);
         let snap = Snapshot::load(&dir).map_err(|e| not_a_dataset(&dir, e))?;
@@ -56,6 +71,31 @@ impl Dataset {
             current: RwLock::new(Arc::new(snap)),
             config,
             engine,
+            #[cfg(feature = "remote")]
+            remote: None,
+        })
+    }
+
+    #[cfg(feature = "remote")]
+    fn open_url(url: &str, config: ReadConfig) -> Result<Dataset> {
+        let remote = Arc::new(crate::remote::open::Remote::connect(url, &config.remote)?);
+        let engine_config = config.clone().with_custom_backend(remote.backend());
+        let engine = Arc::new(Engine::new(&engine_config)?);
+        let snap = remote.snapshot()?;
+        Ok(Dataset {
+            dir: PathBuf::from(remote.store.url()),
+            current: RwLock::new(Arc::new(snap)),
+            config,
+            engine,
+            remote: Some(remote),
+        })
+    }
+
+    #[cfg(not(feature = "remote"))]
+    fn open_url(url: &str, _config: ReadConfig) -> Result<Dataset> {
+        Err(Error::NotADataset {
+            path: PathBuf::from(url),
+            reason: "this build of zrecord reads no object stores (feature `remote`)".into(),
         })
     }
 
@@ -84,6 +124,20 @@ impl Dataset {
     /// taken with [`Dataset::snapshot`] keep showing their commit.
     pub fn refresh(&self) -> Result<bool> {
         let old = self.snapshot().generation();
+        #[cfg(feature = "remote")]
+        if let Some(remote) = &self.remote {
+            let seen = remote.slot.load(std::sync::atomic::Ordering::Acquire);
+            if remote.latest_slot()? == seen {
+                return Ok(false);
+            }
+            let snap = Arc::new(remote.snapshot()?);
+            let changed = snap.generation() != old;
+            match self.current.write() {
+                Ok(mut g) => *g = snap,
+                Err(poisoned) => *poisoned.into_inner() = snap,
+            }
+            return Ok(changed);
+        }
         let (_, meta) = crate::store::snapshot::read_meta(&self.dir)?;
         if meta.generation == old {
             return Ok(false);
@@ -108,6 +162,16 @@ impl Dataset {
     /// Opens the dataset's single writer. Fails with [`Error::WriterBusy`] if another writer (in
     /// this process or another) holds it.
     pub fn writer(&self) -> Result<Writer> {
+        #[cfg(feature = "remote")]
+        if self.remote.is_some() {
+            return Err(Error::InvalidConfig {
+                reason: format!(
+                    "{} is on an object store: datasets there are read-only (write locally, then \
+                     push)",
+                    self.dir.display()
+                ),
+            });
+        }
         Writer::open(&self.dir, WriterConfig::default())
     }
 

@@ -192,6 +192,28 @@ impl Snapshot {
         Snapshot::open_files(dir, meta)
     }
 
+    /// A snapshot of `meta` with its tables in `tables` (a remote dataset's mirror directory)
+    /// and the given chunks; `dir` is what [`Snapshot::dir`] reports (the dataset's URL).
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
+    pub(crate) fn open_with_chunks(
+        tables: &Path,
+        dir: PathBuf,
+        meta: Meta,
+        chunks: ChunkSet,
+    ) -> Result<Snapshot> {
+        let tables = meta
+            .fields
+            .iter()
+            .map(|f| FieldTable::load(&StdFs, tables, f))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Snapshot {
+            dir,
+            meta,
+            tables,
+            chunks,
+        })
+    }
+
     fn open_files(dir: &Path, meta: Meta) -> Result<Snapshot> {
         let tables = meta
             .fields
@@ -207,7 +229,7 @@ impl Snapshot {
         })
     }
 
-    /// The dataset directory.
+    /// The dataset directory (the dataset's URL for one on an object store).
     pub fn dir(&self) -> &Path {
         &self.dir
     }
