@@ -392,6 +392,20 @@ impl Error {
     }
 }
 
+fn range_text(range: &Option<std::ops::Range<u64>>) -> String {
+    match range {
+        Some(r) => format!(" bytes {}..{}", r.start, r.end),
+        None => String::new(),
+    }
+}
+
+fn status_text(status: Option<u16>) -> String {
+    match status {
+        Some(s) => format!("HTTP {s}: "),
+        None => String::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Error;
@@ -420,19 +434,5 @@ mod tests {
             assert_eq!(chain.matches(&text).count(), 1, "{chain}");
             assert!(!e.to_string().contains(&text), "{e}");
         }
-    }
-}
-
-fn range_text(range: &Option<std::ops::Range<u64>>) -> String {
-    match range {
-        Some(r) => format!(" bytes {}..{}", r.start, r.end),
-        None => String::new(),
-    }
-}
-
-fn status_text(status: Option<u16>) -> String {
-    match status {
-        Some(s) => format!("HTTP {s}: "),
-        None => String::new(),
     }
 }
