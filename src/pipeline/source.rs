@@ -185,7 +185,7 @@ impl DatasetSource {
         if let Some(e) = self.engine.get() {
             return Ok(e);
         }
-        let e = Arc::new(crate::store::read::Engine::new(&self.config)?);
+        let e = Arc::new(self.snapshot.engine(&self.config)?);
         Ok(self.engine.get_or_init(|| e))
     }
 

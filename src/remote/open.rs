@@ -94,7 +94,8 @@ impl Remote {
                 .map(|o| (PathBuf::from(store.object_url(&o.object)), o.object.clone()))
         })?;
         self.slot.store(slot, std::sync::atomic::Ordering::Release);
-        Snapshot::open_with_chunks(&mirror, PathBuf::from(store.url()), meta, set)
+        let native: Arc<dyn crate::ReadBackend> = self.backend();
+        Snapshot::open_with_chunks(&mirror, PathBuf::from(store.url()), meta, set, native)
     }
 
     /// Puts object `o` at its file name in `dir`, unless it is there with its checksum.

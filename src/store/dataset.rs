@@ -326,7 +326,7 @@ impl Snapshot {
     /// thread.
     pub fn gather_with(&self, indices: &[u64], config: &ReadConfig) -> Result<Batch> {
         let fields: Vec<usize> = (0..self.tables.len()).collect();
-        read::gather(self, indices, &fields, &Engine::new(config)?)
+        read::gather(self, indices, &fields, &self.engine(config)?)
     }
 
     /// Reads the named fields of `indices`, in that order, with `config`, blocking the calling
@@ -341,7 +341,7 @@ impl Snapshot {
             .iter()
             .map(|f| self.field_index(f))
             .collect::<Result<Vec<_>>>()?;
-        read::gather(self, indices, &fields, &Engine::new(config)?)
+        read::gather(self, indices, &fields, &self.engine(config)?)
     }
 
     /// Reads `fields` (snapshot field numbers) of `indices` through `engine`.

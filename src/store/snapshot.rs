@@ -138,6 +138,9 @@ pub struct Snapshot {
     pub(crate) meta: Meta,
     pub(crate) tables: Vec<FieldTable>,
     pub(crate) chunks: ChunkSet,
+    /// The backend a snapshot of a dataset on an object store must be read with (its chunks
+    /// are objects, not files).
+    pub(crate) native: Option<Arc<dyn crate::ReadBackend>>,
 }
 
 fn check_len(file: &dyn VfsFile, want: u64) -> Result<()> {
@@ -200,6 +203,7 @@ impl Snapshot {
         dir: PathBuf,
         meta: Meta,
         chunks: ChunkSet,
+        native: Arc<dyn crate::ReadBackend>,
     ) -> Result<Snapshot> {
         let tables = meta
             .fields
@@ -211,7 +215,19 @@ impl Snapshot {
             meta,
             tables,
             chunks,
+            native: Some(native),
         })
+    }
+
+    /// The read engine for `config` on this snapshot: a snapshot of a dataset on an object
+    /// store reads with its remote backend unless `config` names a custom one.
+    pub(crate) fn engine(&self, config: &crate::ReadConfig) -> Result<crate::store::read::Engine> {
+        match (&self.native, config.custom_backend()) {
+            (Some(native), None) => crate::store::read::Engine::new(
+                &config.clone().with_custom_backend(Arc::clone(native)),
+            ),
+            _ => crate::store::read::Engine::new(config),
+        }
     }
 
     fn open_files(dir: &Path, meta: Meta) -> Result<Snapshot> {
@@ -226,6 +242,7 @@ impl Snapshot {
             meta,
             tables,
             chunks,
+            native: None,
         })
     }
 

@@ -20,7 +20,7 @@ pub enum BenchCmd {
 
 #[derive(Args)]
 pub struct LoaderArgs {
-    /// The dataset directory.
+    /// The dataset directory, or its URL on an object store (s3://bucket/prefix).
     dir: PathBuf,
     /// Prefetch workers.
     #[arg(long, default_value_t = 2)]
@@ -89,7 +89,7 @@ enum Content {
 
 #[derive(Args)]
 pub struct GatherArgs {
-    /// The dataset directory.
+    /// The dataset directory, or its URL on an object store (s3://bucket/prefix).
     dir: PathBuf,
     /// Records per batch.
     #[arg(long, default_value_t = 256)]

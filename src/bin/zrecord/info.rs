@@ -12,7 +12,7 @@ use zrecord::Dataset;
 
 #[derive(Args)]
 pub struct InfoArgs {
-    /// The dataset directory.
+    /// The dataset directory, or its URL on an object store (s3://bucket/prefix).
     dir: PathBuf,
     /// Print one JSON object instead of text.
     #[arg(long)]

@@ -11,6 +11,7 @@ mod convert;
 mod info;
 mod progress;
 mod rebalance;
+mod transfer;
 mod verify;
 
 use clap::{Parser, Subcommand};
@@ -40,6 +41,10 @@ enum Cmd {
     Rebalance(rebalance::RebalanceArgs),
     /// Print one record, as typed JSON values or raw bytes.
     Cat(cat::CatArgs),
+    /// Publish a local dataset to an object store (s3://bucket/prefix).
+    Push(transfer::PushArgs),
+    /// Fetch a dataset from an object store into a new local directory.
+    Pull(transfer::PullArgs),
     /// Throughput measurements.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
@@ -123,6 +128,8 @@ fn main() -> ExitCode {
         Cmd::Verify(a) => verify::run(a),
         Cmd::Rebalance(a) => rebalance::run(a),
         Cmd::Cat(a) => cat::run(a),
+        Cmd::Push(a) => transfer::push(a),
+        Cmd::Pull(a) => transfer::pull(a),
         Cmd::Bench(b) => bench::run(b),
     };
     match result {
