@@ -15,9 +15,11 @@
 //!   skipped. Because of the split above, the merged order is exactly the global order: the same
 //!   stream as a single sequential pass over the stage, whatever the worker count.
 //! - [`MergePolicy::BestEffort`]: scans the workers (from the one after the last taken) without
-//!   waiting and takes the first ready item, but never from a worker that would then be more
-//!   than `max_lead` items ahead of the slowest active worker; after `max_skips_per_round`
-//!   workers found empty in one scan it stops scanning and waits. Not deterministic.
+//!   waiting and takes the first ready item, but never from a worker whose merged items would
+//!   then be more than `max_lead` ahead of the items *consumed* from the slowest active worker
+//!   (so the consumer never sees one worker more than `max_lead` items ahead of another, however
+//!   large the consumer buffer); after `max_skips_per_round` workers found empty in one scan it
+//!   stops scanning and waits. Not deterministic.
 //!
 //! Merged items wait for the consumer in a buffer of `consumer_queue_size` items. Memory is
 //! bounded end to end: at most `N · (worker_queue_size + 1) + consumer_queue_size` batches exist
@@ -65,8 +67,10 @@ pub enum MergePolicy {
     /// The first ready item, within a bounded lead. Not deterministic across runs; resume still
     /// loses and repeats nothing.
     BestEffort {
-        /// No worker is ever more than this many items ahead of the slowest active worker
-        /// (counted in merged items). At least 1.
+        /// No worker is ever more than this many items ahead of the slowest active worker,
+        /// counted in consumed items: a worker is merged from only while its merged items are
+        /// fewer than `max_lead` past the consumed items of the slowest active worker. At
+        /// least 1.
         max_lead: u64,
         /// Number of empty workers one scan passes over before it waits (0: wait for the first
         /// eligible worker, like strict but lead-bounded).
@@ -619,8 +623,8 @@ impl<T> Prefetch<T> {
         self.state.clone()
     }
 
-    /// The largest lead (items merged from one worker minus items merged from the slowest
-    /// active worker) seen after any merge so far. A diagnostic: under
+    /// The largest lead (items consumed from one worker minus items consumed from the slowest
+    /// worker with items left) seen after any consumed item so far. A diagnostic: under
     /// [`MergePolicy::BestEffort`] it never exceeds `max_lead`.
     pub fn max_observed_lead(&self) -> u64 {
         self.max_observed_lead
@@ -676,16 +680,30 @@ impl<T> Prefetch<T> {
         max_skips: u64,
     ) -> Poll<Option<Merged<T>>> {
         let n = self.workers.len();
-        let Some(min) = self.min_active() else {
+        if !self.workers.iter().any(Worker::active) {
             return Poll::Ready(None);
-        };
+        }
+        // Eligible: merged − (least consumed count of the workers with items left) < max_lead.
+        //
+        // It bounds the consumed lead: consumed ≤ merged for every worker, so when worker w is
+        // merged from, w's consumed count can reach at most min + max_lead, and that minimum only
+        // grows (consumed counts only grow, and a worker leaves the set only once it has nothing
+        // left to consume).
+        //
+        // It cannot deadlock: if the consumer buffer holds anything, the consumer takes it
+        // without a merge. If it is empty, every merged item was consumed (merged = consumed for
+        // every worker), so the worker s with the least consumed count has merged − min = 0 <
+        // max_lead and items left to merge: it is eligible. Every eligible worker the scan polls
+        // has items left, so its thread will push one and wake this task.
+        // With no worker left to consume, no worker is active either (returned above).
+        let min = self.min_unconsumed().unwrap_or(0);
         let mut skips = 0u64;
         for i in 0..n {
             let w = (self.merge_next + i) % n;
             let Some(worker) = self.workers.get(w) else {
                 continue;
             };
-            if !worker.active() || worker.merged - min >= max_lead {
+            if !worker.active() || worker.merged.saturating_sub(min) >= max_lead {
                 continue;
             }
             match self.take(cx, w) {
@@ -701,11 +719,14 @@ impl<T> Prefetch<T> {
         Poll::Pending
     }
 
-    fn min_active(&self) -> Option<u64> {
+    /// The least consumed count of the live workers with items left to consume (merged or not);
+    /// `None` if there is none.
+    fn min_unconsumed(&self) -> Option<u64> {
         self.workers
             .iter()
-            .filter(|w| w.active())
-            .map(|w| w.merged)
+            .zip(&self.state.workers)
+            .filter(|(w, ws)| !w.dead && ws.next.is_some())
+            .map(|(_, ws)| ws.consumed)
             .min()
     }
 
@@ -742,16 +763,6 @@ impl<T> Prefetch<T> {
             }
         };
         self.merge_next = merged.next_worker;
-        if let Some(min) = self.min_active() {
-            let max = self
-                .workers
-                .iter()
-                .filter(|w| w.active())
-                .map(|w| w.merged)
-                .max()
-                .unwrap_or(min);
-            self.max_observed_lead = self.max_observed_lead.max(max - min);
-        }
         Poll::Ready(merged)
     }
 
@@ -764,6 +775,17 @@ impl<T> Prefetch<T> {
             }
         }
         self.state.next_worker = m.next_worker as u64;
+        if let Some(min) = self.min_unconsumed() {
+            let max = self
+                .workers
+                .iter()
+                .zip(&self.state.workers)
+                .filter(|(w, _)| !w.dead)
+                .map(|(_, ws)| ws.consumed)
+                .max()
+                .unwrap_or(min);
+            self.max_observed_lead = self.max_observed_lead.max(max.saturating_sub(min));
+        }
     }
 
     fn remaining(&self) -> Option<u64> {
@@ -814,5 +836,114 @@ impl<T> Stream for Prefetch<T> {
 impl<T> FusedStream for Prefetch<T> {
     fn is_terminated(&self) -> bool {
         self.merge_done && self.ready.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+    use std::sync::mpsc;
+    use std::sync::Mutex;
+
+    use futures::executor::block_on;
+    use futures::task::noop_waker;
+    use futures::StreamExt;
+
+    use super::*;
+    use crate::pipeline::{LoaderBuilder, MemorySource, SamplerConfig, SamplerMode};
+
+    /// A source that reports the first index of every gather it starts.
+    struct Reporting {
+        inner: MemorySource,
+        started: Mutex<mpsc::Sender<u64>>,
+    }
+
+    impl Source for Reporting {
+        type Batch = Vec<Vec<u8>>;
+
+        fn len(&self) -> u64 {
+            self.inner.len()
+        }
+
+        fn item_len(&self, index: u64) -> Result<u64> {
+            self.inner.item_len(index)
+        }
+
+        fn gather(&self, indices: &[u64]) -> Result<Self::Batch> {
+            let _ = self.started.lock().unwrap().send(indices[0]);
+            self.inner.gather(indices)
+        }
+    }
+
+    /// Every worker's merged count minus the least consumed count of the workers with items left
+    /// (nothing once every item is consumed).
+    fn merged_leads<T>(p: &Prefetch<T>) -> Vec<u64> {
+        let Some(min) = p
+            .state
+            .workers
+            .iter()
+            .filter(|w| w.next.is_some())
+            .map(|w| w.consumed)
+            .min()
+        else {
+            return Vec::new();
+        };
+        p.workers
+            .iter()
+            .map(|w| w.merged.saturating_sub(min))
+            .collect()
+    }
+
+    #[test]
+    fn best_effort_merges_no_further_than_max_lead_past_the_consumed_items() {
+        let (n, workers, queue, max_lead) = (60u64, 2u64, 4u64, 1u64);
+        let (tx, started) = mpsc::channel();
+        let src = Arc::new(Reporting {
+            inner: MemorySource::new((0..n).map(|i| vec![i as u8]).collect()),
+            started: Mutex::new(tx),
+        });
+        let chain = LoaderBuilder::new(Arc::clone(&src))
+            .sampler(
+                SamplerConfig::default()
+                    .mode(SamplerMode::Sequential { window_len: 1 })
+                    .epochs(Some(1)),
+            )
+            .batch_size(1)
+            .index_chain()
+            .unwrap();
+        let config = PrefetchConfig::default()
+            .num_workers(workers as usize)
+            .worker_queue_size(queue as usize)
+            .consumer_queue_size(32)
+            .merge(MergePolicy::BestEffort {
+                max_lead,
+                max_skips_per_round: 2,
+            });
+        let mut p = Prefetch::new(chain, src, identity(), config).unwrap();
+        // Worker w gathers record w + 2k as its k-th item: once both have started item `queue`,
+        // both queues are full, and one poll finds everything ready.
+        let mut pending: Vec<u64> = (0..workers).map(|w| w + workers * queue).collect();
+        while !pending.is_empty() {
+            let i = started.recv().unwrap();
+            pending.retain(|&p| p != i);
+        }
+        let waker = noop_waker();
+        let first = Pin::new(&mut p).poll_next(&mut Context::from_waker(&waker));
+        assert!(matches!(first, Poll::Ready(Some(Ok(_)))));
+        let mut consumed = 1;
+        loop {
+            let leads = merged_leads(&p);
+            assert!(
+                leads.iter().all(|&l| l <= max_lead),
+                "after {consumed} items, merged minus least consumed per worker: {leads:?}"
+            );
+            assert!(p.max_observed_lead() <= max_lead);
+            match block_on(p.next()) {
+                Some(b) => b.map(|_| consumed += 1).unwrap(),
+                None => break,
+            }
+        }
+        assert_eq!(consumed, n);
     }
 }
