@@ -54,7 +54,9 @@ pub use collate::{
     pad_stack, pad_stack_field, pooling_mask, PadConfig, PadSide, PaddedBatch, PoolingType,
 };
 pub use loader::{IndexChain, Loader, LoaderBuilder, LoaderConfig};
-pub use prefetch::{identity, LoaderBatch, MergePolicy, Prefetch, PrefetchConfig, Transform};
+pub use prefetch::{
+    identity, LoaderBatch, MergePolicy, OnError, Prefetch, PrefetchConfig, RetryPolicy, Transform,
+};
 pub use sampler::{Sampler, SamplerConfig, SamplerMode};
 pub use shard::{Shard, ShardConfig, ShardMode};
 pub use source::{DatasetSource, MemorySource, Source};
