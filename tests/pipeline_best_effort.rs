@@ -124,7 +124,7 @@ fn a_stalled_worker_bounds_the_others_lead() {
     // Sequential order: worker 0's first batch holds records 0 and 1; block it.
     let src = Gated::new(n, Some(0));
     let mut cfg = config(workers, max_lead, 4, 1);
-    cfg.sampler.mode = SamplerMode::Sequential { window_len: 1 };
+    cfg.sampler.mode = SamplerMode::Sequential;
     let mut loader = LoaderBuilder::new(Arc::clone(&src))
         .config(cfg)
         .build()
@@ -156,7 +156,7 @@ fn resume_with_a_stalled_worker_loses_and_repeats_nothing() {
     let n = 120;
     let src = Gated::new(n, Some(0));
     let mut cfg = config(3, 2, 3, 2);
-    cfg.sampler.mode = SamplerMode::Sequential { window_len: 1 };
+    cfg.sampler.mode = SamplerMode::Sequential;
     let mut loader = LoaderBuilder::new(Arc::clone(&src))
         .config(cfg)
         .build()
@@ -277,7 +277,7 @@ fn with_a_large_consumer_queue_the_consumed_lead_stays_within_max_lead() {
     let cfg = LoaderConfig::default()
         .sampler(
             SamplerConfig::default()
-                .mode(SamplerMode::Sequential { window_len: 1 })
+                .mode(SamplerMode::Sequential)
                 .epochs(Some(1)),
         )
         .batch(BatchConfig::new(1))

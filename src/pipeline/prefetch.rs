@@ -1089,7 +1089,7 @@ mod tests {
         let chain = LoaderBuilder::new(Arc::clone(&src))
             .sampler(
                 SamplerConfig::default()
-                    .mode(SamplerMode::Sequential { window_len: 1 })
+                    .mode(SamplerMode::Sequential)
                     .epochs(Some(1)),
             )
             .batch_size(1)
