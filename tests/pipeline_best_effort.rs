@@ -1,5 +1,6 @@
 //! The best-effort merge yields every index exactly once per epoch, never lets a worker lead the
-//! slowest active one by more than `max_lead`, and its checkpoints lose and repeat nothing.
+//! slowest active one by more than `max_lead` consumed items, and its checkpoints lose and repeat
+//! nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use std::collections::BTreeMap;
@@ -123,7 +124,7 @@ fn a_stalled_worker_bounds_the_others_lead() {
     // Sequential order: worker 0's first batch holds records 0 and 1; block it.
     let src = Gated::new(n, Some(0));
     let mut cfg = config(workers, max_lead, 4, 1);
-    cfg.sampler.mode = SamplerMode::Sequential { window_len: 1 };
+    cfg.sampler.mode = SamplerMode::Sequential;
     let mut loader = LoaderBuilder::new(Arc::clone(&src))
         .config(cfg)
         .build()
@@ -155,7 +156,7 @@ fn resume_with_a_stalled_worker_loses_and_repeats_nothing() {
     let n = 120;
     let src = Gated::new(n, Some(0));
     let mut cfg = config(3, 2, 3, 2);
-    cfg.sampler.mode = SamplerMode::Sequential { window_len: 1 };
+    cfg.sampler.mode = SamplerMode::Sequential;
     let mut loader = LoaderBuilder::new(Arc::clone(&src))
         .config(cfg)
         .build()
@@ -235,4 +236,97 @@ fn best_effort_without_interruption_is_a_permutation_per_epoch() {
         record(&mut out, b.unwrap());
     }
     assert_exactly_once_per_epoch(&out, 500, 3);
+}
+
+/// A source whose gathers of records `≡ 0 (mod every)` each wait for one permit from the test.
+struct Paced {
+    inner: MemorySource,
+    every: u64,
+    permits: Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Source for Paced {
+    type Batch = Vec<Vec<u8>>;
+
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+
+    fn item_len(&self, index: u64) -> zrecord::Result<u64> {
+        self.inner.item_len(index)
+    }
+
+    fn gather(&self, indices: &[u64]) -> zrecord::Result<Self::Batch> {
+        if indices.iter().any(|i| i % self.every == 0) {
+            // A closed channel (the test ended) lets the gather through.
+            let _ = self.permits.lock().unwrap().recv();
+        }
+        self.inner.gather(indices)
+    }
+}
+
+#[test]
+fn with_a_large_consumer_queue_the_consumed_lead_stays_within_max_lead() {
+    let (n, workers, max_lead) = (120u64, 3usize, 2u64);
+    let (permit, permits) = std::sync::mpsc::channel();
+    let src = Arc::new(Paced {
+        inner: MemorySource::new((0..n).map(|i| i.to_le_bytes().to_vec()).collect()),
+        every: workers as u64,
+        permits: Mutex::new(permits),
+    });
+    let cfg = LoaderConfig::default()
+        .sampler(
+            SamplerConfig::default()
+                .mode(SamplerMode::Sequential)
+                .epochs(Some(1)),
+        )
+        .batch(BatchConfig::new(1))
+        .prefetch(
+            PrefetchConfig::default()
+                .num_workers(workers)
+                .worker_queue_size(4)
+                .consumer_queue_size(32)
+                .merge(MergePolicy::BestEffort {
+                    max_lead,
+                    max_skips_per_round: workers as u64,
+                }),
+        );
+    // Worker 0 runs the records ≡ 0 (mod 3): each of its gathers waits for a permit, given only
+    // when the loader has nothing ready, so the other workers run ahead as far as the merge lets
+    // them.
+    let mut loader = LoaderBuilder::new(Arc::clone(&src))
+        .config(cfg)
+        .build()
+        .unwrap();
+    let mut out = Out::new();
+    loop {
+        let b = match loader.next().now_or_never() {
+            Some(b) => b,
+            None => {
+                permit.send(()).unwrap();
+                block_on(loader.next())
+            }
+        };
+        let Some(b) = b else { break };
+        record(&mut out, b.unwrap());
+        let consumed: Vec<u64> = loader
+            .state()
+            .prefetch
+            .workers
+            .iter()
+            .map(|w| w.consumed)
+            .collect();
+        let (lo, hi) = (
+            *consumed.iter().min().unwrap(),
+            *consumed.iter().max().unwrap(),
+        );
+        assert!(
+            hi - lo <= max_lead,
+            "after {} batches the consumed counts are {consumed:?}",
+            out.len()
+        );
+        assert!(loader.max_observed_lead() <= max_lead);
+    }
+    assert_eq!(out.len() as u64, n);
+    assert_exactly_once_per_epoch(&out, n, 1);
 }

@@ -341,7 +341,7 @@ fn worked_example_of_the_architecture_doc() {
         LoaderBuilder::new(Arc::clone(&src))
             .sampler(
                 SamplerConfig::default()
-                    .mode(SamplerMode::Sequential { window_len: 1 })
+                    .mode(SamplerMode::Sequential)
                     .epochs(Some(2)),
             )
             .shard(ShardConfig::new(total, rank))

@@ -87,7 +87,8 @@ fn config(mode: SamplerMode, bucket: bool, num_workers: usize) -> LoaderConfig {
 fn resume_after_every_position_on_small_data() {
     let src = source(37);
     for (mode, bucket) in [
-        (SamplerMode::Sequential { window_len: 4 }, false),
+        (SamplerMode::SequentialWrap { window_len: 4 }, false),
+        (SamplerMode::Sequential, false),
         (SamplerMode::Shuffled, true),
         (SamplerMode::Random, false),
     ] {
@@ -155,7 +156,7 @@ proptest! {
         cut in 0.0..1.0f64,
     ) {
         let mode = match kind {
-            0 => SamplerMode::Sequential { window_len: 16 },
+            0 => SamplerMode::Sequential,
             1 => SamplerMode::Shuffled,
             _ => SamplerMode::Random,
         };

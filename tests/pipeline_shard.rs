@@ -19,7 +19,7 @@ fn sampler(n: u64, mode: SamplerMode) -> Sampler {
     .unwrap()
 }
 
-const SEQ: SamplerMode = SamplerMode::Sequential { window_len: 1 };
+const SEQ: SamplerMode = SamplerMode::Sequential;
 
 /// Epoch `epoch` of shard `index`: (record index, padded).
 fn shard(n: u64, mode: SamplerMode, config: ShardConfig, epoch: u64) -> Vec<(u64, bool)> {

@@ -76,7 +76,7 @@ fn builder<S: Source>(src: Arc<S>) -> LoaderBuilder<S> {
     LoaderBuilder::new(src)
         .sampler(
             SamplerConfig::default()
-                .mode(SamplerMode::Sequential { window_len: 1 })
+                .mode(SamplerMode::Sequential)
                 .seed(0)
                 .epochs(None),
         )

@@ -132,7 +132,7 @@ pub fn loader_config(sel: u8) -> LoaderConfig {
     let sel = sel % LOADER_CONFIGS;
     let mode = match sel % 3 {
         0 => SamplerMode::Shuffled,
-        1 => SamplerMode::Sequential { window_len: 4 },
+        1 => SamplerMode::SequentialWrap { window_len: 4 },
         _ => SamplerMode::Random,
     };
     LoaderConfig::default()

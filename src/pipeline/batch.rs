@@ -171,7 +171,7 @@ mod tests {
         let s = Sampler::new(
             n,
             SamplerConfig::default()
-                .mode(SamplerMode::Sequential { window_len: 1 })
+                .mode(SamplerMode::Sequential)
                 .seed(0)
                 .epochs(Some(2)),
         )

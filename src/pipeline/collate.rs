@@ -1,4 +1,9 @@
-//! Collate: d9d's `pad_stack_1d` for variable-length 1-D records, and its token pooling masks.
+//! Collate: one buffer per field of a gathered batch. [`stack`] for fixed-shape fields (what
+//! `torch.utils.data.default_collate` does), d9d's `pad_stack_1d` for variable-length 1-D
+//! records, and its token pooling masks.
+//!
+//! [`stack`] lays the `B` records of a field, all of one byte length, out in one contiguous
+//! row-major `[B, …]` buffer; a record of another length is an error, never padding.
 //!
 //! [`pad_stack`] lays `rows` records out in one contiguous row-major buffer of `rows × cols`
 //! elements, `cols` being the longest record rounded up to `pad_to_multiple_of`; every record is
@@ -209,6 +214,95 @@ pub fn pad_stack_field<E: Element>(
     pad_stack(&rows, config)
 }
 
+/// Records of one fixed-shape field stacked into one buffer; see [`stack`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackedBatch<E> {
+    /// `rows × cols` elements, row-major: row `r` is the `r`-th record of the batch.
+    pub data: Vec<E>,
+    /// Number of records: the leading `B` of the `[B, …]` shape.
+    pub rows: usize,
+    /// Elements per record (the product of the field's record shape, which the caller applies
+    /// to reshape a row).
+    pub cols: usize,
+}
+
+impl<E> StackedBatch<E> {
+    /// Row `r`: the elements of the batch's `r`-th record.
+    pub fn row(&self, r: usize) -> Option<&[E]> {
+        let start = r.checked_mul(self.cols)?;
+        self.data.get(start..start.checked_add(self.cols)?)
+    }
+}
+
+/// Stacks field `field` (a position in [`crate::Batch::fields`]) of every record of a gathered
+/// batch, viewed as elements of type `E`, into one contiguous `[B, …]` buffer: what
+/// `torch.utils.data.default_collate` does for a fixed-shape tensor field. Every record must
+/// have the first record's byte length; for variable lengths, use [`pad_stack_field`].
+///
+/// ```
+/// use zrecord::pipeline::stack;
+/// use zrecord::{DType, Dataset, Field, Schema, Writer, WriterConfig};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let tmp = tempfile::tempdir()?;
+/// # let dir = tmp.path().join("points.zr");
+/// let schema = Schema::new().field(Field::new("xyz", DType::F32).shape(vec![3]));
+/// let mut writer = Writer::create(&dir, &schema, WriterConfig::default())?;
+/// for i in 0..10u8 {
+///     let xyz: Vec<u8> = [f32::from(i), 0.5, -1.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+///     writer.append(&[&xyz[..]])?;
+/// }
+/// writer.commit()?;
+/// drop(writer);
+///
+/// let batch = Dataset::open(&dir)?.gather_blocking(&[4, 2])?;
+/// let points = stack::<f32>(&batch, 0)?;
+/// assert_eq!((points.rows, points.cols), (2, 3));
+/// assert_eq!(points.data, vec![4.0, 0.5, -1.0, 2.0, 0.5, -1.0]);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Errors
+/// [`Error::ShapeMismatch`] naming the field, the record's position in the batch (and its
+/// index) and both byte lengths if a record's length differs from the first record's, or if a
+/// record's bytes are not a whole number of `E`s; [`Error::DtypeMismatch`] if the field is not
+/// of `E`'s dtype; [`Error::UnknownField`] for a field position out of range;
+/// [`Error::InvalidConfig`] for an empty batch.
+pub fn stack<E: Element>(batch: &crate::Batch, field: usize) -> Result<StackedBatch<E>> {
+    let rows = batch.len();
+    if rows == 0 {
+        return Err(Error::InvalidConfig {
+            reason: "stack: no records to stack".into(),
+        });
+    }
+    // The field, its dtype and the first record's bytes are checked here.
+    let cols = batch.typed::<E>(0, field)?.len();
+    let len_bytes = |r: usize| batch.get(r, field).map_or(0, <[u8]>::len);
+    let first_bytes = len_bytes(0);
+    let cells = rows.checked_mul(cols).ok_or_else(|| Error::InvalidConfig {
+        reason: format!("stack: {rows} records of {cols} elements overflow usize"),
+    })?;
+    let mut data = Vec::with_capacity(cells);
+    for r in 0..rows {
+        let bytes = len_bytes(r);
+        if bytes != first_bytes {
+            let name = batch.fields().nth(field).map_or("", |(name, _)| name);
+            let index = batch.indices().get(r).copied().unwrap_or(0);
+            return Err(Error::ShapeMismatch {
+                field: name.to_string(),
+                reason: format!(
+                    "stack: record {r} of the batch (index {index}) is {bytes} bytes, record 0 is \
+                     {first_bytes} bytes; a stacked field needs one length for every record \
+                     (pad_stack_field pads variable lengths)"
+                ),
+            });
+        }
+        data.extend_from_slice(batch.typed::<E>(r, field)?);
+    }
+    Ok(StackedBatch { data, rows, cols })
+}
+
 /// The token pooling mask of a row-major attention mask with `cols` columns (d9d's
 /// `token_pooling_mask_from_attention_mask`): 1 at the tokens the pooling reads, 0 elsewhere.
 ///
@@ -258,6 +352,86 @@ pub fn pooling_mask(attention_mask: &[u8], cols: usize, pooling: PoolingType) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::batch::{Span, Values};
+    use crate::DType;
+    use bytes::Bytes;
+    use std::sync::Arc;
+
+    /// A batch of one record per entry of `values`, two fields: `x` of `dtype` with those bytes,
+    /// and `y` (u8).
+    fn batch(dtype: DType, values: &[Vec<u8>]) -> crate::Batch {
+        let mut owners = Vec::new();
+        let mut spans = Vec::new();
+        for v in values {
+            for bytes in [v.clone(), vec![7u8]] {
+                spans.push(Span {
+                    owner: owners.len() as u32,
+                    start: 0,
+                    len: bytes.len(),
+                });
+                owners.push(Bytes::from(bytes));
+            }
+        }
+        let fields: Arc<[(String, DType)]> =
+            vec![("x".to_string(), dtype), ("y".to_string(), DType::U8)].into();
+        let indices = (0..values.len() as u64).map(|i| 100 + i).collect();
+        crate::Batch::new(Values { owners, spans }, indices, fields)
+    }
+
+    fn u32s(v: &[u32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn stack_lays_equal_records_out_as_rows() {
+        let b = batch(DType::U32, &[u32s(&[1, 2, 3]), u32s(&[4, 5, 6])]);
+        let s = stack::<u32>(&b, 0).unwrap();
+        assert_eq!((s.rows, s.cols), (2, 3));
+        assert_eq!(s.data, vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(s.row(1).unwrap(), &[4, 5, 6]);
+        assert_eq!(s.row(2), None);
+        let y = stack::<u8>(&b, 1).unwrap();
+        assert_eq!((y.rows, y.cols, y.data), (2, 1, vec![7, 7]));
+        // Empty records stack to zero columns.
+        let empty = stack::<u32>(&batch(DType::U32, &[vec![], vec![]]), 0).unwrap();
+        assert_eq!((empty.rows, empty.cols), (2, 0));
+    }
+
+    #[test]
+    fn stack_refuses_another_length_naming_field_record_and_lengths() {
+        let b = batch(
+            DType::U32,
+            &[u32s(&[1, 2]), u32s(&[3, 4]), u32s(&[5, 6, 7])],
+        );
+        let err = stack::<u32>(&b, 0).unwrap_err();
+        let Error::ShapeMismatch { field, reason } = &err else {
+            panic!("{err}");
+        };
+        assert_eq!(field, "x");
+        assert!(reason.contains("record 2 of the batch"), "{reason}");
+        assert!(reason.contains("12 bytes"), "{reason}");
+        assert!(reason.contains("8 bytes"), "{reason}");
+        // A shorter first record is the reference too: the second record differs.
+        let err = stack::<u32>(&batch(DType::U32, &[u32s(&[1]), u32s(&[3, 4])]), 0).unwrap_err();
+        assert!(err.to_string().contains("record 1 of the batch"), "{err}");
+    }
+
+    #[test]
+    fn stack_checks_the_dtype_and_the_inputs() {
+        let b = batch(DType::U32, &[u32s(&[1, 2])]);
+        assert!(matches!(
+            stack::<f32>(&b, 0),
+            Err(Error::DtypeMismatch { .. })
+        ));
+        assert!(matches!(
+            stack::<u32>(&b, 2),
+            Err(Error::UnknownField { .. })
+        ));
+        assert!(matches!(
+            stack::<u32>(&batch(DType::U32, &[]), 0),
+            Err(Error::InvalidConfig { .. })
+        ));
+    }
 
     fn items() -> Vec<Vec<i32>> {
         vec![vec![1, 2, 3], vec![4], vec![5, 6]]

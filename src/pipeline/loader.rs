@@ -13,7 +13,9 @@
 //!     .num_workers(4)
 //!     .build()?;
 //! while let Some(batch) = loader.next().await {
-//!     let batch = batch?; // a failed read surfaces here, in its place
+//!     // A read that failed on every retry surfaces here, in its place; the stream then ends
+//!     // and `loader.state()` still points at that batch.
+//!     let batch = batch?;
 //!     let _records: &zrecord::Batch = &batch.data;
 //!     let _checkpoint = serde_json::to_string(&loader.state()).ok();
 //! }
@@ -32,7 +34,9 @@ use super::batch::{Batch, BatchConfig, IndexBatch};
 use super::bucket::{Bucket, BucketConfig, BucketKey};
 use super::elastic::{self, ChainSpec, ElasticChain, ElasticState};
 use super::prefetch::fresh_state;
-use super::prefetch::{identity, LoaderBatch, MergePolicy, Prefetch, PrefetchConfig, Transform};
+use super::prefetch::{
+    identity, LoaderBatch, MergePolicy, OnError, Prefetch, PrefetchConfig, RetryPolicy, Transform,
+};
 use super::root::Root;
 use super::sampler::{Sampler, SamplerConfig};
 use super::shard::{Shard, ShardConfig};
@@ -100,8 +104,9 @@ impl LoaderConfig {
         self
     }
 
-    /// Sets workers, queues and merge. Default [`PrefetchConfig::default`] (2 workers, queues
-    /// of 2, strict merge).
+    /// Sets workers, queues, merge, retries and error handling. Default
+    /// [`PrefetchConfig::default`] (2 workers, queues of 2, strict merge, 3 tries per batch,
+    /// stop at a failed batch).
     #[must_use]
     pub fn prefetch(mut self, prefetch: PrefetchConfig) -> Self {
         self.prefetch = prefetch;
@@ -297,6 +302,20 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     /// The merge policy.
     pub fn merge(mut self, merge: MergePolicy) -> Self {
         self.config.prefetch.merge = merge;
+        self
+    }
+
+    /// How a worker retries a failing batch (default: 3 tries, 10 ms backoff doubling up to
+    /// 1 s); see [`RetryPolicy`].
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.config.prefetch.retry = retry;
+        self
+    }
+
+    /// What the loader does after a failed batch (default: [`OnError::Stop`]); see
+    /// [`Loader::next`].
+    pub fn on_error(mut self, on_error: OnError) -> Self {
+        self.config.prefetch.on_error = on_error;
         self
     }
 
@@ -506,8 +525,9 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     ///
     /// Prefetched batches that were not consumed are produced again; under
     /// [`MergePolicy::Strict`] the resumed stream is exactly the uninterrupted stream from the
-    /// checkpoint on, even with another number of workers. The merge policy, queue sizes and the
-    /// transform may differ from the checkpointed loader's; nothing else may.
+    /// checkpoint on, even with another number of workers. The merge policy, queue sizes, retry
+    /// policy, error handling and the transform may differ from the checkpointed loader's;
+    /// nothing else may.
     ///
     /// # Errors
     /// [`Error::ResumeMismatch`] if the source's generation or length, or the configuration of
@@ -655,9 +675,19 @@ impl<S: Source, T: Send + 'static> Loader<S, T> {
 }
 
 impl<S: Source, T> Loader<S, T> {
-    /// The next batch, `None` after the last one. A batch that could not be read (a corrupt
-    /// record, an I/O error, a failing transform) is `Some(Err(..))` in the place the batch
-    /// would have had; the loader goes on with the next batch after it.
+    /// The next batch, `None` after the last one.
+    ///
+    /// A batch that could not be read (a corrupt record, an I/O error, a failing transform) is
+    /// first tried again on the worker's thread as [`LoaderBuilder::retry`] says (3 tries in all
+    /// by default; a panic is not retried). If every try fails, it is `Some(Err(..))` in the
+    /// place the batch would have had, and then:
+    ///
+    /// - under [`OnError::Stop`] (the default) the loader ends: every later call returns
+    ///   `None`, and [`Loader::state`] still points at the failed batch, so a loader resumed
+    ///   from it tries that batch first (after a repair, the resumed stream is exactly the
+    ///   uninterrupted one);
+    /// - under [`OnError::Skip`] the loader goes on with the next batch, and the failed batch
+    ///   counts as consumed: a resume does not try it again.
     ///
     /// # Cancel safety
     /// Cancel safe: a batch is taken off the loader's queues only by the poll that returns it,
@@ -667,7 +697,8 @@ impl<S: Source, T> Loader<S, T> {
         StreamExt::next(&mut self.prefetch).await
     }
 
-    /// The checkpoint after the last batch returned by [`Loader::next`] (or the stream).
+    /// The checkpoint after the last batch returned by [`Loader::next`] (or the stream); a
+    /// batch that failed under [`OnError::Stop`] is not counted, so the checkpoint points at it.
     pub fn state(&self) -> LoaderState {
         LoaderState {
             version: LOADER_STATE_VERSION,

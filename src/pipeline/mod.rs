@@ -8,7 +8,7 @@
 //!                                  │
 //!            merge (Strict round-robin | BestEffort bounded lead) ─► consumer buffer
 //!                                  │
-//!                          Loader::next().await          (collate: pad_stack in the transform)
+//!                          Loader::next().await   (collate: stack / pad_stack in the transform)
 //! ```
 //!
 //! # Stages
@@ -40,8 +40,10 @@
 //!
 //! # Collate
 //!
-//! [`pad_stack`] / [`pad_stack_field`] pad variable-length 1-D records into one buffer with
-//! lengths and an attention mask; [`pooling_mask`] derives first/last/all token masks.
+//! [`stack`] stacks a fixed-shape field (every record one byte length) into one `[B, …]`
+//! buffer, like `torch.utils.data.default_collate`; [`pad_stack`] / [`pad_stack_field`] pad
+//! variable-length 1-D records into one buffer with lengths and an attention mask;
+//! [`pooling_mask`] derives first/last/all token masks.
 
 pub mod batch;
 pub mod bucket;
@@ -60,11 +62,14 @@ pub mod state;
 pub use batch::{Batch, BatchConfig, IndexBatch};
 pub use bucket::{Bucket, BucketConfig, BucketKey};
 pub use collate::{
-    pad_stack, pad_stack_field, pooling_mask, PadConfig, PadSide, PaddedBatch, PoolingType,
+    pad_stack, pad_stack_field, pooling_mask, stack, PadConfig, PadSide, PaddedBatch, PoolingType,
+    StackedBatch,
 };
 pub use elastic::{ElasticChain, ElasticState, ResidualEpoch, Run};
 pub use loader::{IndexChain, Loader, LoaderBuilder, LoaderConfig};
-pub use prefetch::{identity, LoaderBatch, MergePolicy, Prefetch, PrefetchConfig, Transform};
+pub use prefetch::{
+    identity, LoaderBatch, MergePolicy, OnError, Prefetch, PrefetchConfig, RetryPolicy, Transform,
+};
 pub use root::Root;
 pub use sampler::{Sampler, SamplerConfig, SamplerMode};
 pub use shard::{Shard, ShardConfig, ShardMode};

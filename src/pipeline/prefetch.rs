@@ -9,15 +9,31 @@
 //! optional transform, and pushes the result into its own queue of `worker_queue_size` items,
 //! blocking (its own thread, never a runtime worker) while the queue is full.
 //!
+//! # Errors and retries
+//!
+//! A gather or transform that fails is tried again on the worker's thread, as
+//! [`PrefetchConfig::retry`] says (3 tries in all by default, 10 ms apart, then 20 ms, …; the
+//! thread sleeps, never a runtime worker). A panic is not retried. What fails on every try
+//! reaches the consumer as `Err` in the place of its batch, and then [`PrefetchConfig::on_error`]
+//! decides:
+//!
+//! - [`OnError::Stop`] (default): the stream ends after the error. The failed batch is not
+//!   consumed: [`Prefetch::state`] still points at it, so a stream resumed from that checkpoint
+//!   tries it first.
+//! - [`OnError::Skip`]: the failed batch counts as consumed and the stream goes on; a resume
+//!   does not try it again, so the batch is lost for this pass.
+//!
 //! # Merge (TinyGrad4 semantics)
 //!
 //! - [`MergePolicy::Strict`] (default): round-robin in worker order `0..N`, exhausted workers
 //!   skipped. Because of the split above, the merged order is exactly the global order: the same
 //!   stream as a single sequential pass over the stage, whatever the worker count.
 //! - [`MergePolicy::BestEffort`]: scans the workers (from the one after the last taken) without
-//!   waiting and takes the first ready item, but never from a worker that would then be more
-//!   than `max_lead` items ahead of the slowest active worker; after `max_skips_per_round`
-//!   workers found empty in one scan it stops scanning and waits. Not deterministic.
+//!   waiting and takes the first ready item, but never from a worker whose merged items would
+//!   then be more than `max_lead` ahead of the items *consumed* from the slowest active worker
+//!   (so the consumer never sees one worker more than `max_lead` items ahead of another, however
+//!   large the consumer buffer); after `max_skips_per_round` workers found empty in one scan it
+//!   stops scanning and waits. Not deterministic.
 //!
 //! Merged items wait for the consumer in a buffer of `consumer_queue_size` items. Memory is
 //! bounded end to end: at most `N · (worker_queue_size + 1) + consumer_queue_size` batches exist
@@ -26,7 +42,8 @@
 //! # Checkpoint
 //!
 //! [`Prefetch::state`] is taken at consumption: per worker, the number of its items consumed
-//! and its next position; and the next worker of the merge. Resuming restarts every worker at
+//! and its next position; and the next worker of the merge. A batch that failed under
+//! [`OnError::Stop`] is not consumed. Resuming restarts every worker at
 //! its next position and discards whatever was prefetched but not consumed, so the resumed
 //! stream continues exactly after the last consumed item (strict) or loses and repeats nothing
 //! (best effort). A strict checkpoint can even be resumed with another worker count.
@@ -43,6 +60,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures::channel::oneshot;
 use futures::stream::{FusedStream, Stream};
@@ -65,13 +83,94 @@ pub enum MergePolicy {
     /// The first ready item, within a bounded lead. Not deterministic across runs; resume still
     /// loses and repeats nothing.
     BestEffort {
-        /// No worker is ever more than this many items ahead of the slowest active worker
-        /// (counted in merged items). At least 1.
+        /// No worker is ever more than this many items ahead of the slowest active worker,
+        /// counted in consumed items: a worker is merged from only while its merged items are
+        /// fewer than `max_lead` past the consumed items of the slowest active worker. At
+        /// least 1.
         max_lead: u64,
         /// Number of empty workers one scan passes over before it waits (0: wait for the first
         /// eligible worker, like strict but lead-bounded).
         max_skips_per_round: u64,
     },
+}
+
+/// How often a worker tries a failing batch (gather and transform) before it hands the error to
+/// the consumer, and how long it waits between tries.
+///
+/// Built from [`RetryPolicy::default`] with chainable setters:
+///
+/// ```
+/// use std::time::Duration;
+/// use zrecord::pipeline::RetryPolicy;
+///
+/// let policy = RetryPolicy::default().attempts(5).backoff(Duration::from_millis(50));
+/// assert_eq!(policy.max_backoff, Duration::from_secs(1));
+/// assert_eq!(RetryPolicy::none().attempts, 1);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RetryPolicy {
+    /// Tries in all, the first included: 1 never retries. At least 1. Default: 3.
+    pub attempts: u32,
+    /// The wait before the second try; each later wait doubles, up to `max_backoff`.
+    /// Default: 10 ms.
+    pub backoff: Duration,
+    /// The longest wait between two tries. Default: 1 s.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// 3 tries, 10 ms then 20 ms apart (doubling, at most 1 s).
+    fn default() -> Self {
+        Self {
+            attempts: 3,
+            backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_secs(1),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// One try, no retry.
+    #[must_use]
+    pub fn none() -> Self {
+        Self::default().attempts(1)
+    }
+
+    /// Sets the number of tries in all, at least 1. Default 3.
+    #[must_use]
+    pub fn attempts(mut self, attempts: u32) -> Self {
+        self.attempts = attempts;
+        self
+    }
+
+    /// Sets the wait before the second try (later waits double). Default 10 ms.
+    #[must_use]
+    pub fn backoff(mut self, backoff: Duration) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Sets the longest wait between two tries. Default 1 s.
+    #[must_use]
+    pub fn max_backoff(mut self, max_backoff: Duration) -> Self {
+        self.max_backoff = max_backoff;
+        self
+    }
+}
+
+/// What the stream does after a batch that failed (on every try of the [`RetryPolicy`]) was
+/// returned as `Err` in its place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub enum OnError {
+    /// The stream ends (`None`) after the error, and the checkpoint still points at the failed
+    /// batch: a stream resumed from it tries that batch first. The default.
+    #[default]
+    Stop,
+    /// The stream goes on with the next batch, and the failed batch counts as consumed: a stream
+    /// resumed from a later checkpoint does not try it again, so it is lost for this pass.
+    /// An explicit opt-in for training that tolerates missing batches.
+    Skip,
 }
 
 /// The most prefetch workers (threads) a [`PrefetchConfig`] may ask for.
@@ -86,11 +185,13 @@ pub const MAX_QUEUE_SIZE: usize = 1 << 16;
 /// break callers:
 ///
 /// ```
-/// use zrecord::pipeline::{MergePolicy, PrefetchConfig};
+/// use zrecord::pipeline::{MergePolicy, OnError, PrefetchConfig};
 ///
 /// let config = PrefetchConfig::default().num_workers(4).worker_queue_size(3);
 /// assert_eq!(config.consumer_queue_size, 2);
 /// assert_eq!(config.merge, MergePolicy::Strict);
+/// assert_eq!(config.retry.attempts, 3);
+/// assert_eq!(config.on_error, OnError::Stop);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -104,16 +205,26 @@ pub struct PrefetchConfig {
     pub consumer_queue_size: usize,
     /// The merge. Default: [`MergePolicy::Strict`].
     pub merge: MergePolicy,
+    /// How a worker retries a failing batch. Default: [`RetryPolicy::default`] (3 tries, 10 ms
+    /// backoff doubling up to 1 s).
+    #[serde(default)]
+    pub retry: RetryPolicy,
+    /// What the stream does after a failed batch. Default: [`OnError::Stop`].
+    #[serde(default)]
+    pub on_error: OnError,
 }
 
 impl Default for PrefetchConfig {
-    /// 2 workers, worker queues of 2 batches, a consumer buffer of 2 batches, strict merge.
+    /// 2 workers, worker queues of 2 batches, a consumer buffer of 2 batches, strict merge,
+    /// 3 tries per batch, stop at a failed batch.
     fn default() -> Self {
         Self {
             num_workers: 2,
             worker_queue_size: 2,
             consumer_queue_size: 2,
             merge: MergePolicy::Strict,
+            retry: RetryPolicy::default(),
+            on_error: OnError::Stop,
         }
     }
 }
@@ -148,6 +259,20 @@ impl PrefetchConfig {
         self
     }
 
+    /// Sets how a worker retries a failing batch. Default [`RetryPolicy::default`] (3 tries).
+    #[must_use]
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Sets what the stream does after a failed batch. Default [`OnError::Stop`].
+    #[must_use]
+    pub fn on_error(mut self, on_error: OnError) -> Self {
+        self.on_error = on_error;
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         let bad = |reason: String| Err(Error::InvalidConfig { reason });
         if self.num_workers == 0 || self.num_workers > MAX_NUM_WORKERS {
@@ -166,6 +291,9 @@ impl PrefetchConfig {
         }
         if let MergePolicy::BestEffort { max_lead: 0, .. } = self.merge {
             return bad("prefetch: best-effort max_lead must be at least 1".into());
+        }
+        if self.retry.attempts == 0 {
+            return bad("prefetch: retry attempts must be at least 1 (1: no retry)".into());
         }
         Ok(())
     }
@@ -226,7 +354,8 @@ struct Merged<T> {
 }
 
 struct Worker<T> {
-    rx: Receiver<WorkerItem<T>>,
+    /// `None` once the stream stopped at an error: the worker thread sees its queue closed.
+    rx: Option<Receiver<WorkerItem<T>>>,
     exit: Option<oneshot::Receiver<()>>,
     /// Items of this worker merged so far (from `base`).
     merged: u64,
@@ -310,6 +439,7 @@ pub struct Prefetch<T> {
     split: Split,
     policy: MergePolicy,
     consumer_queue_size: usize,
+    on_error: OnError,
     ready: VecDeque<Merged<T>>,
     merge_next: usize,
     merge_done: bool,
@@ -399,6 +529,7 @@ impl<T: Send + 'static> Prefetch<T> {
                 stage: stage.clone(),
                 source: Arc::clone(&source),
                 transform: Arc::clone(&transform),
+                retry: config.retry,
                 split: split.clone(),
                 w: w as u64,
                 k: start_k,
@@ -413,7 +544,7 @@ impl<T: Send + 'static> Prefetch<T> {
                     reason: e.to_string(),
                 })?;
             workers.push(Worker {
-                rx,
+                rx: Some(rx),
                 exit: Some(exit_rx),
                 merged: start_k,
                 count: split.count(w as u64),
@@ -438,6 +569,7 @@ impl<T: Send + 'static> Prefetch<T> {
             split,
             policy: config.merge,
             consumer_queue_size: config.consumer_queue_size,
+            on_error: config.on_error,
             ready: VecDeque::with_capacity(config.consumer_queue_size),
             merge_next: next_worker,
             merge_done: false,
@@ -558,6 +690,7 @@ struct WorkerJob<St, Src: Source, T> {
     stage: St,
     source: Arc<Src>,
     transform: Transform<Src::Batch, T>,
+    retry: RetryPolicy,
     split: Split,
     w: u64,
     k: u64,
@@ -580,8 +713,7 @@ where
                 break;
             };
             let pos = self.split.position(g);
-            let result = catch_unwind(AssertUnwindSafe(|| self.produce(pos)))
-                .unwrap_or_else(|panic| Err(panicked(self.w, pos, panic.as_ref())));
+            let result = self.produce_with_retries(pos);
             let item = WorkerItem { k: self.k, result };
             if self.tx.push(item).is_err() {
                 break;
@@ -605,6 +737,37 @@ where
         // holds nothing.
         drop((stage, source, transform, tx));
         drop(exit);
+    }
+
+    /// Produces the item at `pos`, trying a failed gather or transform again as the retry
+    /// policy allows, sleeping on this thread between tries (a dropped stream cuts the sleep
+    /// short and returns the error at once). A panic is not retried.
+    fn produce_with_retries(&mut self, pos: Position) -> Result<LoaderBatch<T>> {
+        let mut backoff = self.retry.backoff.min(self.retry.max_backoff);
+        let mut tries = 1u32;
+        loop {
+            let error = match catch_unwind(AssertUnwindSafe(|| self.produce(pos))) {
+                Ok(Ok(batch)) => return Ok(batch),
+                Ok(Err(e)) => e,
+                Err(panic) => return Err(panicked(self.w, pos, panic.as_ref())),
+            };
+            if tries >= self.retry.attempts {
+                return Err(error);
+            }
+            tracing::debug!(
+                worker = self.w,
+                epoch = pos.epoch,
+                position = pos.position,
+                tries,
+                error = %error,
+                "prefetch: retrying a failed batch"
+            );
+            if self.tx.wait_closed(backoff) {
+                return Err(error);
+            }
+            tries = tries.saturating_add(1);
+            backoff = backoff.saturating_mul(2).min(self.retry.max_backoff);
+        }
     }
 
     fn produce(&mut self, pos: Position) -> Result<LoaderBatch<T>> {
@@ -643,8 +806,8 @@ impl<T> Prefetch<T> {
         self.state.clone()
     }
 
-    /// The largest lead (items merged from one worker minus items merged from the slowest
-    /// active worker) seen after any merge so far. A diagnostic: under
+    /// The largest lead (items consumed from one worker minus items consumed from the slowest
+    /// worker with items left) seen after any consumed item so far. A diagnostic: under
     /// [`MergePolicy::BestEffort`] it never exceeds `max_lead`.
     pub fn max_observed_lead(&self) -> u64 {
         self.max_observed_lead
@@ -700,16 +863,30 @@ impl<T> Prefetch<T> {
         max_skips: u64,
     ) -> Poll<Option<Merged<T>>> {
         let n = self.workers.len();
-        let Some(min) = self.min_active() else {
+        if !self.workers.iter().any(Worker::active) {
             return Poll::Ready(None);
-        };
+        }
+        // Eligible: merged − (least consumed count of the workers with items left) < max_lead.
+        //
+        // It bounds the consumed lead: consumed ≤ merged for every worker, so when worker w is
+        // merged from, w's consumed count can reach at most min + max_lead, and that minimum only
+        // grows (consumed counts only grow, and a worker leaves the set only once it has nothing
+        // left to consume).
+        //
+        // It cannot deadlock: if the consumer buffer holds anything, the consumer takes it
+        // without a merge. If it is empty, every merged item was consumed (merged = consumed for
+        // every worker), so the worker s with the least consumed count has merged − min = 0 <
+        // max_lead and items left to merge: it is eligible. Every eligible worker the scan polls
+        // has items left, so its thread will push one and wake this task.
+        // With no worker left to consume, no worker is active either (returned above).
+        let min = self.min_unconsumed().unwrap_or(0);
         let mut skips = 0u64;
         for i in 0..n {
             let w = (self.merge_next + i) % n;
             let Some(worker) = self.workers.get(w) else {
                 continue;
             };
-            if !worker.active() || worker.merged - min >= max_lead {
+            if !worker.active() || worker.merged.saturating_sub(min) >= max_lead {
                 continue;
             }
             match self.take(cx, w) {
@@ -725,11 +902,14 @@ impl<T> Prefetch<T> {
         Poll::Pending
     }
 
-    fn min_active(&self) -> Option<u64> {
+    /// The least consumed count of the live workers with items left to consume (merged or not);
+    /// `None` if there is none.
+    fn min_unconsumed(&self) -> Option<u64> {
         self.workers
             .iter()
-            .filter(|w| w.active())
-            .map(|w| w.merged)
+            .zip(&self.state.workers)
+            .filter(|(w, ws)| !w.dead && ws.next.is_some())
+            .map(|(_, ws)| ws.consumed)
             .min()
     }
 
@@ -743,7 +923,12 @@ impl<T> Prefetch<T> {
                 result: Err(died(w)),
             });
         };
-        let merged = match worker.rx.poll_pop(cx) {
+        let polled = match &worker.rx {
+            Some(rx) => rx.poll_pop(cx),
+            // Closed by a stop: the merge does not run after it, but the queue ends here.
+            None => Poll::Ready(None),
+        };
+        let merged = match polled {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(Some(item)) => {
                 debug_assert_eq!(item.k, worker.merged, "worker items arrive in order");
@@ -766,17 +951,19 @@ impl<T> Prefetch<T> {
             }
         };
         self.merge_next = merged.next_worker;
-        if let Some(min) = self.min_active() {
-            let max = self
-                .workers
-                .iter()
-                .filter(|w| w.active())
-                .map(|w| w.merged)
-                .max()
-                .unwrap_or(min);
-            self.max_observed_lead = self.max_observed_lead.max(max - min);
-        }
         Poll::Ready(merged)
+    }
+
+    /// Ends the stream after a failed item under [`OnError::Stop`]: nothing more is merged or
+    /// returned, and closing the queues stops the workers. The checkpoint does not move.
+    fn stop(&mut self) {
+        self.merge_done = true;
+        // Dropped outside any lock: a batch's destructor may be arbitrary user code.
+        let ready = std::mem::take(&mut self.ready);
+        drop(ready);
+        for w in &mut self.workers {
+            w.rx = None;
+        }
     }
 
     fn consume(&mut self, m: &Merged<T>) {
@@ -788,9 +975,23 @@ impl<T> Prefetch<T> {
             }
         }
         self.state.next_worker = m.next_worker as u64;
+        if let Some(min) = self.min_unconsumed() {
+            let max = self
+                .workers
+                .iter()
+                .zip(&self.state.workers)
+                .filter(|(w, _)| !w.dead)
+                .map(|(_, ws)| ws.consumed)
+                .max()
+                .unwrap_or(min);
+            self.max_observed_lead = self.max_observed_lead.max(max.saturating_sub(min));
+        }
     }
 
     fn remaining(&self) -> Option<u64> {
+        if self.merge_done && self.workers.iter().all(|w| w.rx.is_none()) {
+            return Some(self.ready.len() as u64);
+        }
         let mut sum = self.ready.len() as u64;
         for w in &self.workers {
             let count = w.count?;
@@ -815,6 +1016,10 @@ impl<T> Stream for Prefetch<T> {
             }
         }
         match this.ready.pop_front() {
+            Some(m) if m.result.is_err() && this.on_error == OnError::Stop => {
+                this.stop();
+                Poll::Ready(Some(m.result))
+            }
             Some(m) => {
                 this.consume(&m);
                 Poll::Ready(Some(m.result))
@@ -838,5 +1043,114 @@ impl<T> Stream for Prefetch<T> {
 impl<T> FusedStream for Prefetch<T> {
     fn is_terminated(&self) -> bool {
         self.merge_done && self.ready.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+    use std::sync::mpsc;
+    use std::sync::Mutex;
+
+    use futures::executor::block_on;
+    use futures::task::noop_waker;
+    use futures::StreamExt;
+
+    use super::*;
+    use crate::pipeline::{LoaderBuilder, MemorySource, SamplerConfig, SamplerMode};
+
+    /// A source that reports the first index of every gather it starts.
+    struct Reporting {
+        inner: MemorySource,
+        started: Mutex<mpsc::Sender<u64>>,
+    }
+
+    impl Source for Reporting {
+        type Batch = Vec<Vec<u8>>;
+
+        fn len(&self) -> u64 {
+            self.inner.len()
+        }
+
+        fn item_len(&self, index: u64) -> Result<u64> {
+            self.inner.item_len(index)
+        }
+
+        fn gather(&self, indices: &[u64]) -> Result<Self::Batch> {
+            let _ = self.started.lock().unwrap().send(indices[0]);
+            self.inner.gather(indices)
+        }
+    }
+
+    /// Every worker's merged count minus the least consumed count of the workers with items left
+    /// (nothing once every item is consumed).
+    fn merged_leads<T>(p: &Prefetch<T>) -> Vec<u64> {
+        let Some(min) = p
+            .state
+            .workers
+            .iter()
+            .filter(|w| w.next.is_some())
+            .map(|w| w.consumed)
+            .min()
+        else {
+            return Vec::new();
+        };
+        p.workers
+            .iter()
+            .map(|w| w.merged.saturating_sub(min))
+            .collect()
+    }
+
+    #[test]
+    fn best_effort_merges_no_further_than_max_lead_past_the_consumed_items() {
+        let (n, workers, queue, max_lead) = (60u64, 2u64, 4u64, 1u64);
+        let (tx, started) = mpsc::channel();
+        let src = Arc::new(Reporting {
+            inner: MemorySource::new((0..n).map(|i| vec![i as u8]).collect()),
+            started: Mutex::new(tx),
+        });
+        let chain = LoaderBuilder::new(Arc::clone(&src))
+            .sampler(
+                SamplerConfig::default()
+                    .mode(SamplerMode::Sequential)
+                    .epochs(Some(1)),
+            )
+            .batch_size(1)
+            .index_chain()
+            .unwrap();
+        let config = PrefetchConfig::default()
+            .num_workers(workers as usize)
+            .worker_queue_size(queue as usize)
+            .consumer_queue_size(32)
+            .merge(MergePolicy::BestEffort {
+                max_lead,
+                max_skips_per_round: 2,
+            });
+        let mut p = Prefetch::new(chain, src, identity(), config).unwrap();
+        // Worker w gathers record w + 2k as its k-th item: once both have started item `queue`,
+        // both queues are full, and one poll finds everything ready.
+        let mut pending: Vec<u64> = (0..workers).map(|w| w + workers * queue).collect();
+        while !pending.is_empty() {
+            let i = started.recv().unwrap();
+            pending.retain(|&p| p != i);
+        }
+        let waker = noop_waker();
+        let first = Pin::new(&mut p).poll_next(&mut Context::from_waker(&waker));
+        assert!(matches!(first, Poll::Ready(Some(Ok(_)))));
+        let mut consumed = 1;
+        loop {
+            let leads = merged_leads(&p);
+            assert!(
+                leads.iter().all(|&l| l <= max_lead),
+                "after {consumed} items, merged minus least consumed per worker: {leads:?}"
+            );
+            assert!(p.max_observed_lead() <= max_lead);
+            match block_on(p.next()) {
+                Some(b) => b.map(|_| consumed += 1).unwrap(),
+                None => break,
+            }
+        }
+        assert_eq!(consumed, n);
     }
 }

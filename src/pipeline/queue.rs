@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use futures::task::AtomicWaker;
 
@@ -98,6 +99,35 @@ impl<T> Sender<T> {
     /// True once the receiver is gone: the producer should stop.
     pub(crate) fn is_closed(&self) -> bool {
         self.shared.closed.load(Ordering::Acquire)
+    }
+
+    /// Blocks the calling thread for `timeout`, or less if the receiver goes away first; true if
+    /// it has gone.
+    pub(crate) fn wait_closed(&self, timeout: Duration) -> bool {
+        let Some(deadline) = Instant::now().checked_add(timeout) else {
+            // Past what an `Instant` holds: wait without a deadline.
+            let mut state = self.shared.lock();
+            while !state.closed {
+                state = match self.shared.not_full.wait(state) {
+                    Ok(g) => g,
+                    Err(poisoned) => poisoned.into_inner(),
+                };
+            }
+            return true;
+        };
+        let mut state = self.shared.lock();
+        // `not_full` is also signalled when an item is taken: wait again until the deadline.
+        while !state.closed {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            state = match self.shared.not_full.wait_timeout(state, left) {
+                Ok((g, _)) => g,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+        state.closed
     }
 }
 
@@ -193,5 +223,14 @@ mod tests {
         let (r, closed) = producer.join().unwrap();
         assert_eq!(r, Err(1));
         assert!(closed);
+    }
+
+    #[test]
+    fn dropping_the_receiver_ends_a_wait_for_it() {
+        let (tx, rx) = bounded::<u32>(1);
+        assert!(!tx.wait_closed(Duration::ZERO));
+        let waiter = std::thread::spawn(move || tx.wait_closed(Duration::MAX));
+        drop(rx);
+        assert!(waiter.join().unwrap());
     }
 }

@@ -1,13 +1,16 @@
 //! The sampler: the first stage, mapping `(epoch, position)` to a record index.
 //!
-//! Three modes, all seeded and portable (plain 64-bit integer arithmetic, no platform RNG):
+//! Four modes, all seeded and portable (plain 64-bit integer arithmetic, no platform RNG):
 //!
-//! - [`SamplerMode::Sequential`]: loaderx's sliding window over a circular index space. The
-//!   window of `window_len` indices slides forward by `window_len`; the index space `[0, n)` is a
-//!   circular queue, so the window at the tail wraps to the head instead of being truncated, and
-//!   the next epoch continues where the circle left off. An epoch is `ceil(n / window_len)`
-//!   windows, so position `p` of epoch `e` is index `(e * epoch_len + p) mod n`. With
-//!   `window_len = 1` (or dividing `n`) this is plain in-order iteration.
+//! - [`SamplerMode::Sequential`]: every index of `[0, n)` once per epoch, in order; every epoch
+//!   is the same.
+//! - [`SamplerMode::SequentialWrap`]: loaderx's sliding window over a circular index space, an
+//!   explicit opt-in to wrap-around. The window of `window_len` indices slides forward by
+//!   `window_len`; the index space `[0, n)` is a circular queue, so the window at the tail wraps
+//!   to the head instead of being truncated, and the next epoch continues where the circle left
+//!   off. An epoch is `ceil(n / window_len)` windows, so position `p` of epoch `e` is index
+//!   `(e * epoch_len + p) mod n`: with `n = 10` and `window_len = 4`, epoch 0 ends `…, 8, 9, 0,
+//!   1` and epoch 1 starts at 2. With `window_len` dividing `n` it is the same as `Sequential`.
 //! - [`SamplerMode::Shuffled`]: a fresh permutation of `[0, n)` per epoch, keyed by
 //!   `(seed, epoch)`, computed per position with a keyed Feistel network plus cycle-walking (the
 //!   construction of Grain's `index_shuffle`). No N-sized array; seeking is O(1).
@@ -22,9 +25,13 @@ use crate::{Error, Result};
 /// How the sampler orders indices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SamplerMode {
-    /// In order, as windows of `window_len` sliding over a circular index space (see the module
-    /// documentation). `window_len` must be at least 1.
-    Sequential {
+    /// In order: every epoch is `0, 1, …, n − 1`, each index exactly once.
+    Sequential,
+    /// In order, as windows of `window_len` sliding over a circular index space that wraps
+    /// around (see the module documentation): an epoch is `ceil(n / window_len)` whole windows,
+    /// so it repeats indices from the start of the circle, and the next epoch starts where the
+    /// last one left off. `window_len` must be at least 1.
+    SequentialWrap {
         /// The window length; usually the batch size.
         window_len: u64,
     },
@@ -44,7 +51,7 @@ pub enum SamplerMode {
 ///
 /// let config = SamplerConfig::default().seed(7).epochs(None);
 /// assert_eq!(config.mode, SamplerMode::Shuffled);
-/// let in_order = SamplerConfig::default().mode(SamplerMode::Sequential { window_len: 1 });
+/// let in_order = SamplerConfig::default().mode(SamplerMode::Sequential);
 /// assert_eq!(in_order.epochs, Some(1));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,15 +111,15 @@ impl Sampler {
     /// A sampler over `[0, len)`.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] if a sequential window length is 0.
+    /// [`Error::InvalidConfig`] if a wrapping window length is 0.
     pub fn new(len: u64, config: SamplerConfig) -> Result<Self> {
         let epoch_len = match config.mode {
-            SamplerMode::Sequential { window_len: 0 } => {
+            SamplerMode::SequentialWrap { window_len: 0 } => {
                 return Err(Error::InvalidConfig {
-                    reason: "sampler: sequential window_len must be at least 1".into(),
+                    reason: "sampler: sequential-wrap window_len must be at least 1".into(),
                 })
             }
-            SamplerMode::Sequential { window_len } => len
+            SamplerMode::SequentialWrap { window_len } => len
                 .div_ceil(window_len)
                 .checked_mul(window_len)
                 .ok_or_else(|| Error::InvalidConfig {
@@ -120,7 +127,7 @@ impl Sampler {
                         "sampler: epoch of {len} records in windows of {window_len} overflows u64"
                     ),
                 })?,
-            SamplerMode::Shuffled | SamplerMode::Random => len,
+            SamplerMode::Sequential | SamplerMode::Shuffled | SamplerMode::Random => len,
         };
         Ok(Self {
             len,
@@ -158,7 +165,8 @@ impl Sampler {
         }
         let n = self.len;
         Ok(match self.config.mode {
-            SamplerMode::Sequential { .. } => {
+            SamplerMode::Sequential => position,
+            SamplerMode::SequentialWrap { .. } => {
                 let global = u128::from(epoch) * u128::from(self.epoch_len) + u128::from(position);
                 // n > 0 here: the epoch is empty otherwise. The remainder is below n: fits u64.
                 u64::try_from(global % u128::from(n)).unwrap_or(0)
@@ -354,11 +362,11 @@ mod tests {
     const KNOWN_SHUFFLE_10: [u64; 10] = [3, 5, 6, 0, 1, 4, 9, 2, 7, 8];
 
     #[test]
-    fn sequential_sliding_window_wraps_without_truncation() {
+    fn sequential_wrap_slides_its_window_around_the_circle() {
         let mut s = Sampler::new(
             10,
             SamplerConfig::default()
-                .mode(SamplerMode::Sequential { window_len: 4 })
+                .mode(SamplerMode::SequentialWrap { window_len: 4 })
                 .seed(0)
                 .epochs(Some(3)),
         )
@@ -369,7 +377,7 @@ mod tests {
         let mut plain = Sampler::new(
             5,
             SamplerConfig::default()
-                .mode(SamplerMode::Sequential { window_len: 1 })
+                .mode(SamplerMode::SequentialWrap { window_len: 1 })
                 .seed(0)
                 .epochs(Some(2)),
         )
@@ -377,9 +385,32 @@ mod tests {
         assert_eq!(epoch(&mut plain, 1), vec![0, 1, 2, 3, 4]);
         assert!(Sampler::new(
             5,
-            SamplerConfig::default().mode(SamplerMode::Sequential { window_len: 0 })
+            SamplerConfig::default().mode(SamplerMode::SequentialWrap { window_len: 0 })
         )
         .is_err());
+    }
+
+    #[test]
+    fn a_sequential_epoch_is_every_index_once_in_order() {
+        let mut s = Sampler::new(
+            10,
+            SamplerConfig::default()
+                .mode(SamplerMode::Sequential)
+                .epochs(Some(3)),
+        )
+        .unwrap();
+        assert_eq!(s.epoch_len(), 10);
+        for e in 0..3 {
+            assert_eq!(epoch(&mut s, e), (0..10).collect::<Vec<_>>(), "epoch {e}");
+        }
+        let mut describe = String::new();
+        s.describe(&mut describe);
+        assert_eq!(
+            describe,
+            "sampler(len=10, mode=Sequential, seed=0, epochs=Some(3))"
+        );
+        let empty = Sampler::new(0, SamplerConfig::default().mode(SamplerMode::Sequential));
+        assert_eq!(empty.unwrap().epoch_len(), 0);
     }
 
     #[test]

@@ -280,7 +280,7 @@ mod tests {
         Sampler::new(
             n,
             SamplerConfig::default()
-                .mode(SamplerMode::Sequential { window_len: 1 })
+                .mode(SamplerMode::Sequential)
                 .seed(0)
                 .epochs(Some(1)),
         )

@@ -11,7 +11,8 @@ prop_compose! {
     fn sampler_config()(kind in 0..3u8, window in 1..5u64, seed in any::<u64>(), epochs in 1..3u64)
         -> SamplerConfig {
         let mode = match kind {
-            0 => SamplerMode::Sequential { window_len: window },
+            0 if window == 1 => SamplerMode::Sequential,
+            0 => SamplerMode::SequentialWrap { window_len: window },
             1 => SamplerMode::Shuffled,
             _ => SamplerMode::Random,
         };
