@@ -56,6 +56,8 @@
 //!
 //! Parts of length 0 get no weight; if every part is empty the mix is empty.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use super::sampler::{hash, Sampler, SamplerConfig, SamplerMode};
@@ -357,8 +359,14 @@ struct Segment {
 }
 
 /// The mix stage: see the module documentation.
+///
+/// Cheap to clone (each prefetch worker runs its own copy): the precomputed schedule is shared.
 #[derive(Debug, Clone)]
-pub struct Mix {
+pub struct Mix(Arc<Inner>);
+
+/// What a [`Mix`] computes once.
+#[derive(Debug)]
+struct Inner {
     config: MixConfig,
     part_lens: Vec<u64>,
     offsets: Vec<u64>,
@@ -476,7 +484,7 @@ impl Mix {
                 (segments, Some(1), total)
             }
         };
-        Ok(Self {
+        Ok(Self(Arc::new(Inner {
             config,
             part_lens: part_lens.to_vec(),
             offsets,
@@ -487,57 +495,58 @@ impl Mix {
             segments,
             epochs,
             epoch_len,
-        })
+        })))
     }
 
     /// The configuration.
     pub fn config(&self) -> &MixConfig {
-        &self.config
+        &self.0.config
     }
 
     /// The part lengths.
     pub fn part_lens(&self) -> &[u64] {
-        &self.part_lens
+        &self.0.part_lens
     }
 
     /// Where each part starts in the concatenated index space (prefix sums of the lengths).
     pub fn part_offsets(&self) -> &[u64] {
-        &self.offsets
+        &self.0.offsets
     }
 
     /// The part holding concatenated index `index`, and the index within it; `None` past the
     /// end.
     pub fn locate(&self, index: u64) -> Option<(usize, u64)> {
-        if index >= self.total_len {
+        if index >= self.0.total_len {
             return None;
         }
         // The last part starting at or before `index` that is not empty.
         let s = self
+            .0
             .offsets
             .partition_point(|&o| o <= index)
             .checked_sub(1)?;
         let (s, offset) = (0..=s)
             .rev()
-            .map(|s| (s, self.offsets.get(s).copied().unwrap_or(0)))
-            .find(|&(s, o)| self.part_lens.get(s).is_some_and(|&l| index - o < l))?;
+            .map(|s| (s, self.0.offsets.get(s).copied().unwrap_or(0)))
+            .find(|&(s, o)| self.0.part_lens.get(s).is_some_and(|&l| index - o < l))?;
         Some((s, index - offset))
     }
 
     /// The integer weights the schedule runs on (0 for an empty part).
     pub fn quantised_weights(&self) -> &[u64] {
-        &self.quantised
+        &self.0.quantised
     }
 
     /// The sampler of part `s`: its `c`-th draw is position `c mod L` of epoch `c div L` of this
     /// sampler, `L` its epoch length.
     pub fn part_sampler(&self, s: usize) -> Option<&Sampler> {
-        self.samplers.get(s)
+        self.0.samplers.get(s)
     }
 
     /// The depth of the schedule tree, `ceil(log2 K')` over the `K'` non-empty parts: the
     /// window bound of the module documentation.
     pub fn depth(&self) -> u32 {
-        let active = self.draw_lens.iter().filter(|&&l| l > 0).count();
+        let active = self.0.draw_lens.iter().filter(|&&l| l > 0).count();
         usize::BITS - active.saturating_sub(1).leading_zeros()
     }
 
@@ -547,26 +556,32 @@ impl Mix {
             reason: format!("mix: {what} at global position {g}"),
         };
         let seg = self
+            .0
             .segments
             .partition_point(|s| s.start <= g)
             .checked_sub(1)
-            .and_then(|i| self.segments.get(i))
+            .and_then(|i| self.0.segments.get(i))
             .ok_or_else(|| internal("no segment"))?;
         let (s, sub) = seg
             .tree
             .route(g - seg.start)
             .ok_or_else(|| internal("no part"))?;
         let draw = seg.base.get(s).copied().unwrap_or(0) + sub;
-        let l = u128::from(self.draw_lens.get(s).copied().unwrap_or(0)).max(1);
+        let l = u128::from(self.0.draw_lens.get(s).copied().unwrap_or(0)).max(1);
         let part_epoch = u64::try_from(draw / l).map_err(|_| Error::IndexOutOfRange {
             index: position,
-            len: self.epoch_len,
+            len: self.0.epoch_len,
         })?;
         // Below l, a u64.
         let part_position = u64::try_from(draw % l).unwrap_or(0);
-        let sampler = self.samplers.get(s).ok_or_else(|| internal("no sampler"))?;
+        let sampler = self
+            .0
+            .samplers
+            .get(s)
+            .ok_or_else(|| internal("no sampler"))?;
         let local = sampler.index_at(part_epoch, part_position)?;
         let index = self
+            .0
             .offsets
             .get(s)
             .and_then(|o| o.checked_add(local))
@@ -691,42 +706,42 @@ impl Stage for Mix {
     type Item = Sample;
 
     fn epochs(&self) -> Option<u64> {
-        self.epochs
+        self.0.epochs
     }
 
     fn epoch_len(&self) -> u64 {
-        self.epoch_len
+        self.0.epoch_len
     }
 
     fn get(&mut self, epoch: u64, position: u64) -> Result<Sample> {
-        if let Some(e) = self.epochs.filter(|&e| epoch >= e) {
+        if let Some(e) = self.0.epochs.filter(|&e| epoch >= e) {
             return Err(Error::IndexOutOfRange {
                 index: epoch,
                 len: e,
             });
         }
-        if position >= self.epoch_len {
+        if position >= self.0.epoch_len {
             return Err(Error::IndexOutOfRange {
                 index: position,
-                len: self.epoch_len,
+                len: self.0.epoch_len,
             });
         }
-        let g = u128::from(epoch) * u128::from(self.epoch_len) + u128::from(position);
+        let g = u128::from(epoch) * u128::from(self.0.epoch_len) + u128::from(position);
         self.at(epoch, position, g)
     }
 
     fn describe(&self, out: &mut String) {
-        let c = &self.config;
+        let c = &self.0.config;
         out.push_str(&format!(
             "mix(parts={:?}, weights={:?}, exhausted={:?}, seed={}, mode={:?}, epochs={:?}, \
              epoch_len={}, part_epochs={})",
-            self.part_lens,
-            self.quantised,
+            self.0.part_lens,
+            self.0.quantised,
             c.exhausted,
             c.seed,
             c.mode,
-            self.epochs,
-            self.epoch_len,
+            self.0.epochs,
+            self.0.epoch_len,
             c.part_epochs
         ));
     }
@@ -829,7 +844,7 @@ mod tests {
                     .collect();
                 let lens: Vec<u64> = (0..k as u64).map(|s| 3 + s).collect();
                 let mix = Mix::new(&lens, MixConfig::new(weights).seed(seed)).unwrap();
-                let tree = &mix.segments[0].tree;
+                let tree = &mix.0.segments[0].tree;
                 let expected = model(tree, 5000);
                 for (t, e) in expected.iter().enumerate() {
                     assert_eq!(
