@@ -857,6 +857,18 @@ mod tests {
                     let n = expected.iter().filter(|(p, _)| *p == s).count() as u128;
                     assert_eq!(tree.count(s, 5000), n);
                 }
+                // `Mix::get` maps the model's draws through each part's sampler, across mix
+                // epochs of 7 items.
+                let cfg = mix.config().clone().epochs(None).epoch_len(Some(7));
+                let mut mix = Mix::new(&lens, cfg).unwrap();
+                for (g, &(s, c)) in expected.iter().enumerate() {
+                    let l = u128::from(lens[s]);
+                    let sampler = mix.part_sampler(s).unwrap();
+                    let local = sampler.index_at((c / l) as u64, (c % l) as u64).unwrap();
+                    let g = g as u64;
+                    let item = mix.get(g / 7, g % 7).unwrap();
+                    assert_eq!(item.index, mix.part_offsets()[s] + local, "g={g}");
+                }
             }
         }
     }
