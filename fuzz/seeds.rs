@@ -176,6 +176,33 @@ fn loader_seeds() {
             write("loader_state", &v);
         }
     }
+    // Elastic checkpoints: a 3-rank run, each rank stopped after its own number of batches,
+    // merged for this configuration's rank.
+    for sel in 0..LOADER_CONFIGS {
+        let config = loader_config(sel);
+        let old: Vec<LoaderState> = (0..3u64)
+            .map(|rank| {
+                let shard = config.shard.total(3).index(rank);
+                let mut loader = LoaderBuilder::new(loader_source())
+                    .config(config.shard(shard))
+                    .build()
+                    .unwrap();
+                block_on(async {
+                    for _ in 0..=rank {
+                        let _ = futures::StreamExt::next(&mut loader).await;
+                    }
+                });
+                loader.state()
+            })
+            .collect();
+        let merged = LoaderBuilder::new(loader_source())
+            .config(config)
+            .merge_checkpoints(&old)
+            .unwrap();
+        let mut v = vec![sel];
+        v.extend_from_slice(serde_json::to_string(&merged).unwrap().as_bytes());
+        write("loader_state", &v);
+    }
     let _ = Arc::strong_count(&loader_source());
 }
 

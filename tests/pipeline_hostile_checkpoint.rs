@@ -245,3 +245,96 @@ fn a_checkpoint_from_json_with_u64_max_everywhere_is_refused() {
     refused(builder(Some(2), 3), &s, "malformed prefetch state");
     refused(builder(Some(2), 5), &s, "malformed prefetch state");
 }
+
+/// An elastic checkpoint: a bucketed 2-rank run merged for rank 1 of 3, with a bitmap in its
+/// residual (the bucket buffer in progress).
+fn elastic_checkpoint() -> (LoaderBuilder<MemorySource>, LoaderState) {
+    let src = Arc::new(MemorySource::new(
+        (0..50u8).map(|i| vec![i; usize::from(i % 4)]).collect(),
+    ));
+    let b = |total, rank| {
+        LoaderBuilder::new(Arc::clone(&src))
+            .sampler(SamplerConfig::default().seed(4).epochs(Some(2)))
+            .shard(zrecord::pipeline::ShardConfig::new(total, rank))
+            .bucket(
+                zrecord::pipeline::BucketConfig::default()
+                    .buffer_size(12)
+                    .pack_size(3),
+            )
+            .batch_size(3)
+    };
+    let states: Vec<LoaderState> = (0..2)
+        .map(|rank| {
+            let mut loader = b(2, rank).build().unwrap();
+            for _ in 0..=rank {
+                block_on(loader.next()).unwrap().unwrap();
+            }
+            loader.state()
+        })
+        .collect();
+    let merged = b(3, 1).merge_checkpoints(&states).unwrap();
+    let elastic = merged.elastic.as_ref().unwrap();
+    assert!(elastic.residual[0].levels[0]
+        .iter()
+        .any(|r| r.mask.is_some()));
+    (b(3, 1), merged)
+}
+
+#[test]
+fn damaged_elastic_residuals_are_refused() {
+    let (builder, good) = elastic_checkpoint();
+    assert!(builder.clone().resume(&good).is_ok());
+    type ElasticEdit = (&'static str, fn(&mut zrecord::pipeline::ElasticState));
+    let edits: Vec<ElasticEdit> = vec![
+        ("leave the parent's 50 positions", |e| {
+            e.residual[0].levels[0][0].count = 1 << 40
+        }),
+        ("leave the parent's", |e| {
+            e.residual[0].levels[0][0].first = u64::MAX
+        }),
+        ("leave the parent's", |e| {
+            e.residual[0].levels[0][0].step = u64::MAX
+        }),
+        ("a step of 0 repeats a position", |e| {
+            let run = &mut e.residual[0].levels[0][0];
+            run.step = 0;
+            run.count = 2;
+            run.mask = None;
+        }),
+        ("mask of", |e| {
+            for run in &mut e.residual[0].levels[0] {
+                if let Some(m) = &mut run.mask {
+                    m.push(1);
+                }
+            }
+        }),
+        ("mask bits set past the run's count", |e| {
+            for run in &mut e.residual[0].levels[0] {
+                if let Some(m) = &mut run.mask {
+                    *m.last_mut().unwrap() |= 1 << 63;
+                }
+            }
+        }),
+        ("no level", |e| e.residual[0].levels.clear()),
+        ("selects 100 positions of a sequence of", |e| {
+            let one = zrecord::pipeline::Run {
+                first: 0,
+                step: 1,
+                count: 1,
+                mask: None,
+            };
+            e.residual[0].levels.push(vec![one; 100]);
+        }),
+        ("out of order", |e| {
+            let first = e.residual[0].clone();
+            e.residual.push(first);
+        }),
+        ("out of order", |e| e.residual[0].epoch = e.resume_epoch),
+        ("past the loader's 2 epochs", |e| e.resume_epoch = 3),
+    ];
+    for (needle, edit) in edits {
+        let mut state = good.clone();
+        edit(state.elastic.as_mut().unwrap());
+        refused(builder.clone(), &state, needle);
+    }
+}

@@ -30,14 +30,16 @@ use serde::{Deserialize, Serialize};
 
 use super::batch::{Batch, BatchConfig, IndexBatch};
 use super::bucket::{Bucket, BucketConfig, BucketKey};
+use super::elastic::{self, ChainSpec, ElasticChain, ElasticState};
 use super::mix::{Mix, MixConfig};
+use super::prefetch::fresh_state;
 use super::prefetch::{identity, LoaderBatch, MergePolicy, Prefetch, PrefetchConfig, Transform};
 use super::root::Root;
 use super::sampler::{Sampler, SamplerConfig};
 use super::shard::{Shard, ShardConfig};
 use super::source::Source;
 use super::stage::{describe, fingerprint, Stage};
-use super::state::{describe_differences, LoaderState, LOADER_STATE_VERSION};
+use super::state::{describe_differences, shard_settings, LoaderState, LOADER_STATE_VERSION};
 use crate::{Error, Result};
 
 /// Every option of a [`Loader`] but the bucket key and the transform (which are functions).
@@ -163,6 +165,20 @@ pub struct LoaderBuilder<S: Source, T = <S as Source>::Batch> {
     /// later.
     seed: Option<u64>,
     transform: Transform<S::Batch, T>,
+}
+
+/// A copy of the builder (sources, keys and transforms are shared): one per rank, say.
+impl<S: Source, T> Clone for LoaderBuilder<S, T> {
+    fn clone(&self) -> Self {
+        Self {
+            source: Arc::clone(&self.source),
+            config: self.config,
+            key: self.key.clone(),
+            mix: self.mix.clone(),
+            seed: self.seed,
+            transform: Arc::clone(&self.transform),
+        }
+    }
 }
 
 impl<S: Source, T> fmt::Debug for LoaderBuilder<S, T> {
@@ -346,24 +362,34 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     /// [`Error::InvalidConfig`] for an invalid stage configuration, or a mix whose weights are
     /// not one per part of the source.
     pub fn index_chain(&self) -> Result<IndexChain> {
-        let c = &self.config;
-        let root = match &self.mix {
-            None => Root::Sampler(Sampler::new(self.source.len(), c.sampler)?),
-            Some(mix) => {
-                let parts = self.source.part_lens();
-                if mix.weights.len() != parts.len() {
-                    return Err(Error::InvalidConfig {
-                        reason: format!(
-                            "mix: {} weights for a source of {} parts: give one weight per part",
-                            mix.weights.len(),
-                            parts.len()
-                        ),
-                    });
-                }
-                Root::Mix(Mix::new(&parts, mix.clone())?)
-            }
+        self.chain_over(self.base_root()?, self.config.shard)
+    }
+
+    /// The root of every full epoch: the sampler, or the mix over the source's parts.
+    fn base_root(&self) -> Result<Root> {
+        let Some(mix) = &self.mix else {
+            return Ok(Root::Sampler(Sampler::new(
+                self.source.len(),
+                self.config.sampler,
+            )?));
         };
-        let shard = Shard::new(root, c.shard)?;
+        let parts = self.source.part_lens();
+        if mix.weights.len() != parts.len() {
+            return Err(Error::InvalidConfig {
+                reason: format!(
+                    "mix: {} weights for a source of {} parts: give one weight per part",
+                    mix.weights.len(),
+                    parts.len()
+                ),
+            });
+        }
+        Ok(Root::Mix(Mix::new(&parts, mix.clone())?))
+    }
+
+    /// Shard, bucket and batch over `root`, for `shard`.
+    fn chain_over(&self, root: Root, shard: ShardConfig) -> Result<IndexChain> {
+        let c = &self.config;
+        let shard = Shard::new(root, shard)?;
         Ok(match c.bucket {
             None => IndexChain::Plain(Batch::new(shard, c.batch)?),
             Some(b) => {
@@ -374,6 +400,148 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
                 IndexChain::Bucketed(Batch::new(Bucket::new(shard, b, key)?, c.batch)?)
             }
         })
+    }
+
+    /// Runs `f` with what the elastic merge needs to build this builder's chains.
+    fn with_spec<R>(&self, f: impl FnOnce(&ChainSpec<'_>) -> Result<R>) -> Result<R> {
+        let build = |root: Root, shard: ShardConfig| self.chain_over(root, shard);
+        let spec = ChainSpec {
+            base: self.base_root()?,
+            build: &build,
+            batch_size: self.config.batch.batch_size,
+            bucket_buffer: self.config.bucket.map(|b| b.buffer_size),
+        };
+        f(&spec)
+    }
+
+    /// The index chain a loader resumed from `state` runs: [`LoaderBuilder::index_chain`], after
+    /// the residual epochs of an elastic resume if `state` holds one. Iterating it (with
+    /// [`Stage::cursor`]) and gathering each batch is the sequential baseline of such a loader.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for an invalid stage configuration; [`Error::ResumeMismatch`]
+    /// for a residual that does not fit this configuration.
+    pub fn elastic_chain(&self, state: &LoaderState) -> Result<ElasticChain> {
+        self.with_spec(|spec| ElasticChain::new(spec, state.elastic.as_ref(), self.config.shard))
+    }
+
+    /// Merges the checkpoints of every rank of an earlier run (any number of ranks, each with
+    /// any number of workers, each stopped wherever its consumer stopped) into the checkpoint
+    /// this builder's rank resumes from: call it on every new rank with the same `states`, each
+    /// rank with its own [`LoaderBuilder::shard`], then [`LoaderBuilder::resume`].
+    ///
+    /// Every item of an epoch some old rank had not finished that no old rank consumed is
+    /// delivered exactly once across the new ranks, first; then every later epoch runs in full,
+    /// in the order of a fresh loader with the new shard settings from the same seed. The
+    /// new ranks' shard settings (total, index, mode, padding, dropping), worker counts and
+    /// merge policy may differ from the old ones; every other setting must be the same. See
+    /// the [`super::elastic`] module for what happens to bucket buffers and drop settings.
+    ///
+    /// # Errors
+    /// [`Error::ResumeMismatch`], naming the rank and what differs, if the checkpoints are not
+    /// one run's ranks (a rank missing or given twice, or two ranks that resumed from
+    /// different merges), or one was taken on another generation or length of the source, or
+    /// with a configuration that differs from this builder's in anything but the shard
+    /// settings (seed, epochs, bucketing, batch size, …), or is damaged.
+    pub fn merge_checkpoints(&self, states: &[LoaderState]) -> Result<LoaderState> {
+        let chain = self.index_chain()?;
+        let config = describe(&chain);
+        let header = Header {
+            generation: self.source.generation(),
+            source_len: self.source.len(),
+            fingerprint: fingerprint(&config),
+            config,
+        };
+        let n = states.len() as u64;
+        let mismatch = |reason: String| Error::ResumeMismatch { reason };
+        let first = states
+            .first()
+            .ok_or_else(|| mismatch("no checkpoint to merge".into()))?;
+        let mut by_rank: Vec<Option<(ShardConfig, &LoaderState)>> =
+            (0..states.len()).map(|_| None).collect();
+        for (i, state) in states.iter().enumerate() {
+            header.check_source(state).map_err(|e| match e {
+                Error::ResumeMismatch { reason } => {
+                    mismatch(format!("checkpoint {i} of {n}: {reason}"))
+                }
+                other => other,
+            })?;
+            let shard = shard_settings(&state.config).ok_or_else(|| {
+                mismatch(format!(
+                    "checkpoint {i} of {n} records no shard settings in `{}`",
+                    state.config
+                ))
+            })?;
+            if shard.total != n {
+                return Err(mismatch(format!(
+                    "checkpoint {i} was taken by rank {} of {}, but {n} checkpoints were given:                      merge every rank's checkpoint, once",
+                    shard.index, shard.total
+                )));
+            }
+            let slot = usize::try_from(shard.index)
+                .ok()
+                .and_then(|r| by_rank.get_mut(r))
+                .ok_or_else(|| mismatch(format!("checkpoint {i}: malformed shard index")))?;
+            if slot.is_some() {
+                return Err(mismatch(format!(
+                    "two checkpoints of rank {} of {n} were given",
+                    shard.index
+                )));
+            }
+            let first_shard = shard_settings(&first.config);
+            if first_shard.is_some_and(|f| f.index(shard.index) != shard) {
+                return Err(mismatch(format!(
+                    "rank {}'s shard settings ({shard:?}) differ from checkpoint 0's                      ({first_shard:?}) beyond the rank index: not one run's ranks",
+                    shard.index
+                )));
+            }
+            *slot = Some((shard, state));
+            if state.elastic != first.elastic {
+                return Err(mismatch(format!(
+                    "rank {}'s checkpoint resumed from another elastic merge than checkpoint 0's",
+                    shard.index
+                )));
+            }
+        }
+        let old = by_rank.into_iter().flatten().collect::<Vec<_>>();
+        self.with_spec(|spec| {
+            let elastic = first.elastic.as_ref();
+            let mut chains = Vec::with_capacity(old.len());
+            for (shard, state) in old {
+                let chain = ElasticChain::new(spec, elastic, shard)?;
+                let theirs = describe(&chain);
+                if theirs != state.config {
+                    let what = describe_differences(&state.config, &theirs).unwrap_or_else(|| {
+                        format!("checkpoint has `{}`, this loader `{theirs}`", state.config)
+                    });
+                    return Err(mismatch(format!(
+                        "rank {} of {n}'s checkpoint: the pipeline configuration differs: {what}",
+                        shard.index
+                    )));
+                }
+                chains.push((chain, shard, state));
+            }
+            let merged = elastic::merge(spec, elastic, chains)?;
+            let chain = ElasticChain::new(spec, Some(&merged), self.config.shard)?;
+            Ok(LoaderState {
+                version: LOADER_STATE_VERSION,
+                generation: header.generation,
+                source_len: header.source_len,
+                fingerprint: header.fingerprint,
+                prefetch: fresh_state(&chain, self.config.prefetch.num_workers.max(1)),
+                config: header.config.clone(),
+                elastic: Some(merged),
+            })
+        })
+    }
+
+    /// [`LoaderBuilder::merge_checkpoints`] then [`LoaderBuilder::resume`].
+    ///
+    /// # Errors
+    /// As [`LoaderBuilder::merge_checkpoints`] and [`LoaderBuilder::resume`].
+    pub fn resume_elastic(self, states: &[LoaderState]) -> Result<Loader<S, T>> {
+        let merged = self.merge_checkpoints(states)?;
+        self.resume(&merged)
     }
 
     /// Starts the loader at the first batch.
@@ -404,7 +572,9 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     }
 
     fn start(self, resume: Option<&LoaderState>) -> Result<Loader<S, T>> {
-        let chain = self.index_chain()?;
+        let elastic = resume.and_then(|s| s.elastic.clone());
+        let chain =
+            self.with_spec(|spec| ElasticChain::new(spec, elastic.as_ref(), self.config.shard))?;
         let config = describe(&chain);
         let header = Header {
             generation: self.source.generation(),
@@ -433,6 +603,7 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
         Ok(Loader {
             source: self.source,
             header,
+            elastic,
             prefetch,
         })
     }
@@ -448,7 +619,8 @@ struct Header {
 }
 
 impl Header {
-    fn check(&self, state: &LoaderState) -> Result<()> {
+    /// Checks the checkpoint's format version and source.
+    fn check_source(&self, state: &LoaderState) -> Result<()> {
         let mismatch = |reason: String| Err(Error::ResumeMismatch { reason });
         if state.version != LOADER_STATE_VERSION {
             return mismatch(format!(
@@ -468,6 +640,12 @@ impl Header {
                 state.source_len, self.source_len
             ));
         }
+        Ok(())
+    }
+
+    fn check(&self, state: &LoaderState) -> Result<()> {
+        let mismatch = |reason: String| Err(Error::ResumeMismatch { reason });
+        self.check_source(state)?;
         if state.config != self.config {
             if let Some(differences) = describe_differences(&state.config, &self.config) {
                 return mismatch(format!("the pipeline configuration differs: {differences}"));
@@ -492,6 +670,8 @@ impl Header {
 pub struct Loader<S: Source, T = <S as Source>::Batch> {
     source: Arc<S>,
     header: Header,
+    /// The residual this loader ran first, recorded in its checkpoints.
+    elastic: Option<ElasticState>,
     prefetch: Prefetch<T>,
 }
 
@@ -547,6 +727,7 @@ impl<S: Source, T> Loader<S, T> {
             fingerprint: self.header.fingerprint,
             config: self.header.config.clone(),
             prefetch: self.prefetch.state(),
+            elastic: self.elastic.clone(),
         }
     }
 

@@ -43,6 +43,13 @@
 //! consumed batch. Under the default strict merge the stream is the same whatever the worker
 //! count, and equals a sequential pass over [`LoaderBuilder::index_chain`].
 //!
+//! # Elastic resume
+//!
+//! [`LoaderBuilder::merge_checkpoints`] takes the checkpoints of all N ranks of a run and
+//! returns the checkpoint one of M new ranks resumes from ([`LoaderBuilder::resume_elastic`] does
+//! both): every item of an unfinished epoch that no old rank consumed is delivered exactly once
+//! across the new ranks, then later epochs run in the M-rank order. See [`elastic`].
+//!
 //! # Collate
 //!
 //! [`pad_stack`] / [`pad_stack_field`] pad variable-length 1-D records into one buffer with
@@ -52,6 +59,7 @@ pub mod batch;
 pub mod bucket;
 pub mod collate;
 pub mod concat;
+pub mod elastic;
 pub mod loader;
 pub mod mix;
 pub mod prefetch;
@@ -69,6 +77,7 @@ pub use collate::{
     pad_stack, pad_stack_field, pooling_mask, PadConfig, PadSide, PaddedBatch, PoolingType,
 };
 pub use concat::{Concat, Concatenate};
+pub use elastic::{ElasticChain, ElasticState, ResidualEpoch, Run};
 pub use loader::{IndexChain, Loader, LoaderBuilder, LoaderConfig};
 pub use mix::{Exhausted, Mix, MixConfig};
 pub use prefetch::{identity, LoaderBatch, MergePolicy, Prefetch, PrefetchConfig, Transform};

@@ -51,7 +51,7 @@ use serde::{Deserialize, Serialize};
 use super::batch::IndexBatch;
 use super::queue::{self, Receiver, Sender};
 use super::source::Source;
-use super::stage::Stage;
+use super::stage::{Layout, Stage};
 use super::state::{Position, PrefetchState, WorkerState};
 use crate::{Error, Result};
 
@@ -242,24 +242,45 @@ impl<T> Worker<T> {
 }
 
 /// The geometry of the work split.
-#[derive(Debug, Clone, Copy)]
-struct Split {
+#[derive(Debug, Clone)]
+pub(crate) struct Split {
     num_workers: u64,
     base: u64,
-    epoch_len: u64,
+    layout: Layout,
     total: Option<u64>,
 }
 
 impl Split {
+    /// The split of `stage` over `num_workers` workers from its first item.
+    pub(crate) fn of<St: Stage>(stage: &St, num_workers: u64) -> Self {
+        let layout = Layout::of(stage);
+        Self {
+            num_workers,
+            base: 0,
+            total: layout.total(),
+            layout,
+        }
+    }
+
+    /// Global position of worker 0's first item.
+    pub(crate) fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// Number of workers.
+    pub(crate) fn num_workers(&self) -> u64 {
+        self.num_workers
+    }
+
     /// Global position of worker `w`'s `k`-th item, `None` past `u64`.
-    fn global(&self, w: u64, k: u64) -> Option<u64> {
+    pub(crate) fn global(&self, w: u64, k: u64) -> Option<u64> {
         k.checked_mul(self.num_workers)?
             .checked_add(w)?
             .checked_add(self.base)
     }
 
     /// Number of items of worker `w`, `None` if infinite.
-    fn count(&self, w: u64) -> Option<u64> {
+    pub(crate) fn count(&self, w: u64) -> Option<u64> {
         let total = self.total?;
         let first = self.base.saturating_add(w);
         Some(if total > first {
@@ -270,16 +291,7 @@ impl Split {
     }
 
     fn position(&self, g: u64) -> Position {
-        if self.epoch_len == 0 {
-            return Position {
-                epoch: 0,
-                position: 0,
-            };
-        }
-        Position {
-            epoch: g / self.epoch_len,
-            position: g % self.epoch_len,
-        }
+        self.layout.position(g)
     }
 
     /// Worker `w`'s position after `consumed` items, `None` if it has none left.
@@ -374,12 +386,7 @@ impl<T: Send + 'static> Prefetch<T> {
     {
         config.validate()?;
         let n = config.num_workers as u64;
-        let mut split = Split {
-            num_workers: n,
-            base: 0,
-            epoch_len: stage.epoch_len(),
-            total: stage.total_len(),
-        };
+        let mut split = Split::of(&stage, n);
         let (consumed, next_worker) = match resume {
             None => (vec![0; config.num_workers], 0),
             Some(s) => restore(s, &mut split)?,
@@ -392,7 +399,7 @@ impl<T: Send + 'static> Prefetch<T> {
                 stage: stage.clone(),
                 source: Arc::clone(&source),
                 transform: Arc::clone(&transform),
-                split,
+                split: split.clone(),
                 w: w as u64,
                 k: start_k,
                 tx,
@@ -440,6 +447,23 @@ impl<T: Send + 'static> Prefetch<T> {
     }
 }
 
+/// The checkpoint of a prefetch over `stage` with `num_workers` workers that consumed nothing.
+pub(crate) fn fresh_state<St: Stage>(stage: &St, num_workers: usize) -> PrefetchState {
+    let n = num_workers as u64;
+    let split = Split::of(stage, n);
+    PrefetchState {
+        num_workers: n,
+        base: 0,
+        next_worker: 0,
+        workers: (0..n)
+            .map(|w| WorkerState {
+                consumed: 0,
+                next: split.next(w, 0),
+            })
+            .collect(),
+    }
+}
+
 /// Checks `s` against the split and returns the per-worker consumed counts and the next worker,
 /// rebasing the split when the worker count changed.
 ///
@@ -449,7 +473,7 @@ impl<T: Send + 'static> Prefetch<T> {
 /// left has a next global position that fits in a `u64` with its consumed count below
 /// `u64::MAX`; and a rebased position is within the stage. Anything else is
 /// [`Error::ResumeMismatch`].
-fn restore(s: &PrefetchState, split: &mut Split) -> Result<(Vec<u64>, usize)> {
+pub(crate) fn restore(s: &PrefetchState, split: &mut Split) -> Result<(Vec<u64>, usize)> {
     let mismatch = |reason: String| Error::ResumeMismatch { reason };
     let n = split.num_workers;
     let total = split.total;

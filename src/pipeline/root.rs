@@ -1,18 +1,25 @@
-//! [`Root`]: the first stage of a loader's index chain, a [`Sampler`] over one index space or a
-//! [`Mix`] of several parts.
+//! The first stage of a loader's index chain: what numbers the items of an epoch — a
+//! [`Sampler`] over one index space, a [`Mix`] of several parts, or what an elastic resume left
+//! of an epoch.
 
+use super::elastic::ResidualRoot;
 use super::mix::Mix;
 use super::sampler::Sampler;
 use super::stage::{Sample, Stage};
 use crate::Result;
 
-/// The root stage of a [`super::IndexChain`]: what [`super::LoaderBuilder::mix`] switches.
+/// The root of an index chain: the stage whose `(epoch, position)` names every item a loader
+/// can deliver, and everything downstream (shard, bucket, batch) rearranges.
 #[derive(Debug, Clone)]
 pub enum Root {
-    /// One sampler over the whole source.
+    /// One source, ordered by a [`Sampler`].
     Sampler(Sampler),
-    /// A weighted mix over the source's parts ([`super::Source::part_lens`]).
+    /// A weighted mix over the source's parts ([`super::Source::part_lens`]); see
+    /// [`super::LoaderBuilder::mix`].
     Mix(Mix),
+    /// What an elastic resume left of one epoch of another root (see
+    /// [`super::ElasticChain`]).
+    Residual(Box<ResidualRoot>),
 }
 
 impl Stage for Root {
@@ -22,6 +29,7 @@ impl Stage for Root {
         match self {
             Self::Sampler(s) => s.epochs(),
             Self::Mix(m) => m.epochs(),
+            Self::Residual(r) => r.epochs(),
         }
     }
 
@@ -29,6 +37,7 @@ impl Stage for Root {
         match self {
             Self::Sampler(s) => s.epoch_len(),
             Self::Mix(m) => m.epoch_len(),
+            Self::Residual(r) => r.epoch_len(),
         }
     }
 
@@ -36,6 +45,7 @@ impl Stage for Root {
         match self {
             Self::Sampler(s) => s.get(epoch, position),
             Self::Mix(m) => m.get(epoch, position),
+            Self::Residual(r) => r.get(epoch, position),
         }
     }
 
@@ -43,6 +53,7 @@ impl Stage for Root {
         match self {
             Self::Sampler(s) => s.describe(out),
             Self::Mix(m) => m.describe(out),
+            Self::Residual(r) => r.describe(out),
         }
     }
 }

@@ -203,6 +203,29 @@ impl<S: Stage<Item = Sample>> Shard<S> {
     pub fn upstream(&self) -> &S {
         &self.upstream
     }
+
+    /// Where this shard's own items sit upstream.
+    pub(crate) fn geometry(&self) -> Geometry {
+        Geometry {
+            start: self.start,
+            step: match self.config.mode {
+                ShardMode::Interleaved => self.config.total,
+                ShardMode::Contiguous => 1,
+            },
+            own_len: self.own_len,
+            len: self.len,
+        }
+    }
+}
+
+/// A shard's own items are the upstream positions `start + q * step` for `q < own_len`; items
+/// `own_len..len` are padding.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Geometry {
+    pub(crate) start: u64,
+    pub(crate) step: u64,
+    pub(crate) own_len: u64,
+    pub(crate) len: u64,
 }
 
 impl<S: Stage<Item = Sample>> Stage for Shard<S> {

@@ -18,6 +18,7 @@ use super::bucket::{Bucket, BucketConfig, BucketKey};
 use super::prefetch::{identity, Prefetch, PrefetchConfig, Transform};
 use super::shard::{Shard, ShardConfig};
 use super::source::Source;
+use super::state::Position;
 use crate::{Error, Result};
 
 /// One sampled record index, as it flows through the index-side stages.
@@ -45,8 +46,22 @@ pub trait Stage: Clone + Send + 'static {
     /// Number of epochs; `None` means the stage never ends.
     fn epochs(&self) -> Option<u64>;
 
-    /// Number of items in every epoch.
+    /// Number of items in every epoch (but the leading [`Stage::irregular_epochs`]).
     fn epoch_len(&self) -> u64;
+
+    /// Number of leading epochs whose lengths may differ from [`Stage::epoch_len`]: the
+    /// leftover epochs a rank runs first after an elastic resume (see
+    /// [`super::ElasticChain`]). 0 for every other stage.
+    fn irregular_epochs(&self) -> u64 {
+        0
+    }
+
+    /// Number of items in epoch `epoch`: [`Stage::epoch_len`], except for the leading
+    /// [`Stage::irregular_epochs`].
+    fn epoch_len_at(&self, epoch: u64) -> u64 {
+        let _ = epoch;
+        self.epoch_len()
+    }
 
     /// The item at `position` of `epoch`.
     ///
@@ -61,6 +76,18 @@ pub trait Stage: Clone + Send + 'static {
 
     /// Total number of items over all epochs, `None` if infinite.
     fn total_len(&self) -> Option<u64> {
+        if self.irregular_epochs() > 0 {
+            let lead = (0..self.irregular_epochs())
+                .fold(0u64, |acc, k| acc.saturating_add(self.epoch_len_at(k)));
+            let rest = match self.epochs() {
+                Some(e) => e
+                    .saturating_sub(self.irregular_epochs())
+                    .saturating_mul(self.epoch_len()),
+                None if self.epoch_len() == 0 => 0,
+                None => return None,
+            };
+            return Some(lead.saturating_add(rest));
+        }
         match self.epochs() {
             Some(e) => Some(e.saturating_mul(self.epoch_len())),
             None if self.epoch_len() == 0 => Some(0),
@@ -160,6 +187,101 @@ pub(crate) fn fingerprint(description: &str) -> u64 {
     super::sampler::mix(h)
 }
 
+/// Where each global position of a stage falls: the items of every epoch numbered in order,
+/// `g = 0, 1, …`, leading irregular epochs first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Layout {
+    /// Cumulative ends of the leading irregular epochs.
+    lead_ends: Arc<[u64]>,
+    /// Length of every later epoch.
+    epoch_len: u64,
+    /// Total number of items, `None` if infinite.
+    total: Option<u64>,
+}
+
+impl Layout {
+    /// The layout of `stage`.
+    pub(crate) fn of<S: Stage>(stage: &S) -> Self {
+        let mut acc = 0u64;
+        let lead_ends = (0..stage.irregular_epochs())
+            .map(|k| {
+                acc = acc.saturating_add(stage.epoch_len_at(k));
+                acc
+            })
+            .collect();
+        Self {
+            lead_ends,
+            epoch_len: stage.epoch_len(),
+            total: stage.total_len(),
+        }
+    }
+
+    /// Total number of items, `None` if infinite.
+    pub(crate) fn total(&self) -> Option<u64> {
+        self.total
+    }
+
+    fn lead_total(&self) -> u64 {
+        self.lead_ends.last().copied().unwrap_or(0)
+    }
+
+    /// The epoch and position of global position `g` (`g` may be the end of the stage: the
+    /// first position after its last item).
+    pub(crate) fn position(&self, g: u64) -> Position {
+        let lead_total = self.lead_total();
+        if g < lead_total {
+            let k = self.lead_ends.partition_point(|&end| end <= g);
+            let start = k
+                .checked_sub(1)
+                .and_then(|i| self.lead_ends.get(i))
+                .copied()
+                .unwrap_or(0);
+            return Position {
+                epoch: k as u64,
+                position: g - start,
+            };
+        }
+        let lead = self.lead_ends.len() as u64;
+        let rest = g - lead_total;
+        if self.epoch_len == 0 {
+            return Position {
+                epoch: lead,
+                position: 0,
+            };
+        }
+        Position {
+            epoch: lead.saturating_add(rest / self.epoch_len),
+            position: rest % self.epoch_len,
+        }
+    }
+
+    /// The global position of `pos`, `None` if it names no place of the stage (an epoch past
+    /// the end, a position past its epoch, or past `u64`). The end of the stage is a place.
+    pub(crate) fn global(&self, pos: Position) -> Option<u64> {
+        let lead = self.lead_ends.len() as u64;
+        let g = if pos.epoch < lead {
+            let k = usize::try_from(pos.epoch).ok()?;
+            let end = *self.lead_ends.get(k)?;
+            let start = k
+                .checked_sub(1)
+                .and_then(|i| self.lead_ends.get(i))
+                .copied()
+                .unwrap_or(0);
+            let g = start.checked_add(pos.position)?;
+            (g < end || (g == end && pos.position == 0)).then_some(g)?
+        } else {
+            if pos.position >= self.epoch_len && pos.position != 0 {
+                return None;
+            }
+            (pos.epoch - lead)
+                .checked_mul(self.epoch_len)?
+                .checked_add(pos.position)?
+                .checked_add(self.lead_total())?
+        };
+        self.total.is_none_or(|t| g <= t).then_some(g)
+    }
+}
+
 /// The serialisable position of a [`Cursor`]: the next item it will yield.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CursorState {
@@ -179,17 +301,18 @@ pub struct CursorState {
 #[derive(Debug, Clone)]
 pub struct Cursor<S> {
     stage: S,
-    epoch: u64,
-    position: u64,
+    layout: Layout,
+    /// Global position of the next item.
+    g: u64,
 }
 
 impl<S: Stage> Cursor<S> {
     /// A cursor at the first item of `stage`.
     pub fn new(stage: S) -> Self {
         Self {
+            layout: Layout::of(&stage),
             stage,
-            epoch: 0,
-            position: 0,
+            g: 0,
         }
     }
 
@@ -208,28 +331,28 @@ impl<S: Stage> Cursor<S> {
                 ),
             });
         }
-        let len = stage.epoch_len();
-        let past_end = stage.epochs().is_some_and(|e| state.epoch > e);
-        if past_end || (state.position >= len && !(state.position == 0 && len == 0)) {
-            return Err(Error::ResumeMismatch {
-                reason: format!(
-                    "cursor at epoch {} position {} is outside the stage ({len} items per epoch)",
-                    state.epoch, state.position
-                ),
-            });
-        }
-        Ok(Self {
-            stage,
+        let layout = Layout::of(&stage);
+        let pos = Position {
             epoch: state.epoch,
             position: state.position,
-        })
+        };
+        let g = layout.global(pos).ok_or_else(|| Error::ResumeMismatch {
+            reason: format!(
+                "cursor at epoch {} position {} is outside the stage ({} items per epoch)",
+                state.epoch,
+                state.position,
+                stage.epoch_len_at(state.epoch)
+            ),
+        })?;
+        Ok(Self { stage, layout, g })
     }
 
     /// The position of the next item; resuming from it continues exactly here.
     pub fn state(&self) -> CursorState {
+        let pos = self.layout.position(self.g);
         CursorState {
-            epoch: self.epoch,
-            position: self.position,
+            epoch: pos.epoch,
+            position: pos.position,
             config: describe(&self.stage),
         }
     }
@@ -240,16 +363,11 @@ impl<S: Stage> Cursor<S> {
     }
 
     fn finished(&self) -> bool {
-        self.stage.epoch_len() == 0 || self.stage.epochs().is_some_and(|e| self.epoch >= e)
+        self.layout.total().is_some_and(|t| self.g >= t)
     }
 
     fn remaining(&self) -> Option<u64> {
-        let total = self.stage.total_len()?;
-        let done = self
-            .epoch
-            .saturating_mul(self.stage.epoch_len())
-            .saturating_add(self.position);
-        Some(total.saturating_sub(done))
+        Some(self.layout.total()?.saturating_sub(self.g))
     }
 }
 
@@ -259,11 +377,12 @@ impl<S: Stage> Cursor<S> {
         if self.finished() {
             return None;
         }
-        let item = self.stage.get(self.epoch, self.position);
-        self.position += 1;
-        if self.position >= self.stage.epoch_len() {
-            self.position = 0;
-            self.epoch += 1;
+        let pos = self.layout.position(self.g);
+        let item = self.stage.get(pos.epoch, pos.position);
+        // Below the total (not finished), or an infinite stage whose positions end with u64.
+        match self.g.checked_add(1) {
+            Some(g) => self.g = g,
+            None => self.layout.total = Some(self.g),
         }
         Some(item)
     }

@@ -6,6 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::elastic::ElasticState;
+use super::shard::{ShardConfig, ShardMode};
+
 /// A place in a stage's item sequence: the `position`-th item of `epoch`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Position {
@@ -90,6 +93,10 @@ pub struct LoaderState {
     pub config: String,
     /// The prefetch state.
     pub prefetch: PrefetchState,
+    /// What an elastic resume left for this rank to run first (see
+    /// [`super::LoaderBuilder::merge_checkpoints`]); `None` for a loader that was never resumed elastically.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elastic: Option<ElasticState>,
 }
 
 /// The current [`LoaderState::version`].
@@ -158,6 +165,32 @@ fn stage<'a, 'b>(stages: &'b [DescribedStage<'a>], name: &str) -> Option<&'b [(&
 /// The value of setting `key`.
 fn setting<'a>(settings: &[(&'a str, &'a str)], key: &str) -> Option<&'a str> {
     settings.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
+}
+
+/// The shard settings a configuration description records, `None` if it records none that
+/// parse.
+pub(crate) fn shard_settings(description: &str) -> Option<ShardConfig> {
+    let stages = parse_description(description)?;
+    let shard = stage(&stages, "shard")?;
+    let flag = |key: &str| match setting(shard, key)? {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
+    };
+    let mode = match setting(shard, "mode")? {
+        "Interleaved" => ShardMode::Interleaved,
+        "Contiguous" => ShardMode::Contiguous,
+        _ => return None,
+    };
+    Some(
+        ShardConfig::new(
+            setting(shard, "total")?.parse().ok()?,
+            setting(shard, "index")?.parse().ok()?,
+        )
+        .mode(mode)
+        .pad_to_equal(flag("pad")?)
+        .drop_remainder(flag("drop")?),
+    )
 }
 
 /// The settings that differ between two configuration descriptions, one per line part:
