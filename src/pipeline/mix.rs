@@ -203,6 +203,8 @@ enum Child {
 struct Node {
     left: Child,
     right: Child,
+    /// The smallest part index of the right subtree.
+    split: usize,
     a: u128,
     w: u128,
     phase: u128,
@@ -222,22 +224,25 @@ impl Node {
 struct Tree {
     root: Option<Child>,
     nodes: Vec<Node>,
-    /// Per part: the path from the root to its leaf (node, went left), `None` if not a leaf.
-    paths: Vec<Option<Vec<(usize, bool)>>>,
+    /// The summed weight of the parts.
+    weight: u128,
+    /// `ceil(log2(number of parts))`.
+    depth: u32,
 }
 
 impl Tree {
-    /// The tree over `parts` (ascending part indices with non-zero weights) of `num_parts`.
-    fn new(parts: &[usize], weights: &[u64], num_parts: usize, seed: u64, segment: u64) -> Tree {
+    /// The tree over `parts` (ascending part indices with non-zero weights).
+    fn new(parts: &[usize], weights: &[u64], seed: u64, segment: u64) -> Tree {
         let mut tree = Tree {
             root: None,
             nodes: Vec::new(),
-            paths: vec![None; num_parts],
+            weight: 0,
+            depth: usize::BITS - parts.len().saturating_sub(1).leading_zeros(),
         };
         if !parts.is_empty() {
-            let mut path = Vec::new();
-            let (root, _) = tree.build(parts, weights, seed, segment, 1, &mut path);
+            let (root, weight) = tree.build(parts, weights, seed, segment, 1);
             tree.root = Some(root);
+            tree.weight = weight;
         }
         tree
     }
@@ -249,12 +254,8 @@ impl Tree {
         seed: u64,
         segment: u64,
         id: u64,
-        path: &mut Vec<(usize, bool)>,
     ) -> (Child, u128) {
         if let [s] = parts {
-            if let Some(p) = self.paths.get_mut(*s) {
-                *p = Some(path.clone());
-            }
             return (
                 Child::Leaf(*s),
                 u128::from(weights.get(*s).copied().unwrap_or(0)),
@@ -262,19 +263,17 @@ impl Tree {
         }
         let index = self.nodes.len();
         let (l, r) = parts.split_at(parts.len().div_ceil(2));
+        let split = r.first().copied().unwrap_or(usize::MAX);
         self.nodes.push(Node {
             left: Child::Leaf(0),
             right: Child::Leaf(0),
+            split,
             a: 0,
             w: 1,
             phase: 0,
         });
-        path.push((index, true));
-        let (left, a) = self.build(l, weights, seed, segment, id.wrapping_mul(2), path);
-        path.pop();
-        path.push((index, false));
-        let (right, b) = self.build(r, weights, seed, segment, id.wrapping_mul(2) | 1, path);
-        path.pop();
+        let (left, a) = self.build(l, weights, seed, segment, id.wrapping_mul(2));
+        let (right, b) = self.build(r, weights, seed, segment, id.wrapping_mul(2) | 1);
         // Weights are at most about 2^32 each: the sum fits and is at least 2.
         let w = (a + b).max(1);
         let phase = u128::from(hash(&[seed, id, segment, PHASE_TAG])) % w;
@@ -282,6 +281,7 @@ impl Tree {
             *n = Node {
                 left,
                 right,
+                split,
                 a,
                 w,
                 phase,
@@ -314,21 +314,28 @@ impl Tree {
 
     /// How many of root sub-positions `[0, t)` reach part `s` (0 if `s` is not in the tree).
     fn count(&self, s: usize, t: u128) -> u128 {
-        let Some(Some(path)) = self.paths.get(s) else {
+        let Some(mut child) = self.root else {
             return 0;
         };
-        path.iter()
-            .fold(t, |t, &(i, left)| match self.nodes.get(i) {
-                Some(n) => {
+        let mut t = t;
+        loop {
+            match child {
+                Child::Leaf(leaf) => return if leaf == s { t } else { 0 },
+                Child::Node(i) => {
+                    let Some(n) = self.nodes.get(i) else {
+                        return 0;
+                    };
                     let c = n.left_count(t);
-                    if left {
-                        c
+                    if s < n.split {
+                        child = n.left;
+                        t = c;
                     } else {
-                        t - c
+                        child = n.right;
+                        t -= c;
                     }
                 }
-                None => 0,
-            })
+            }
+        }
     }
 
     /// The smallest `t ≤ hi` with `count(s, t) ≥ r`, or `None` if there is none.
@@ -350,12 +357,22 @@ impl Tree {
 }
 
 /// A stretch of global positions `[start, …)` scheduled by one tree, each part's draws
-/// continuing from `base`.
+/// continuing from its `base` count (`(part, count)` sorted by part; absent means 0).
 #[derive(Debug, Clone)]
 struct Segment {
     start: u128,
     tree: Tree,
-    base: Vec<u128>,
+    base: Vec<(usize, u128)>,
+}
+
+impl Segment {
+    fn base(&self, s: usize) -> u128 {
+        self.base
+            .binary_search_by_key(&s, |&(p, _)| p)
+            .ok()
+            .and_then(|i| self.base.get(i))
+            .map_or(0, |&(_, c)| c)
+    }
 }
 
 /// The mix stage: see the module documentation.
@@ -382,6 +399,9 @@ struct Inner {
 
 impl Mix {
     /// Mixes parts of lengths `part_lens` by `config`.
+    ///
+    /// Builds one schedule tree (O(K)) for restart and stop; for drop it precomputes up to K
+    /// trees, one per segment: O(K²) time and memory (a few tens of MB for 1000 parts).
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] if the number of weights is not the number of parts, a weight is
@@ -444,8 +464,8 @@ impl Mix {
         let seed = config.seed;
         let single = |segment| Segment {
             start: 0,
-            tree: Tree::new(&active, &quantised, k, seed, segment),
-            base: vec![0; k],
+            tree: Tree::new(&active, &quantised, seed, segment),
+            base: Vec::new(),
         };
         let (segments, epochs, epoch_len) = match config.exhausted {
             Exhausted::Restart => {
@@ -477,10 +497,21 @@ impl Mix {
                 (vec![seg], Some(1), len)
             }
             Exhausted::Drop => {
-                let (segments, total) = drop_segments(&active, &quantised, &budgets, k, seed)?;
-                let total = u64::try_from(total).map_err(|_| {
-                    invalid("the summed part budgets (length × part_epochs) overflow u64".into())
-                })?;
+                let total = budgets
+                    .iter()
+                    .try_fold(0u128, |acc, &b| acc.checked_add(b))
+                    .and_then(|t| u64::try_from(t).ok())
+                    .ok_or_else(|| {
+                        invalid(
+                            "the summed part budgets (length × part_epochs) overflow u64".into(),
+                        )
+                    })?;
+                let (segments, scheduled) = drop_segments(&active, &quantised, &budgets, seed)?;
+                if scheduled != u128::from(total) {
+                    return Err(Error::Internal {
+                        reason: format!("mix: {scheduled} items scheduled for budgets of {total}"),
+                    });
+                }
                 (segments, Some(1), total)
             }
         };
@@ -566,7 +597,7 @@ impl Mix {
             .tree
             .route(g - seg.start)
             .ok_or_else(|| internal("no part"))?;
-        let draw = seg.base.get(s).copied().unwrap_or(0) + sub;
+        let draw = seg.base(s) + sub;
         let l = u128::from(self.0.draw_lens.get(s).copied().unwrap_or(0)).max(1);
         let part_epoch = u64::try_from(draw / l).map_err(|_| Error::IndexOutOfRange {
             index: position,
@@ -595,55 +626,72 @@ impl Mix {
     }
 }
 
-/// The segments of a drop mix and its total length.
+/// The segments of a drop mix and its total length (the summed budgets, which the caller
+/// checked to fit `u64`).
+///
+/// A segment ends when its first part reaches its budget. The tree's counts are within `depth`
+/// of `t·q_s/Q` (the window bound from position 0), which brackets each part's exhaustion time
+/// `t_s` in `((r_s − depth)·Q/q_s, ⌈(r_s + depth)·Q/q_s⌉]`; only the parts whose bracket
+/// reaches below the smallest upper end can finish first, and only they are binary-searched.
 fn drop_segments(
     active: &[usize],
     weights: &[u64],
     budgets: &[u128],
-    k: usize,
     seed: u64,
 ) -> Result<(Vec<Segment>, u128)> {
-    let mut remaining: Vec<usize> = active.to_vec();
-    let mut used = vec![0u128; k];
+    let mut remaining: Vec<(usize, u128)> = active
+        .iter()
+        .map(|&s| (s, budgets.get(s).copied().unwrap_or(0)))
+        .filter(|&(_, b)| b > 0)
+        .collect();
+    let mut used: Vec<(usize, u128)> = remaining.iter().map(|&(s, _)| (s, 0)).collect();
     let mut start = 0u128;
     let mut segments = Vec::new();
-    let left = |used: &[u128], s: usize| {
-        budgets
-            .get(s)
-            .copied()
-            .unwrap_or(0)
-            .saturating_sub(used.get(s).copied().unwrap_or(0))
-    };
     let mut number = 0u64;
     while !remaining.is_empty() {
-        let tree = Tree::new(&remaining, weights, k, seed, number);
-        // Each item draws from one part: by the summed remaining budgets, one part is done.
+        let parts: Vec<usize> = remaining.iter().map(|&(s, _)| s).collect();
+        let tree = Tree::new(&parts, weights, seed, number);
+        let margin = u128::from(tree.depth) + 1;
+        let q = |s: usize| u128::from(weights.get(s).copied().unwrap_or(0)).max(1);
+        let upper = |s: usize, r: u128| {
+            r.saturating_add(margin)
+                .saturating_mul(tree.weight)
+                .div_ceil(q(s))
+        };
+        let lower = |s: usize, r: u128| r.saturating_sub(margin).saturating_mul(tree.weight) / q(s);
         let hi = remaining
             .iter()
-            .fold(0u128, |acc, &s| acc.saturating_add(left(&used, s)));
+            .map(|&(s, r)| upper(s, r))
+            .min()
+            .unwrap_or(0);
         let len = remaining
             .iter()
-            .filter_map(|&s| tree.first_reaching(s, left(&used, s), hi))
+            .filter(|&&(s, r)| lower(s, r) <= hi)
+            .filter_map(|&(s, r)| tree.first_reaching(s, r, hi))
             .min()
             .ok_or_else(|| Error::Internal {
                 reason: format!("mix: no part exhausts within segment {number}"),
             })?;
         let base = used.clone();
-        for &s in &remaining {
-            if let Some(u) = used.get_mut(s) {
-                *u = u.saturating_add(tree.count(s, len));
-            }
+        for ((s, r), (_, u)) in remaining.iter_mut().zip(used.iter_mut()) {
+            let c = tree.count(*s, len);
+            *r = r.saturating_sub(c);
+            *u = u.saturating_add(c);
         }
         segments.push(Segment { start, tree, base });
-        remaining.retain(|&s| left(&used, s) > 0);
+        let keep: Vec<bool> = remaining.iter().map(|&(_, r)| r > 0).collect();
+        let mut flags = keep.iter();
+        remaining.retain(|_| flags.next().copied().unwrap_or(false));
+        let mut flags = keep.iter();
+        used.retain(|_| flags.next().copied().unwrap_or(false));
         start = start.saturating_add(len);
         number = number.wrapping_add(1);
     }
     if segments.is_empty() {
         segments.push(Segment {
             start: 0,
-            tree: Tree::new(&[], weights, k, seed, 0),
-            base: vec![0; k],
+            tree: Tree::new(&[], weights, seed, 0),
+            base: Vec::new(),
         });
     }
     Ok((segments, start))
@@ -809,7 +857,7 @@ mod tests {
     /// The plain model: every node keeps a Bresenham accumulator, stepped item by item.
     fn model(tree: &Tree, n: u64) -> Vec<(usize, u128)> {
         let mut acc: Vec<u128> = tree.nodes.iter().map(|n| n.phase).collect();
-        let mut seen = vec![0u128; tree.paths.len()];
+        let mut seen = vec![0u128; 64];
         (0..n)
             .map(|_| {
                 let mut child = tree.root.unwrap();
@@ -882,6 +930,25 @@ mod tests {
         assert_eq!(mix.locate(4), Some((2, 2)));
         assert_eq!(mix.locate(5), None);
         assert_eq!(mix.depth(), 1);
+    }
+
+    #[test]
+    fn drop_over_many_parts_serves_every_draw_once() {
+        let k = 1000;
+        let lens: Vec<u64> = (0..k).map(|s| 1 + s % 4).collect();
+        let weights: Vec<f64> = (0..k).map(|s| 1.0 + (s % 7) as f64).collect();
+        let cfg = MixConfig::new(weights)
+            .exhausted(Exhausted::Drop)
+            .part_epochs(2);
+        let mix = Mix::new(&lens, cfg).unwrap();
+        let total: u64 = lens.iter().sum();
+        assert_eq!(mix.epoch_len(), 2 * total);
+        assert_eq!(mix.0.segments.len(), k as usize);
+        let mut times = vec![0u32; total as usize];
+        for item in mix.cursor() {
+            times[item.unwrap().index as usize] += 1;
+        }
+        assert!(times.iter().all(|&t| t == 2));
     }
 
     #[test]
