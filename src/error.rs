@@ -364,6 +364,22 @@ pub enum Error {
         /// The type asked for.
         requested: String,
     },
+
+    /// Batches of several parts (see `pipeline::Concat`) cannot be put together: their fields
+    /// differ.
+    #[error(
+        "part {part} does not gather the fields of part {reference}: field {field:?}: {reason}"
+    )]
+    SchemaMismatch {
+        /// The part whose batch differs.
+        part: usize,
+        /// The part it was compared with.
+        reference: usize,
+        /// The first field that differs (by position).
+        field: String,
+        /// How it differs.
+        reason: String,
+    },
 }
 
 impl Error {

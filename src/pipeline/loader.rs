@@ -1,5 +1,5 @@
-//! [`Loader`]: the usual chain — sampler → shard → (bucket) → batch → prefetch — behind one
-//! builder, with a checkpoint that records the source generation and the configuration.
+//! [`Loader`]: the usual chain — sampler (or mix) → shard → (bucket) → batch → prefetch —
+//! behind one builder, with a checkpoint that records the source generation and the configuration.
 //!
 //! ```no_run
 //! # async fn train() -> zrecord::Result<()> {
@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use super::batch::{Batch, BatchConfig, IndexBatch};
 use super::bucket::{Bucket, BucketConfig, BucketKey};
 use super::elastic::{self, ChainSpec, ElasticChain, ElasticState};
+use super::mix::{Mix, MixConfig};
 use super::prefetch::fresh_state;
 use super::prefetch::{
     identity, LoaderBatch, MergePolicy, OnError, Prefetch, PrefetchConfig, RetryPolicy, Transform,
@@ -114,9 +115,9 @@ impl LoaderConfig {
     }
 }
 
-/// The index chain a [`Loader`] runs: sampler → shard → (bucket) → batch. Its item sequence is
-/// the loader's batch order under [`MergePolicy::Strict`], so iterating it (with
-/// [`Stage::cursor`]) and gathering each batch is the sequential baseline of the loader.
+/// The index chain a [`Loader`] runs: root (sampler or mix) → shard → (bucket) → batch. Its
+/// item sequence is the loader's batch order under [`MergePolicy::Strict`], so iterating it
+/// (with [`Stage::cursor`]) and gathering each batch is the sequential baseline of the loader.
 #[derive(Debug, Clone)]
 pub enum IndexChain {
     /// Without bucketing.
@@ -163,7 +164,10 @@ pub struct LoaderBuilder<S: Source, T = <S as Source>::Batch> {
     source: Arc<S>,
     config: LoaderConfig,
     key: Option<BucketKey>,
-    /// The seed given to [`LoaderBuilder::seed`], applied to a bucket configuration set later.
+    /// The mix replacing the sampler, if any (not in [`LoaderConfig`], which stays `Copy`).
+    mix: Option<MixConfig>,
+    /// The seed given to [`LoaderBuilder::seed`], applied to a bucket or mix configuration set
+    /// later.
     seed: Option<u64>,
     transform: Transform<S::Batch, T>,
 }
@@ -175,6 +179,7 @@ impl<S: Source, T> Clone for LoaderBuilder<S, T> {
             source: Arc::clone(&self.source),
             config: self.config,
             key: self.key.clone(),
+            mix: self.mix.clone(),
             seed: self.seed,
             transform: Arc::clone(&self.transform),
         }
@@ -186,6 +191,7 @@ impl<S: Source, T> fmt::Debug for LoaderBuilder<S, T> {
         f.debug_struct("LoaderBuilder")
             .field("config", &self.config)
             .field("key", &self.key)
+            .field("mix", &self.mix)
             .finish_non_exhaustive()
     }
 }
@@ -197,6 +203,7 @@ impl<S: Source> LoaderBuilder<S> {
             source,
             config: LoaderConfig::default(),
             key: None,
+            mix: None,
             seed: None,
             transform: identity(),
         }
@@ -205,7 +212,8 @@ impl<S: Source> LoaderBuilder<S> {
 
 impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     /// Replaces the whole configuration, seeds included (a seed given to
-    /// [`LoaderBuilder::seed`] before this is forgotten).
+    /// [`LoaderBuilder::seed`] before this is forgotten). A mix set with [`LoaderBuilder::mix`]
+    /// is kept, with its own seed.
     pub fn config(mut self, config: LoaderConfig) -> Self {
         self.config = config;
         self.seed = None;
@@ -218,18 +226,41 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
         self
     }
 
-    /// The seed of the sampler and of the bucket, whether [`LoaderBuilder::bucket`] is called
-    /// before or after this (it overrides the seed of the [`BucketConfig`]).
+    /// The seed of the sampler, of the bucket and of the mix, whether [`LoaderBuilder::bucket`]
+    /// or [`LoaderBuilder::mix`] is called before or after this (it overrides the seed of the
+    /// [`BucketConfig`] and of the [`MixConfig`]).
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
         self.config.sampler.seed = seed;
         if let Some(b) = &mut self.config.bucket {
             b.seed = seed;
         }
+        if let Some(m) = &mut self.mix {
+            m.seed = seed;
+        }
         self
     }
 
-    /// Number of epochs; `None` runs forever.
+    /// Mixes the source's parts ([`Source::part_lens`], e.g. the parts of a
+    /// [`super::Concat`]) by weight: a [`Mix`] replaces the sampler at the root of the index
+    /// chain. The mix has its own order of each part ([`MixConfig::mode`]), its own epochs
+    /// ([`MixConfig::epochs`]) and exhaustion policy; the sampler settings
+    /// ([`LoaderBuilder::sampler`], [`LoaderBuilder::epochs`]) are then unused. A seed given to
+    /// [`LoaderBuilder::seed`] (before or after this) replaces `mix.seed`. Sharding, bucketing,
+    /// batching and prefetch apply to the mixed stream as to a sampled one.
+    ///
+    /// Building fails with [`Error::InvalidConfig`] if the number of weights is not the number
+    /// of parts.
+    pub fn mix(mut self, mut mix: MixConfig) -> Self {
+        if let Some(seed) = self.seed {
+            mix.seed = seed;
+        }
+        self.mix = Some(mix);
+        self
+    }
+
+    /// Number of sampler epochs; `None` runs forever. A mix has its own
+    /// ([`MixConfig::epochs`]).
     pub fn epochs(mut self, epochs: Option<u64>) -> Self {
         self.config.sampler.epochs = epochs;
         self
@@ -328,6 +359,7 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
             source: self.source,
             config: self.config,
             key: self.key,
+            mix: self.mix,
             seed: self.seed,
             transform: Arc::new(transform),
         }
@@ -338,20 +370,39 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
         &self.config
     }
 
+    /// The mix configuration, if [`LoaderBuilder::mix`] was called.
+    pub fn current_mix(&self) -> Option<&MixConfig> {
+        self.mix.as_ref()
+    }
+
     /// The index chain this builder's loader runs (see [`IndexChain`]).
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for an invalid stage configuration.
+    /// [`Error::InvalidConfig`] for an invalid stage configuration, or a mix whose weights are
+    /// not one per part of the source.
     pub fn index_chain(&self) -> Result<IndexChain> {
         self.chain_over(self.base_root()?, self.config.shard)
     }
 
-    /// The root of every full epoch.
+    /// The root of every full epoch: the sampler, or the mix over the source's parts.
     fn base_root(&self) -> Result<Root> {
-        Ok(Root::Sampler(Sampler::new(
-            self.source.len(),
-            self.config.sampler,
-        )?))
+        let Some(mix) = &self.mix else {
+            return Ok(Root::Sampler(Sampler::new(
+                self.source.len(),
+                self.config.sampler,
+            )?));
+        };
+        let parts = self.source.part_lens();
+        if mix.weights.len() != parts.len() {
+            return Err(Error::InvalidConfig {
+                reason: format!(
+                    "mix: {} weights for a source of {} parts: give one weight per part",
+                    mix.weights.len(),
+                    parts.len()
+                ),
+            });
+        }
+        Ok(Root::Mix(Mix::new(&parts, mix.clone())?))
     }
 
     /// Shard, bucket and batch over `root`, for `shard`.

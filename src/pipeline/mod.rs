@@ -1,7 +1,9 @@
-//! The loader pipeline: sampler → shard → bucket → batch → prefetch → collate.
+//! The loader pipeline: sampler (or mix) → shard → bucket → batch → prefetch → collate.
 //!
 //! ```text
-//! Sampler ─► Shard ─► Bucket ─► Batch        index side: pure functions of (epoch, position)
+//! Sampler ─┐
+//!          ├► Shard ─► Bucket ─► Batch       index side: pure functions of (epoch, position)
+//! Mix ─────┘  (Mix: K parts by weight, indices in the parts' concatenated space)
 //!                                  │
 //!            Prefetch: N worker threads, worker w runs global items base + w + k·N:
 //!            IndexBatch ─► Source::gather ─► transform ─► bounded queue (worker_queue_size)
@@ -13,14 +15,24 @@
 //!
 //! # Stages
 //!
-//! Every index-side stage ([`Sampler`], [`Shard`], [`Bucket`], [`Batch`]) implements [`Stage`]:
-//! a deterministic, seekable function from `(epoch, position)` to an item, composable by hand
-//! (`sampler.shard(..)?.bucket(..)?.batch(..)?.prefetch(..)?`). Because every stage is such a
+//! Every index-side stage ([`Sampler`], [`Mix`], [`Shard`], [`Bucket`], [`Batch`]) implements
+//! [`Stage`]: a deterministic, seekable function from `(epoch, position)` to an item,
+//! composable by hand (`sampler.shard(..)?.bucket(..)?.batch(..)?.prefetch(..)?`). Because
+//! every stage is such a
 //! function — the bucket derives its sorted buffer from `(seed, epoch, buffer index)` and
 //! rebuilds it on demand — the state of a whole chain is a cursor, `(epoch, position)`: a
 //! [`Cursor`] streams any stage (a [`futures::Stream`], or an iterator through
 //! [`Cursor::into_iter`]) with a serde [`CursorState`], and seeking is O(1) (one bucket buffer
 //! at most).
+//!
+//! # Mixing
+//!
+//! [`Mix`] replaces the sampler at the root to interleave K parts by weight, exactly and
+//! seekably (a balanced tree of Sturmian sequences: any window of n items holds n·w of each
+//! part up to ⌈log2 K⌉), with a policy for exhausted parts ([`Exhausted`]). [`Concat`] serves
+//! several sources as one in the same concatenated index space, and reports its parts through
+//! [`Source::part_lens`], so `Loader::builder(Arc::new(Concat::new(parts)?)).mix(..)` mixes
+//! them.
 //!
 //! # Loader
 //!
@@ -48,8 +60,10 @@
 pub mod batch;
 pub mod bucket;
 pub mod collate;
+pub mod concat;
 pub mod elastic;
 pub mod loader;
+pub mod mix;
 pub mod prefetch;
 mod queue;
 pub mod root;
@@ -65,8 +79,10 @@ pub use collate::{
     pad_stack, pad_stack_field, pooling_mask, stack, PadConfig, PadSide, PaddedBatch, PoolingType,
     StackedBatch,
 };
+pub use concat::{Concat, Concatenate};
 pub use elastic::{ElasticChain, ElasticState, ResidualEpoch, Run};
 pub use loader::{IndexChain, Loader, LoaderBuilder, LoaderConfig};
+pub use mix::{Exhausted, Mix, MixConfig};
 pub use prefetch::{
     identity, LoaderBatch, MergePolicy, OnError, Prefetch, PrefetchConfig, RetryPolicy, Transform,
 };

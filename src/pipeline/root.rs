@@ -1,6 +1,9 @@
-//! The first stage of a loader's index chain: what numbers the items of an epoch.
+//! The first stage of a loader's index chain: what numbers the items of an epoch — a
+//! [`Sampler`] over one index space, a [`Mix`] of several parts, or what an elastic resume left
+//! of an epoch.
 
 use super::elastic::ResidualRoot;
+use super::mix::Mix;
 use super::sampler::Sampler;
 use super::stage::{Sample, Stage};
 use crate::Result;
@@ -11,6 +14,9 @@ use crate::Result;
 pub enum Root {
     /// One source, ordered by a [`Sampler`].
     Sampler(Sampler),
+    /// A weighted mix over the source's parts ([`super::Source::part_lens`]); see
+    /// [`super::LoaderBuilder::mix`].
+    Mix(Mix),
     /// What an elastic resume left of one epoch of another root (see
     /// [`super::ElasticChain`]).
     Residual(Box<ResidualRoot>),
@@ -22,6 +28,7 @@ impl Stage for Root {
     fn epochs(&self) -> Option<u64> {
         match self {
             Self::Sampler(s) => s.epochs(),
+            Self::Mix(m) => m.epochs(),
             Self::Residual(r) => r.epochs(),
         }
     }
@@ -29,6 +36,7 @@ impl Stage for Root {
     fn epoch_len(&self) -> u64 {
         match self {
             Self::Sampler(s) => s.epoch_len(),
+            Self::Mix(m) => m.epoch_len(),
             Self::Residual(r) => r.epoch_len(),
         }
     }
@@ -36,6 +44,7 @@ impl Stage for Root {
     fn get(&mut self, epoch: u64, position: u64) -> Result<Sample> {
         match self {
             Self::Sampler(s) => s.get(epoch, position),
+            Self::Mix(m) => m.get(epoch, position),
             Self::Residual(r) => r.get(epoch, position),
         }
     }
@@ -43,6 +52,7 @@ impl Stage for Root {
     fn describe(&self, out: &mut String) {
         match self {
             Self::Sampler(s) => s.describe(out),
+            Self::Mix(m) => m.describe(out),
             Self::Residual(r) => r.describe(out),
         }
     }

@@ -47,6 +47,14 @@ pub trait Source: Send + Sync + 'static {
     fn generation(&self) -> u64 {
         0
     }
+
+    /// The lengths of the parts this source is made of, in index order: the parts a
+    /// [`super::Mix`] weights (one weight per part) when the loader is built with
+    /// [`super::LoaderBuilder::mix`]. They must sum to [`Source::len`]. Defaults to one part,
+    /// the whole source; [`super::Concat`] reports its parts.
+    fn part_lens(&self) -> Vec<u64> {
+        vec![self.len()]
+    }
 }
 
 /// An in-memory [`Source`] over one byte string per record.
@@ -257,8 +265,9 @@ impl Source for DatasetSource {
     }
 }
 
-/// Sources shared behind an `Arc` are sources too.
-impl<S: Source> Source for Arc<S> {
+/// Sources shared behind an `Arc` are sources too, trait objects included
+/// (`Arc<dyn Source<Batch = B>>`).
+impl<S: Source + ?Sized> Source for Arc<S> {
     type Batch = S::Batch;
 
     fn len(&self) -> u64 {
@@ -279,6 +288,10 @@ impl<S: Source> Source for Arc<S> {
 
     fn generation(&self) -> u64 {
         S::generation(self)
+    }
+
+    fn part_lens(&self) -> Vec<u64> {
+        S::part_lens(self)
     }
 }
 

@@ -195,6 +195,116 @@ impl Batch {
     }
 }
 
+/// One batch put together from the batches of several parts: record `i` is record `picks[i].1`
+/// of the batch at `picks[i].0` of `batches`, and its index is `indices[i]`. Zero-copy: the
+/// result holds the parts' owners (slabs, mappings) and picks their spans. Each of `batches`
+/// is `(part number, batch)`; the part numbers only name parts in errors.
+///
+/// # Errors
+/// [`Error::SchemaMismatch`] if a batch's fields (names, dtypes, order) differ from the first
+/// batch's; [`Error::Internal`] for a pick that names no record, a length mismatch or no batch.
+pub(crate) fn concatenate(
+    batches: Vec<(usize, Batch)>,
+    picks: &[(usize, usize)],
+    indices: Vec<u64>,
+) -> Result<Batch> {
+    let internal = |reason: String| Error::Internal {
+        reason: format!("concatenating batches: {reason}"),
+    };
+    if picks.len() != indices.len() {
+        return Err(internal(format!(
+            "{} picks for {} indices",
+            picks.len(),
+            indices.len()
+        )));
+    }
+    let (reference, fields) = match batches.first() {
+        Some((part, b)) => (*part, Arc::clone(&b.fields)),
+        None => return Err(internal("no batch".into())),
+    };
+    for (part, b) in &batches {
+        if let Some(reason) = field_difference(&fields, &b.fields) {
+            let (field, reason) = reason;
+            return Err(Error::SchemaMismatch {
+                part: *part,
+                reference,
+                field,
+                reason,
+            });
+        }
+    }
+    let nf = fields.len();
+    let mut owners = Vec::new();
+    let mut bases = Vec::with_capacity(batches.len());
+    for (_, b) in &batches {
+        bases.push(u32::try_from(owners.len()).map_err(|_| internal("too many owners".into()))?);
+        owners.extend(b.values.owners.iter().cloned());
+    }
+    u32::try_from(owners.len()).map_err(|_| internal("too many owners".into()))?;
+    let mut spans = Vec::with_capacity(picks.len().saturating_mul(nf));
+    for &(b, r) in picks {
+        let (batch, base) = batches
+            .get(b)
+            .map(|(_, batch)| batch)
+            .zip(bases.get(b))
+            .ok_or_else(|| internal(format!("pick of batch {b} of {}", batches.len())))?;
+        let record = r
+            .checked_mul(nf)
+            .and_then(|start| batch.values.spans.get(start..start.checked_add(nf)?))
+            .ok_or_else(|| internal(format!("pick of record {r} of {}", batch.len())))?;
+        spans.extend(record.iter().map(|s| match s.len {
+            0 => EMPTY,
+            _ => Span {
+                owner: s.owner.saturating_add(*base),
+                ..*s
+            },
+        }));
+    }
+    Ok(Batch::new(Values { owners, spans }, indices, fields))
+}
+
+/// The first difference between two field lists: the field's name and how it differs.
+fn field_difference(a: &[(String, DType)], b: &[(String, DType)]) -> Option<(String, String)> {
+    for (i, pair) in a.iter().zip(b.iter()).enumerate() {
+        let ((an, ad), (bn, bd)) = pair;
+        if an != bn {
+            return Some((
+                bn.clone(),
+                format!("field #{i} is named {bn:?} here, {an:?} in the reference part"),
+            ));
+        }
+        if ad != bd {
+            return Some((
+                bn.clone(),
+                format!("dtype {bd} here, {ad} in the reference part"),
+            ));
+        }
+    }
+    match a.len().cmp(&b.len()) {
+        std::cmp::Ordering::Equal => None,
+        std::cmp::Ordering::Greater => a.get(b.len()).map(|(n, _)| {
+            (
+                n.clone(),
+                format!(
+                    "missing here ({} fields, the reference part has {})",
+                    b.len(),
+                    a.len()
+                ),
+            )
+        }),
+        std::cmp::Ordering::Less => b.get(a.len()).map(|(n, _)| {
+            (
+                n.clone(),
+                format!(
+                    "not in the reference part ({} fields here, {} there)",
+                    b.len(),
+                    a.len()
+                ),
+            )
+        }),
+    }
+}
+
 /// A 64-byte-aligned slab with one slot per length, and the slot starts.
 pub(crate) fn slab(lens: impl Iterator<Item = usize>, align: usize) -> (Vec<u8>, Vec<usize>) {
     let mut starts = Vec::new();
