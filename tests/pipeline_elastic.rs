@@ -1,7 +1,8 @@
 //! Elastic resume delivers every item exactly once: N ranks (each with its own worker count and
 //! merge policy, each stopped at its own place) resumed by M ranks, and those resumed again by K
 //! ranks, deliver every root position of every epoch exactly once in all, for any world sizes
-//! 1–8, workers 1–4, with and without bucketing, padding or contiguous shards. From the merge's
+//! 1–8, workers 1–4, with and without bucketing, padding or contiguous shards, over the sampler
+//! or a mix of 1–4 parts with random weights (every exhaustion policy). From the merge's
 //! resume epoch on, every new rank's batches are exactly a fresh M-rank loader's. A new rank's
 //! own checkpoint resumes exactly (strict merge) at any split point.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -17,9 +18,35 @@ mod support;
 
 use support::{count, Rng};
 use zrecord::pipeline::{
-    BucketConfig, IndexBatch, Loader, LoaderBuilder, LoaderState, MemorySource, MergePolicy,
-    SamplerConfig, SamplerMode, ShardConfig, ShardMode,
+    BucketConfig, Exhausted, IndexBatch, Loader, LoaderBuilder, LoaderState, MemorySource,
+    MergePolicy, Mix, MixConfig, SamplerConfig, SamplerMode, ShardConfig, ShardMode, Source, Stage,
 };
+
+/// Records in memory, seen as consecutive parts (what a mix weights).
+struct Parts {
+    records: MemorySource,
+    parts: Vec<u64>,
+}
+
+impl Source for Parts {
+    type Batch = Vec<Vec<u8>>;
+
+    fn len(&self) -> u64 {
+        self.records.len()
+    }
+
+    fn item_len(&self, index: u64) -> zrecord::Result<u64> {
+        self.records.item_len(index)
+    }
+
+    fn gather(&self, indices: &[u64]) -> zrecord::Result<Self::Batch> {
+        self.records.gather(indices)
+    }
+
+    fn part_lens(&self) -> Vec<u64> {
+        self.parts.clone()
+    }
+}
 
 /// One random configuration.
 #[derive(Debug, Clone)]
@@ -35,6 +62,8 @@ struct Case {
     /// The first run's shards drop their remainder (its rank 0 then stops before its first
     /// batch, so no epoch is closed and the dropped items are in the residual).
     first_drops: bool,
+    /// A mix of 1–4 parts with random weights, instead of the sampler.
+    mix: Option<(Vec<u64>, MixConfig)>,
 }
 
 impl Case {
@@ -58,35 +87,84 @@ impl Case {
                 SamplerMode::Shuffled
             },
             first_drops: rng.below(4) == 0,
+            mix: None,
         }
+        .with_mix(rng)
     }
 
-    fn source(&self) -> Arc<MemorySource> {
-        Arc::new(MemorySource::new(
-            (0..self.n)
-                .map(|i| vec![i as u8; 1 + ((i * 7) % 5) as usize])
-                .collect(),
-        ))
+    fn with_mix(mut self, rng: &mut Rng) -> Self {
+        if rng.below(2) == 0 {
+            return self;
+        }
+        let k = 1 + rng.below(4) as usize;
+        let mut cuts: Vec<u64> = (0..k - 1).map(|_| rng.below(self.n + 1)).collect();
+        cuts.sort_unstable();
+        let mut parts = Vec::new();
+        let mut at = 0;
+        for c in cuts.into_iter().chain([self.n]) {
+            parts.push(c - at);
+            at = c;
+        }
+        let weights = (0..k)
+            .map(|_| 0.05 + rng.below(100) as f64 / 10.0)
+            .collect();
+        let exhausted =
+            [Exhausted::Restart, Exhausted::Stop, Exhausted::Drop][rng.below(3) as usize];
+        let config = MixConfig::new(weights)
+            .exhausted(exhausted)
+            .seed(self.seed)
+            .epochs(Some(self.epochs))
+            .part_epochs(1 + rng.below(2));
+        self.mix = Some((parts, config));
+        self
+    }
+
+    /// Every root position: `(epoch, position)` for each epoch of the sampler or the mix.
+    fn positions(&self) -> Vec<(u64, u64)> {
+        let (epochs, len) = match &self.mix {
+            None => (self.epochs, self.n),
+            Some((parts, config)) => {
+                let mix = Mix::new(parts, config.clone()).unwrap();
+                (mix.epochs().unwrap(), mix.epoch_len())
+            }
+        };
+        (0..epochs)
+            .flat_map(|e| (0..len).map(move |p| (e, p)))
+            .collect()
+    }
+
+    fn source(&self) -> Arc<Parts> {
+        Arc::new(Parts {
+            records: MemorySource::new(
+                (0..self.n)
+                    .map(|i| vec![i as u8; 1 + ((i * 7) % 5) as usize])
+                    .collect(),
+            ),
+            parts: match &self.mix {
+                Some((parts, _)) => parts.clone(),
+                None => vec![self.n],
+            },
+        })
     }
 
     fn builder(
         &self,
-        src: &Arc<MemorySource>,
+        src: &Arc<Parts>,
         total: u64,
         rank: u64,
         workers: usize,
         merge: MergePolicy,
-    ) -> LoaderBuilder<MemorySource> {
+    ) -> LoaderBuilder<Parts> {
         self.builder_with(src, ShardConfig::new(total, rank), workers, merge)
     }
 
     fn builder_with(
         &self,
-        src: &Arc<MemorySource>,
+        src: &Arc<Parts>,
         shard: ShardConfig,
         workers: usize,
         merge: MergePolicy,
-    ) -> LoaderBuilder<MemorySource> {
+    ) -> LoaderBuilder<Parts> {
         let mut b = LoaderBuilder::new(Arc::clone(src))
             .sampler(
                 SamplerConfig::default()
@@ -99,6 +177,9 @@ impl Case {
             .num_workers(workers)
             .worker_queue_size(2)
             .merge(merge);
+        if let Some((_, config)) = &self.mix {
+            b = b.mix(config.clone());
+        }
         if let Some((buffer, pack)) = self.bucket {
             b = b.bucket(
                 BucketConfig::default()
@@ -123,7 +204,7 @@ fn policy(rng: &mut Rng) -> MergePolicy {
 }
 
 /// Takes up to `k` batches, then the checkpoint (through JSON).
-fn take(mut loader: Loader<MemorySource>, k: u64) -> (Vec<IndexBatch>, LoaderState) {
+fn take(mut loader: Loader<Parts>, k: u64) -> (Vec<IndexBatch>, LoaderState) {
     let mut got = Vec::new();
     for _ in 0..k {
         match block_on(loader.next()) {
@@ -135,7 +216,7 @@ fn take(mut loader: Loader<MemorySource>, k: u64) -> (Vec<IndexBatch>, LoaderSta
     (got, serde_json::from_str(&json).unwrap())
 }
 
-fn drain(loader: Loader<MemorySource>) -> Vec<IndexBatch> {
+fn drain(loader: Loader<Parts>) -> Vec<IndexBatch> {
     block_on(loader.map(|b| b.unwrap().batch).collect())
 }
 
@@ -148,14 +229,12 @@ fn check_exactly_once(case: &Case, delivered: &[IndexBatch], what: &str) {
             *seen.entry((s.epoch, s.position)).or_default() += 1;
         }
     }
-    for e in 0..case.epochs {
-        for p in 0..case.n {
-            assert_eq!(
-                seen.remove(&(e, p)).unwrap_or(0),
-                1,
-                "{what}: epoch {e} position {p} delivered a wrong number of times; {case:?}"
-            );
-        }
+    for (e, p) in case.positions() {
+        assert_eq!(
+            seen.remove(&(e, p)).unwrap_or(0),
+            1,
+            "{what}: epoch {e} position {p} delivered a wrong number of times; {case:?}"
+        );
     }
     assert!(
         seen.is_empty(),
@@ -168,7 +247,7 @@ fn check_exactly_once(case: &Case, delivered: &[IndexBatch], what: &str) {
 fn stop_ranks(
     rng: &mut Rng,
     case: &Case,
-    src: &Arc<MemorySource>,
+    src: &Arc<Parts>,
     total: u64,
     from: Option<&[LoaderState]>,
 ) -> (Vec<IndexBatch>, Vec<LoaderState>) {
@@ -296,32 +375,40 @@ fn later_epochs_are_a_fresh_runs_and_new_checkpoints_resume_exactly() {
                 .map(|b| b.unwrap())
                 .collect();
             assert_eq!(whole, sequential, "case {c}: rank {rank} of {m}");
-            // Split anywhere, resumed with another worker count: the same stream.
-            let at = rng.below(whole.len() as u64 + 1);
-            let (mut first, state) = take(
-                case.builder(
-                    &src,
-                    m,
-                    rank,
-                    1 + rng.below(4) as usize,
-                    MergePolicy::Strict,
-                )
-                .resume(&merged)
-                .unwrap(),
-                at,
-            );
-            first.extend(drain(
-                case.builder(
-                    &src,
-                    m,
-                    rank,
-                    1 + rng.below(4) as usize,
-                    MergePolicy::Strict,
-                )
-                .resume(&state)
-                .unwrap(),
-            ));
-            assert_eq!(first, whole, "case {c}: rank {rank} of {m} split at {at}");
+            // Split anywhere (everywhere in short streams), resumed with another worker
+            // count: the same stream.
+            let n = whole.len() as u64;
+            let points: Vec<u64> = if n <= 24 {
+                (0..=n).collect()
+            } else {
+                (0..6).map(|_| rng.below(n + 1)).collect()
+            };
+            for at in points {
+                let (mut first, state) = take(
+                    case.builder(
+                        &src,
+                        m,
+                        rank,
+                        1 + rng.below(4) as usize,
+                        MergePolicy::Strict,
+                    )
+                    .resume(&merged)
+                    .unwrap(),
+                    at,
+                );
+                first.extend(drain(
+                    case.builder(
+                        &src,
+                        m,
+                        rank,
+                        1 + rng.below(4) as usize,
+                        MergePolicy::Strict,
+                    )
+                    .resume(&state)
+                    .unwrap(),
+                ));
+                assert_eq!(first, whole, "case {c}: rank {rank} of {m} split at {at}");
+            }
         }
     }
     // The cases exercise what they claim to: residuals, and scattered consumption in them.
@@ -336,7 +423,10 @@ fn later_epochs_are_a_fresh_runs_and_new_checkpoints_resume_exactly() {
 /// stopped after 2, 1, 1 and 0 batches of 2, resumed as 3 ranks.
 #[test]
 fn worked_example_of_the_architecture_doc() {
-    let src = Arc::new(MemorySource::new((0..20u8).map(|i| vec![i]).collect()));
+    let src = Arc::new(Parts {
+        records: MemorySource::new((0..20u8).map(|i| vec![i]).collect()),
+        parts: vec![20],
+    });
     let b = |total, rank| {
         LoaderBuilder::new(Arc::clone(&src))
             .sampler(
