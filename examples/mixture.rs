@@ -127,12 +127,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     } = seen;
     let total: u64 = per_source.iter().sum();
     println!("3 ranks finished the epoch: {total} records in all");
-    for (s, name) in names.iter().enumerate() {
+    for ((name, n), weight) in names.iter().zip(per_source).zip([70.0, 20.0, 10.0]) {
         println!(
-            "  {name:>4}: {:>5} records ({:.1}% of the mix, weight {:.0}%)",
-            per_source[s],
-            100.0 * per_source[s] as f64 / total as f64,
-            [70.0, 20.0, 10.0][s]
+            "  {name:>4}: {n:>5} records ({:.1}% of the mix, weight {weight:.0}%)",
+            100.0 * n as f64 / total as f64,
         );
     }
     let repeated = positions.values().filter(|&&n| n > 1).count();
