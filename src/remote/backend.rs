@@ -1,16 +1,20 @@
 //! The remote read backend: a batch's reads become coalesced, concurrent range requests.
 
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 
+use super::cache::Cache;
 use super::store::{block_on, Store};
 use super::RemoteConfig;
 use crate::error::{Error, Result};
 use crate::io::job::ReadJob;
-use crate::ReadBackend;
+use crate::{ReadBackend, ZeroCopy};
 
 /// Process-wide counters of the remote backend.
 static REQUESTS: AtomicU64 = AtomicU64::new(0);
@@ -54,29 +58,81 @@ type Segments = Vec<(usize, usize, usize)>;
 pub(crate) struct RemoteBackend {
     store: Arc<Store>,
     config: RemoteConfig,
+    cache: Option<Arc<Cache>>,
+    /// zrecord's local backend, for batches that read only local chunks (cached ones).
+    local: Option<Arc<dyn ReadBackend>>,
+    /// Keys whose cached copy was found damaged: read from the store from now on, even where
+    /// a snapshot holds the cached file open.
+    damaged: Mutex<HashSet<String>>,
 }
 
 impl RemoteBackend {
-    pub(crate) fn new(store: Arc<Store>, config: RemoteConfig) -> Self {
-        Self { store, config }
+    pub(crate) fn new(
+        store: Arc<Store>,
+        config: RemoteConfig,
+        cache: Option<Arc<Cache>>,
+        local: Option<Arc<dyn ReadBackend>>,
+    ) -> Self {
+        Self {
+            store,
+            config,
+            cache,
+            local,
+            damaged: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The object key op `r` must be read from the store with, `None` for a local read: a
+    /// chunk on the store, or a cached copy found damaged.
+    fn object_of(&self, r: &crate::ReadRange<'_>) -> Option<String> {
+        if let Some(key) = r.object {
+            return Some(key.to_string());
+        }
+        let key = self.cache.as_ref()?.key_of(r.path)?;
+        let damaged = self
+            .damaged
+            .lock()
+            .map(|d| d.contains(&key))
+            .unwrap_or(false);
+        damaged.then_some(key)
+    }
+
+    /// Reads op `op` of `job` from `file` (a local chunk, or a cached copy of an object).
+    fn read_local(job: &mut ReadJob, op: usize, file: &File, path: &Path) -> Result<()> {
+        let (offset, need) = match job.range(op) {
+            Some(r) => (r.offset, r.need),
+            None => return Ok(()),
+        };
+        let mut buf = vec![0u8; need];
+        crate::io::fs::read_exact_at(file, path, &mut buf, offset).map_err(|e| match e {
+            Error::Io { source, .. } => Error::ReadFailed {
+                path: path.to_path_buf(),
+                offset,
+                source,
+            },
+            other => other,
+        })?;
+        job.fill(op, &buf).map_err(|e| Error::Internal {
+            reason: format!("delivering read {op}: {e}"),
+        })
     }
 
     /// The requests for `job`'s reads: per object, in offset order, reads closer than the
     /// coalescing gap share a request, and no request is larger than the request limit (a read
     /// larger than that is split).
-    fn plan(&self, job: &ReadJob) -> Result<(Vec<Request>, Vec<Segments>)> {
-        let mut reads = Vec::with_capacity(job.len());
-        for op in 0..job.len() {
+    fn plan(
+        &self,
+        job: &ReadJob,
+        remote: &[usize],
+        keys: &[String],
+    ) -> Result<(Vec<Request>, Vec<Segments>)> {
+        let mut reads = Vec::with_capacity(remote.len());
+        for &op in remote {
             let r = job.range(op).ok_or_else(|| Error::Internal {
                 reason: format!("read {op} of {} has no range", job.len()),
             })?;
-            let key = r.object.ok_or_else(|| Error::Internal {
-                reason: format!(
-                    "{} is not an object: the remote backend reads only chunks on a store",
-                    r.path.display()
-                ),
-            })?;
-            reads.push((key.to_string(), r.offset, r.len as u64, op));
+            let key = keys.get(op).cloned().unwrap_or_default();
+            reads.push((key, r.offset, r.len as u64, op));
         }
         reads.sort_unstable_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
         let gap = self.config.coalesce_gap;
@@ -122,8 +178,86 @@ impl ReadBackend for RemoteBackend {
         "remote"
     }
 
+    fn zero_copy(&self) -> ZeroCopy {
+        ZeroCopy::WhenResident
+    }
+
+    fn refetch(&self, path: &Path) -> bool {
+        let Some(cache) = &self.cache else {
+            return false;
+        };
+        let key = cache.key_of(path).or_else(|| {
+            let url = path.to_str()?;
+            let prefix = format!("{}/", self.store.url());
+            url.strip_prefix(&prefix).map(str::to_string)
+        });
+        let Some(key) = key else {
+            return false;
+        };
+        cache.invalidate(&key);
+        self.damaged
+            .lock()
+            .map(|mut d| d.insert(key))
+            .unwrap_or(false)
+    }
+
     fn read(&self, mut job: ReadJob) -> Result<ReadJob> {
-        let (requests, segments) = self.plan(&job)?;
+        // Local chunks (cached when the snapshot opened) and objects cached since are read here;
+        // the rest become range requests, and their objects start filling the cache.
+        let all_local =
+            (0..job.len()).all(|op| job.range(op).is_some_and(|r| self.object_of(&r).is_none()));
+        if let (true, Some(local)) = (all_local, &self.local) {
+            return local.read(job);
+        }
+        let mut remote = Vec::new();
+        let mut local: HashMap<String, Option<(File, PathBuf)>> = HashMap::new();
+        let mut fill = Vec::new();
+        let mut keys = Vec::with_capacity(job.len());
+        for op in 0..job.len() {
+            let Some(r) = job.range(op) else {
+                keys.push(String::new());
+                continue;
+            };
+            let object = self.object_of(&r);
+            let key = object
+                .clone()
+                .unwrap_or_else(|| r.path.display().to_string());
+            keys.push(key.clone());
+            let source = local.entry(key.clone()).or_insert_with(|| match &object {
+                None => Some((r.file?.try_clone().ok()?, r.path.to_path_buf())),
+                Some(_) => {
+                    let path = self.cache.as_ref()?.lookup(&key)?;
+                    Some((File::open(&path).ok()?, path))
+                }
+            });
+            match source {
+                Some(_) => {}
+                None if object.is_some() => {
+                    remote.push(op);
+                    fill.push(key);
+                }
+                None => {
+                    return Err(Error::Internal {
+                        reason: format!("{}: neither an object nor an open file", r.path.display()),
+                    })
+                }
+            }
+        }
+        for (op, key) in keys.iter().enumerate() {
+            if let Some(Some((file, path))) = local.get(key) {
+                Self::read_local(&mut job, op, file, path)?;
+            }
+        }
+        if let Some(cache) = &self.cache {
+            fill.dedup();
+            for key in &fill {
+                cache.fill(&self.store, key);
+            }
+        }
+        if remote.is_empty() {
+            return Ok(job);
+        }
+        let (requests, segments) = self.plan(&job, &remote, &keys)?;
         let store = Arc::clone(&self.store);
         let in_flight = self.config.requests_in_flight.max(1);
         let bodies: Vec<Bytes> = block_on(async move {
@@ -141,7 +275,7 @@ impl ReadBackend for RemoteBackend {
                 .try_collect()
                 .await
         })??;
-        for (op, segs) in segments.iter().enumerate() {
+        for (op, segs) in segments.iter().enumerate().filter(|(_, s)| !s.is_empty()) {
             let slice = |&(req, from, n): &(usize, usize, usize)| {
                 bodies
                     .get(req)

@@ -12,6 +12,7 @@
 //! [`StoreOptions`].
 
 mod backend;
+mod cache;
 mod manifest;
 pub(crate) mod open;
 mod push;
@@ -38,15 +39,19 @@ pub struct RemoteConfig {
     pub coalesce_gap: u64,
     /// The largest range request; larger reads are split. Default: 8 MiB.
     pub max_request: u64,
-    /// The local cache directory (mirrored offset tables). Default: `$ZRECORD_CACHE_DIR`,
-    /// else `$XDG_CACHE_HOME/zrecord`, else `~/.cache/zrecord`, else the temporary directory's
-    /// `zrecord-cache`.
+    /// The local cache directory (mirrored offset tables, cached chunks). Default:
+    /// `$ZRECORD_CACHE_DIR`, else `$XDG_CACHE_HOME/zrecord`, else `~/.cache/zrecord`, else the
+    /// temporary directory's `zrecord-cache`.
     pub cache_dir: Option<PathBuf>,
+    /// Bytes of whole chunks the cache may hold for this dataset (least recently used evicted
+    /// first); 0 turns chunk caching off. Default: `$ZRECORD_CACHE_BYTES`, else 0.
+    pub cache_bytes: u64,
 }
 
 impl Default for RemoteConfig {
     /// The environment's store settings, 32 requests in flight, a 64 KiB coalescing gap,
-    /// requests of at most 8 MiB, the default cache directory.
+    /// requests of at most 8 MiB, the default cache directory, no chunk cache (unless
+    /// `ZRECORD_CACHE_BYTES` says otherwise).
     fn default() -> Self {
         Self {
             store: StoreOptions::default(),
@@ -54,6 +59,10 @@ impl Default for RemoteConfig {
             coalesce_gap: 64 << 10,
             max_request: 8 << 20,
             cache_dir: None,
+            cache_bytes: std::env::var("ZRECORD_CACHE_BYTES")
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0),
         }
     }
 }
@@ -91,6 +100,13 @@ impl RemoteConfig {
     #[must_use]
     pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.cache_dir = Some(dir.into());
+        self
+    }
+
+    /// Sets the bytes of whole chunks the cache may hold; 0 turns chunk caching off.
+    #[must_use]
+    pub fn cache_bytes(mut self, bytes: u64) -> Self {
+        self.cache_bytes = bytes;
         self
     }
 

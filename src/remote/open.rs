@@ -5,13 +5,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::backend::RemoteBackend;
+use super::cache::Cache;
 use super::manifest::{slot_key, Manifest, ObjectEntry, COMMITS};
 use super::push::latest;
 use super::store::{block_on, Store};
 use super::RemoteConfig;
 use crate::checksum::crc32c_append;
 use crate::error::{Error, Result};
-use crate::store::read::chunks::ChunkSet;
+use crate::store::read::chunks::{ChunkAt, ChunkSet};
 use crate::store::snapshot::Snapshot;
 
 /// A dataset URL's store, and what opening it needs again on refresh.
@@ -19,12 +20,14 @@ use crate::store::snapshot::Snapshot;
 pub(crate) struct Remote {
     pub(crate) store: Arc<Store>,
     pub(crate) config: RemoteConfig,
+    /// The chunk cache, if the configuration gives it room.
+    pub(crate) cache: Option<Arc<Cache>>,
     /// The commit slot the current snapshot is.
     pub(crate) slot: std::sync::atomic::AtomicU64,
 }
 
 /// 64-bit FNV-1a of `s`: names a URL's mirror directory.
-fn fnv(s: &str) -> u64 {
+pub(crate) fn fnv(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
@@ -33,8 +36,18 @@ fn fnv(s: &str) -> u64 {
 impl Remote {
     /// Connects to the dataset at `url`.
     pub(crate) fn connect(url: &str, config: &RemoteConfig) -> Result<Remote> {
+        let store = Store::open(url, &config.store)?;
+        let cache = match config.cache_bytes {
+            0 => None,
+            limit => Some(Arc::new(Cache::new(
+                &config.cache_root(),
+                store.url(),
+                limit,
+            )?)),
+        };
         Ok(Remote {
-            store: Store::open(url, &config.store)?,
+            store,
+            cache,
             config: config.clone(),
             slot: std::sync::atomic::AtomicU64::new(0),
         })
@@ -45,6 +58,8 @@ impl Remote {
         Arc::new(RemoteBackend::new(
             Arc::clone(&self.store),
             self.config.clone(),
+            self.cache.clone(),
+            crate::store::read::read_backend(&crate::ReadConfig::default()).ok(),
         ))
     }
 
@@ -86,12 +101,18 @@ impl Remote {
             }
         }
         let store = &self.store;
+        let cache = self.cache.as_deref();
+        // Chunks already cached are local chunks: the local engine's whole path (zero-copy
+        // included) reads them.
         let set = ChunkSet::load_remote(&meta, |id| {
             let file = format!("chunk/{id:05}.zr");
-            chunks
-                .iter()
-                .find(|o| o.file == file)
-                .map(|o| (PathBuf::from(store.object_url(&o.object)), o.object.clone()))
+            let o = chunks.iter().find(|o| o.file == file)?;
+            Some(match cache.and_then(|c| c.lookup(&o.object)) {
+                Some(path) => ChunkAt::Local(path),
+                None => {
+                    ChunkAt::Remote(PathBuf::from(store.object_url(&o.object)), o.object.clone())
+                }
+            })
         })?;
         self.slot.store(slot, std::sync::atomic::Ordering::Release);
         let native: Arc<dyn crate::ReadBackend> = self.backend();

@@ -113,6 +113,17 @@ where
     })
 }
 
+/// Runs `fut` on the object-store runtime in the background (nothing if the runtime cannot
+/// start: the work is an optimisation).
+pub(crate) fn spawn<F>(fut: F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    if let Ok(rt) = runtime() {
+        drop(rt.spawn(fut));
+    }
+}
+
 /// A dataset's prefix on an object store.
 #[derive(Debug)]
 pub(crate) struct Store {

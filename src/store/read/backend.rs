@@ -30,6 +30,14 @@ pub trait ReadBackend: Send + Sync + fmt::Debug {
     fn zero_copy(&self) -> ZeroCopy {
         ZeroCopy::Never
     }
+
+    /// Drops any local copy of `path`'s bytes this backend served (a cache entry), after the
+    /// engine found a record read from it damaged. True if a retry may read other bytes: the
+    /// engine then reads the batch once more. Default: false (nothing to drop).
+    fn refetch(&self, path: &std::path::Path) -> bool {
+        let _ = path;
+        false
+    }
 }
 
 /// When a batch of raw records is served as slices of the chunks' mappings.

@@ -462,6 +462,15 @@ impl Drop for ChunkHandle {
     }
 }
 
+/// Where a chunk of a dataset on an object store is read from.
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+pub(crate) enum ChunkAt {
+    /// The object: its URL (its path in errors) and key.
+    Remote(PathBuf, String),
+    /// A complete local copy (the chunk cache's).
+    Local(PathBuf),
+}
+
 /// The chunks a commit names, by id.
 #[derive(Debug, Default)]
 pub(crate) struct ChunkSet {
@@ -482,51 +491,56 @@ impl ChunkSet {
             .unwrap_or(0);
         let mut by_id: Vec<Option<Arc<ChunkHandle>>> = vec![None; max_id];
         for c in &meta.chunks {
-            let path = layout::chunk(dir, c.id);
-            let room = FDS.held.load(Ordering::Acquire) < FDS.cap;
-            let (open, m) = if room {
-                let f = fs::open_read(&path)?;
-                let m = f.metadata().map_err(|e| Error::io(&path, "stat", e))?;
-                fs::advise_random(&f);
-                (Some(f), m)
-            } else {
-                let m = std::fs::metadata(&path).map_err(|e| Error::io(&path, "stat", e))?;
-                (None, m)
-            };
-            if m.len() < c.size {
-                return Err(Error::Truncated {
-                    path,
-                    expected: c.size,
-                    actual: m.len(),
-                });
-            }
-            let held = open.is_some();
-            let h = Arc::new(ChunkHandle {
-                id: c.id,
-                identity: Identity::of(&m),
-                open: Mutex::new(Open {
-                    file: open
-                        .map(|file| Arc::new(ReadFile::local_file(file, path.clone(), false))),
-                    direct: None,
-                }),
-                path,
-                size: c.size,
-                map: Mutex::new(None),
-                fd_used: AtomicBool::new(false),
-                map_used: AtomicBool::new(false),
-                direct_refused: AtomicBool::new(false),
-                map_refused: AtomicBool::new(false),
-                remote: None,
-            });
-            if held {
-                FDS.reserve(1);
-                FDS.enlist(&h);
-            }
+            let h = Self::local_handle(c, layout::chunk(dir, c.id))?;
             if let Some(slot) = by_id.get_mut(usize::from(c.id)) {
                 *slot = Some(h);
             }
         }
         Ok(ChunkSet { by_id })
+    }
+
+    /// The handle of chunk `c` at `path`, checked to exist with at least its committed size,
+    /// its identity recorded, and its descriptor opened while the budget has room.
+    fn local_handle(c: &crate::format::meta::ChunkMeta, path: PathBuf) -> Result<Arc<ChunkHandle>> {
+        let room = FDS.held.load(Ordering::Acquire) < FDS.cap;
+        let (open, m) = if room {
+            let f = fs::open_read(&path)?;
+            let m = f.metadata().map_err(|e| Error::io(&path, "stat", e))?;
+            fs::advise_random(&f);
+            (Some(f), m)
+        } else {
+            let m = std::fs::metadata(&path).map_err(|e| Error::io(&path, "stat", e))?;
+            (None, m)
+        };
+        if m.len() < c.size {
+            return Err(Error::Truncated {
+                path,
+                expected: c.size,
+                actual: m.len(),
+            });
+        }
+        let held = open.is_some();
+        let h = Arc::new(ChunkHandle {
+            id: c.id,
+            identity: Identity::of(&m),
+            open: Mutex::new(Open {
+                file: open.map(|file| Arc::new(ReadFile::local_file(file, path.clone(), false))),
+                direct: None,
+            }),
+            path,
+            size: c.size,
+            map: Mutex::new(None),
+            fd_used: AtomicBool::new(false),
+            map_used: AtomicBool::new(false),
+            direct_refused: AtomicBool::new(false),
+            map_refused: AtomicBool::new(false),
+            remote: None,
+        });
+        if held {
+            FDS.reserve(1);
+            FDS.enlist(&h);
+        }
+        Ok(h)
     }
 
     /// The chunks `meta` names, as objects on a store: `object(id)` gives each chunk's URL
@@ -535,7 +549,7 @@ impl ChunkSet {
     #[cfg_attr(not(feature = "remote"), allow(dead_code))]
     pub(crate) fn load_remote(
         meta: &Meta,
-        object: impl Fn(u16) -> Option<(PathBuf, String)>,
+        object: impl Fn(u16) -> Option<ChunkAt>,
     ) -> Result<ChunkSet> {
         let max_id = meta
             .chunks
@@ -545,9 +559,19 @@ impl ChunkSet {
             .unwrap_or(0);
         let mut by_id: Vec<Option<Arc<ChunkHandle>>> = vec![None; max_id];
         for c in &meta.chunks {
-            let (path, key) = object(c.id).ok_or_else(|| Error::Internal {
+            let at = object(c.id).ok_or_else(|| Error::Internal {
                 reason: format!("no object for chunk {}", c.id),
             })?;
+            let (path, key) = match at {
+                ChunkAt::Remote(path, key) => (path, key),
+                ChunkAt::Local(path) => {
+                    let h = Self::local_handle(c, path)?;
+                    if let Some(slot) = by_id.get_mut(usize::from(c.id)) {
+                        *slot = Some(h);
+                    }
+                    continue;
+                }
+            };
             let h = Arc::new(ChunkHandle {
                 id: c.id,
                 identity: Identity {

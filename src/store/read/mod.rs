@@ -33,7 +33,7 @@ pub use config::{
 pub(crate) use engine::Engine;
 pub use engine::{read_backend, uring_available};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::dtype::Codec;
 use crate::io::job::ReadJob;
 use crate::store::batch::{slab, Batch, FieldNames, Span, Values, SLOT_ALIGN};
@@ -78,16 +78,46 @@ pub(crate) fn gather(
     Ok(Batch::new(joined, indices.to_vec(), names))
 }
 
-/// One part of a gather: its values and the batch's field names.
+/// One part of a gather: its values and the batch's field names. A record found damaged in
+/// bytes the backend can fetch again (a cache entry) is read once more.
 fn gather_part(
     snap: &Snapshot,
     indices: &[u64],
     fields: &[usize],
     engine: &Engine,
 ) -> Result<(Values, FieldNames)> {
+    let mut result = gather_part_once(snap, indices, fields, engine, true);
+    // Each retry follows a backend dropping one more damaged copy, so there are at most as many
+    // as the commit has chunks.
+    for _ in 0..snap.meta.chunks.len() {
+        let path = match &result {
+            Err(Error::ChecksumMismatch { path, .. } | Error::Decompress { path, .. }) => path,
+            _ => break,
+        };
+        if !engine.backend.refetch(path) {
+            break;
+        }
+        if let Err(e) = &result {
+            tracing::warn!(error = %e, "a cached copy was damaged; reading it again");
+        }
+        result = gather_part_once(snap, indices, fields, engine, false);
+    }
+    result
+}
+
+/// `zero_copy: false` keeps the batch off the mappings (a retry after a damaged cache entry:
+/// the backend serves it from elsewhere).
+fn gather_part_once(
+    snap: &Snapshot,
+    indices: &[u64],
+    fields: &[usize],
+    engine: &Engine,
+    zero_copy: bool,
+) -> Result<(Values, FieldNames)> {
     let res = resolve::resolve(snap, indices, fields)?;
     let verify = engine.verify_checksums;
-    let mapped = !engine.direct_io
+    let mapped = zero_copy
+        && !engine.direct_io
         && match engine.backend.zero_copy() {
             ZeroCopy::Always => true,
             ZeroCopy::WhenResident => mapped::resident(&res)?,

@@ -1,0 +1,199 @@
+//! The chunk cache of a remote dataset (s3s-fs started by the test): the first epoch fills it
+//! in the background; a dataset opened again reads every record from it with no request to the
+//! store, byte-exact; a damaged cache entry is never served (it is dropped and the records
+//! read from the store); a second process shares the cache; the size limit evicts.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+#[path = "support/s3.rs"]
+mod s3;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use zrecord::remote::{push, stats, RemoteConfig, TransferOptions};
+use zrecord::{DType, Dataset, Field, ReadConfig, Schema, Writer, WriterConfig};
+
+fn record(i: u64) -> Vec<u8> {
+    (0..(64 + i * 31 % 900) as usize)
+        .map(|j| (i as u8).wrapping_add((j * 3) as u8))
+        .collect()
+}
+
+fn write(dir: &Path, n: u64) {
+    let schema = Schema::new()
+        .field(Field::new("x", DType::U8))
+        .chunk_size_bytes(128 << 10);
+    let mut w = Writer::create(dir, &schema, WriterConfig::default()).unwrap();
+    for i in 0..n {
+        w.append(&[record(i)]).unwrap();
+    }
+    w.commit().unwrap();
+}
+
+fn open(server: &s3::S3Server, url: &str, cache: &Path, bytes: u64) -> Dataset {
+    let remote = RemoteConfig::default()
+        .store(server.options())
+        .cache_dir(cache)
+        .cache_bytes(bytes);
+    Dataset::open_with(url, ReadConfig::default().with_remote(remote)).unwrap()
+}
+
+fn check_all(ds: &Dataset, n: u64) {
+    let all: Vec<u64> = (0..n).rev().collect();
+    let b = ds.gather_blocking(&all).unwrap();
+    for (r, &i) in all.iter().enumerate() {
+        assert_eq!(b.get(r, 0).unwrap(), record(i).as_slice(), "record {i}");
+    }
+}
+
+/// The cached chunk files (complete ones, not temporary files).
+fn cached(cache: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(dirs) = std::fs::read_dir(cache.join("objects")) else {
+        return out;
+    };
+    for d in dirs.flatten() {
+        for f in std::fs::read_dir(d.path()).unwrap().flatten() {
+            if !f.file_name().to_string_lossy().starts_with(".tmp-") {
+                out.push(f.path());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn cache_fills_serves_verifies_and_evicts() {
+    let server = s3::S3Server::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("ds");
+    let n = 3000;
+    write(&local, n);
+    let chunks = std::fs::read_dir(local.join("chunk")).unwrap().count();
+    assert!(chunks >= 8, "{chunks} chunks");
+    let url = server.url("cached/a");
+    push(
+        &local,
+        &url,
+        &TransferOptions::default().store(server.options()),
+    )
+    .unwrap();
+    let cache = tmp.path().join("cache");
+
+    // Epoch 1 from the store fills the cache in the background.
+    let first = open(&server, &url, &cache, 1 << 30);
+    check_all(&first, n);
+    wait_for("every chunk to be cached", || {
+        cached(&cache).len() == chunks
+    });
+
+    // Opened again: every chunk is local, no request reaches the store.
+    let second = open(&server, &url, &cache, 1 << 30);
+    let before = stats().requests;
+    check_all(&second, n);
+    assert_eq!(
+        stats().requests,
+        before,
+        "reads of cached chunks went to the store"
+    );
+    // The first handle serves cached objects too (without reopening).
+    check_all(&first, n);
+    assert_eq!(stats().requests, before);
+
+    // A damaged cache entry is never served: flip a byte of every cached chunk.
+    for f in cached(&cache) {
+        let mut bytes = std::fs::read(&f).unwrap();
+        let at = bytes.len() / 3;
+        bytes[at] ^= 0x10;
+        std::fs::write(&f, bytes).unwrap();
+    }
+    check_all(&second, n);
+    assert!(
+        stats().requests > before,
+        "damaged entries were not refetched"
+    );
+    let third = open(&server, &url, &cache, 1 << 30);
+    check_all(&third, n);
+
+    // Another process (a child re-running this binary) shares the cache: it opens the dataset
+    // with every chunk cached and reads without a request.
+    wait_for("the cache to refill", || cached(&cache).len() == chunks);
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args([
+            "--exact",
+            "child_reads_from_the_shared_cache",
+            "--nocapture",
+        ])
+        .env(
+            "ZRECORD_CACHE_CHILD",
+            format!("{}|{url}|{}", cache.display(), server.endpoint),
+        )
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("child: 0 requests"), "{text}");
+
+    // A small limit keeps the cache under it.
+    let small = tmp.path().join("small");
+    let limited = open(&server, &url, &small, 300 << 10);
+    check_all(&limited, n);
+    std::thread::sleep(Duration::from_millis(500));
+    check_all(&limited, n);
+    wait_for("the fills to settle", || {
+        std::fs::read_dir(small.join("objects"))
+            .map(|d| {
+                d.flatten().all(|d| {
+                    std::fs::read_dir(d.path())
+                        .unwrap()
+                        .flatten()
+                        .all(|f| !f.file_name().to_string_lossy().starts_with(".tmp-"))
+                })
+            })
+            .unwrap_or(true)
+    });
+    let total: u64 = cached(&small)
+        .iter()
+        .map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0))
+        .sum();
+    assert!(
+        total <= 300 << 10,
+        "{total} bytes cached over a 300 KiB limit"
+    );
+}
+
+/// The child of `cache_fills_serves_verifies_and_evicts`: does nothing unless started by it.
+#[test]
+fn child_reads_from_the_shared_cache() {
+    let Ok(spec) = std::env::var("ZRECORD_CACHE_CHILD") else {
+        return;
+    };
+    let mut parts = spec.split('|');
+    let (cache, url, endpoint) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
+    let remote = RemoteConfig::default()
+        .store(s3::options_for(endpoint))
+        .cache_dir(cache)
+        .cache_bytes(1 << 30);
+    let ds = Dataset::open_with(url, ReadConfig::default().with_remote(remote)).unwrap();
+    let before = stats().requests;
+    check_all(&ds, 3000);
+    println!("child: {} requests", stats().requests - before);
+}
