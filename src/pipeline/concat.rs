@@ -226,6 +226,31 @@ where
     fn part_lens(&self) -> Vec<u64> {
         self.parts.iter().map(|p| p.len()).collect()
     }
+
+    /// Each part's indices, announced to that part.
+    fn lookahead(&self, session: u64, indices: &[u64]) {
+        let mut local: Vec<Vec<u64>> = vec![Vec::new(); self.parts.len()];
+        for &i in indices {
+            if let Some(list) = self
+                .locate(i)
+                .ok()
+                .and_then(|(s, l)| Some((local.get_mut(s)?, l)))
+            {
+                list.0.push(list.1);
+            }
+        }
+        for (part, list) in self.parts.iter().zip(&local) {
+            if !list.is_empty() {
+                part.lookahead(session, list);
+            }
+        }
+    }
+
+    fn end_lookahead(&self, session: u64) {
+        for part in &self.parts {
+            part.end_lookahead(session);
+        }
+    }
 }
 
 #[cfg(test)]

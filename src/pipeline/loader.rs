@@ -330,6 +330,13 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
         self
     }
 
+    /// Batches each worker announces to the source ahead of the one it gathers (see
+    /// [`PrefetchConfig::lookahead`]).
+    pub fn lookahead(mut self, batches: usize) -> Self {
+        self.config.prefetch.lookahead = batches;
+        self
+    }
+
     /// The merge policy.
     pub fn merge(mut self, merge: MergePolicy) -> Self {
         self.config.prefetch.merge = merge;

@@ -212,6 +212,16 @@ pub struct PrefetchConfig {
     /// What the stream does after a failed batch. Default: [`OnError::Stop`].
     #[serde(default)]
     pub on_error: OnError,
+    /// Batches each worker announces ahead of the one it gathers ([`Source::lookahead`]), so a
+    /// source with latency to hide (a dataset on an object store) has their reads in flight
+    /// while earlier batches are gathered and consumed; 0 to [`MAX_QUEUE_SIZE`]. Local sources
+    /// ignore it. Default: 2.
+    #[serde(default = "default_lookahead")]
+    pub lookahead: usize,
+}
+
+fn default_lookahead() -> usize {
+    2
 }
 
 impl Default for PrefetchConfig {
@@ -225,6 +235,7 @@ impl Default for PrefetchConfig {
             merge: MergePolicy::Strict,
             retry: RetryPolicy::default(),
             on_error: OnError::Stop,
+            lookahead: default_lookahead(),
         }
     }
 }
@@ -273,6 +284,13 @@ impl PrefetchConfig {
         self
     }
 
+    /// Sets the batches each worker announces ahead of the one it gathers. Default 2.
+    #[must_use]
+    pub fn lookahead(mut self, batches: usize) -> Self {
+        self.lookahead = batches;
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         let bad = |reason: String| Err(Error::InvalidConfig { reason });
         if self.num_workers == 0 || self.num_workers > MAX_NUM_WORKERS {
@@ -282,6 +300,12 @@ impl PrefetchConfig {
             ));
         }
         let queue_ok = |q: usize| (1..=MAX_QUEUE_SIZE).contains(&q);
+        if self.lookahead > MAX_QUEUE_SIZE {
+            return bad(format!(
+                "prefetch: lookahead must be 0 to {MAX_QUEUE_SIZE} batches, not {}",
+                self.lookahead
+            ));
+        }
         if !queue_ok(self.worker_queue_size) || !queue_ok(self.consumer_queue_size) {
             return bad(format!(
                 "prefetch: queue sizes must be 1 to {MAX_QUEUE_SIZE} (worker_queue_size {}, \
@@ -445,7 +469,20 @@ pub struct Prefetch<T> {
     merge_done: bool,
     state: PrefetchState,
     max_observed_lead: u64,
+    /// Ends the source's lookahead session when the stream goes away.
+    end_lookahead: Option<Box<dyn FnOnce() + Send + Sync>>,
 }
+
+impl<T> Drop for Prefetch<T> {
+    fn drop(&mut self) {
+        if let Some(end) = self.end_lookahead.take() {
+            end();
+        }
+    }
+}
+
+/// Lookahead sessions, one per [`Prefetch`].
+static SESSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 // Nothing in a `Prefetch` is structurally pinned.
 impl<T> Unpin for Prefetch<T> {}
@@ -521,6 +558,10 @@ impl<T: Send + 'static> Prefetch<T> {
             None => (vec![0; config.num_workers], 0),
             Some(s) => restore(s, &mut split)?,
         };
+        let session = SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ender = Arc::clone(&source);
+        let end_lookahead: Box<dyn FnOnce() + Send + Sync> =
+            Box::new(move || ender.end_lookahead(session));
         let mut workers = Vec::with_capacity(config.num_workers);
         for (w, &start_k) in consumed.iter().enumerate() {
             let (tx, rx) = queue::bounded(config.worker_queue_size);
@@ -530,6 +571,9 @@ impl<T: Send + 'static> Prefetch<T> {
                 source: Arc::clone(&source),
                 transform: Arc::clone(&transform),
                 retry: config.retry,
+                lookahead: config.lookahead as u64,
+                session,
+                ahead: VecDeque::new(),
                 split: split.clone(),
                 w: w as u64,
                 k: start_k,
@@ -575,6 +619,7 @@ impl<T: Send + 'static> Prefetch<T> {
             merge_done: false,
             state,
             max_observed_lead: 0,
+            end_lookahead: Some(end_lookahead),
         })
     }
 }
@@ -691,6 +736,11 @@ struct WorkerJob<St, Src: Source, T> {
     source: Arc<Src>,
     transform: Transform<Src::Batch, T>,
     retry: RetryPolicy,
+    /// Batches announced ahead, and the loader's lookahead session.
+    lookahead: u64,
+    session: u64,
+    /// This worker's next batches, computed (and announced) ahead: `(k, batch)`.
+    ahead: VecDeque<(u64, IndexBatch)>,
     split: Split,
     w: u64,
     k: u64,
@@ -713,6 +763,7 @@ where
                 break;
             };
             let pos = self.split.position(g);
+            self.announce();
             let result = self.produce_with_retries(pos);
             let item = WorkerItem { k: self.k, result };
             if self.tx.push(item).is_err() {
@@ -770,8 +821,47 @@ where
         }
     }
 
+    /// Computes this worker's batches after the current one, up to `lookahead` of them, and
+    /// announces those not announced yet to the source.
+    fn announce(&mut self) {
+        while self.ahead.front().is_some_and(|(k, _)| *k < self.k) {
+            self.ahead.pop_front();
+        }
+        if self.lookahead == 0 {
+            return;
+        }
+        let mut next = self
+            .ahead
+            .back()
+            .map_or(self.k, |(k, _)| k.saturating_add(1));
+        let last = self.k.saturating_add(self.lookahead);
+        while next <= last && self.split.count(self.w).is_none_or(|c| next < c) {
+            let Some(g) = self.split.global(self.w, next) else {
+                break;
+            };
+            let pos = self.split.position(g);
+            // A batch that cannot be computed is not announced; producing it reports why.
+            let Ok(batch) = self.stage.get(pos.epoch, pos.position) else {
+                break;
+            };
+            if next > self.k {
+                self.source.lookahead(self.session, &batch.indices());
+            }
+            self.ahead.push_back((next, batch));
+            next = next.saturating_add(1);
+        }
+    }
+
     fn produce(&mut self, pos: Position) -> Result<LoaderBatch<T>> {
-        let batch = self.stage.get(pos.epoch, pos.position)?;
+        let computed = self
+            .ahead
+            .front()
+            .filter(|(k, _)| *k == self.k)
+            .map(|(_, b)| b.clone());
+        let batch = match computed {
+            Some(b) => b,
+            None => self.stage.get(pos.epoch, pos.position)?,
+        };
         let gathered = self.source.gather(&batch.indices())?;
         let data = (self.transform)(gathered, &batch)?;
         Ok(LoaderBatch { data, batch })

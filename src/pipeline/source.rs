@@ -48,6 +48,20 @@ pub trait Source: Send + Sync + 'static {
         0
     }
 
+    /// Announces that `indices` will be gathered soon, so a source with latency to hide (a
+    /// dataset on an object store) can start reading them now. The loader's workers announce
+    /// their next batches ([`super::PrefetchConfig::lookahead`]); `session` groups one
+    /// loader's announcements. Must not block. Default: nothing.
+    fn lookahead(&self, session: u64, indices: &[u64]) {
+        let _ = (session, indices);
+    }
+
+    /// Drops whatever [`Source::lookahead`] started for `session` and nothing gathered (the
+    /// loader was dropped, resumed or moved elsewhere). Default: nothing.
+    fn end_lookahead(&self, session: u64) {
+        let _ = session;
+    }
+
     /// The lengths of the parts this source is made of, in index order: the parts a
     /// [`super::Mix`] weights (one weight per part) when the loader is built with
     /// [`super::LoaderBuilder::mix`]. They must sum to [`Source::len`]. Defaults to one part,
@@ -146,6 +160,16 @@ impl Source for Dataset {
 
     fn generation(&self) -> u64 {
         Dataset::generation(self)
+    }
+
+    fn lookahead(&self, session: u64, indices: &[u64]) {
+        let snap = self.snapshot();
+        let fields: Vec<usize> = (0..snap.meta().fields.len()).collect();
+        let _ = crate::store::read::lookahead(&snap, indices, &fields, self.engine(), session);
+    }
+
+    fn end_lookahead(&self, session: u64) {
+        self.engine().backend.end_lookahead(session);
     }
 }
 
@@ -263,6 +287,33 @@ impl Source for DatasetSource {
     fn generation(&self) -> u64 {
         self.snapshot.generation()
     }
+
+    fn lookahead(&self, session: u64, indices: &[u64]) {
+        let Ok(engine) = self.engine() else {
+            return;
+        };
+        if !engine.backend.wants_lookahead() {
+            return;
+        }
+        let fields = match &self.fields {
+            None => (0..self.snapshot.meta().fields.len()).collect::<Vec<_>>(),
+            Some(fields) => match fields
+                .iter()
+                .map(|f| self.snapshot.field_index(f))
+                .collect::<Result<Vec<_>>>()
+            {
+                Ok(f) => f,
+                Err(_) => return,
+            },
+        };
+        let _ = crate::store::read::lookahead(&self.snapshot, indices, &fields, engine, session);
+    }
+
+    fn end_lookahead(&self, session: u64) {
+        if let Ok(engine) = self.engine() {
+            engine.backend.end_lookahead(session);
+        }
+    }
 }
 
 /// Sources shared behind an `Arc` are sources too, trait objects included
@@ -288,6 +339,14 @@ impl<S: Source + ?Sized> Source for Arc<S> {
 
     fn generation(&self) -> u64 {
         S::generation(self)
+    }
+
+    fn lookahead(&self, session: u64, indices: &[u64]) {
+        S::lookahead(self, session, indices)
+    }
+
+    fn end_lookahead(&self, session: u64) {
+        S::end_lookahead(self, session)
     }
 
     fn part_lens(&self) -> Vec<u64> {

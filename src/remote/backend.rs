@@ -10,7 +10,7 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 
 use super::cache::Cache;
-use super::store::{block_on, Store};
+use super::store::{block_on, spawn_abortable, Store};
 use super::RemoteConfig;
 use crate::error::{Error, Result};
 use crate::io::job::ReadJob;
@@ -20,6 +20,9 @@ use crate::{ReadBackend, ZeroCopy};
 static REQUESTS: AtomicU64 = AtomicU64::new(0);
 static FETCHED: AtomicU64 = AtomicU64::new(0);
 static USEFUL: AtomicU64 = AtomicU64::new(0);
+static ISSUED: AtomicU64 = AtomicU64::new(0);
+static HITS: AtomicU64 = AtomicU64::new(0);
+static CANCELED: AtomicU64 = AtomicU64::new(0);
 
 /// What the remote backend has done in this process so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -31,6 +34,12 @@ pub struct RemoteStats {
     pub bytes_fetched: u64,
     /// Bytes the reads asked for (the rest is what coalescing fetched across gaps).
     pub bytes_requested: u64,
+    /// Range requests started by lookahead.
+    pub lookahead_issued: u64,
+    /// Reads served by a request lookahead had started.
+    pub lookahead_hits: u64,
+    /// Lookahead requests dropped unused (their loader went away, or they went stale).
+    pub lookahead_canceled: u64,
 }
 
 /// The remote backend's counters so far, process-wide.
@@ -39,6 +48,9 @@ pub fn stats() -> RemoteStats {
         requests: REQUESTS.load(Ordering::Relaxed),
         bytes_fetched: FETCHED.load(Ordering::Relaxed),
         bytes_requested: USEFUL.load(Ordering::Relaxed),
+        lookahead_issued: ISSUED.load(Ordering::Relaxed),
+        lookahead_hits: HITS.load(Ordering::Relaxed),
+        lookahead_canceled: CANCELED.load(Ordering::Relaxed),
     }
 }
 
@@ -64,6 +76,55 @@ pub(crate) struct RemoteBackend {
     /// Keys whose cached copy was found damaged: read from the store from now on, even where
     /// a snapshot holds the cached file open.
     damaged: Mutex<HashSet<String>>,
+    /// Requests started ahead of the reads that will ask for them.
+    ahead: Mutex<Ahead>,
+    /// Lookahead requests in flight at once: `requests_in_flight`.
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+/// Lookahead requests waiting or in flight at most.
+const MAX_AHEAD: usize = 4096;
+
+/// A range request started by lookahead: its session, size, start time, and its answer.
+#[derive(Debug)]
+struct Started {
+    session: u64,
+    size: u64,
+    at: std::time::Instant,
+    rx: tokio::sync::oneshot::Receiver<Option<Bytes>>,
+    task: tokio::task::AbortHandle,
+}
+
+/// The lookahead requests in flight or done, by `(key, start, end)`, and their bytes.
+#[derive(Debug, Default)]
+struct Ahead {
+    started: HashMap<(String, u64, u64), Started>,
+    bytes: u64,
+}
+
+impl Ahead {
+    fn remove(&mut self, k: &(String, u64, u64)) -> Option<Started> {
+        let s = self.started.remove(k)?;
+        self.bytes = self.bytes.saturating_sub(s.size);
+        Some(s)
+    }
+
+    /// Drops the requests of `session` (all of them for `None`) and those older than a minute.
+    fn drop_where(&mut self, session: Option<u64>) {
+        let stale = std::time::Duration::from_secs(60);
+        let gone: Vec<_> = self
+            .started
+            .iter()
+            .filter(|(_, s)| session.is_none_or(|x| x == s.session) || s.at.elapsed() > stale)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in gone {
+            if let Some(s) = self.remove(&k) {
+                s.task.abort();
+                CANCELED.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 impl RemoteBackend {
@@ -73,13 +134,36 @@ impl RemoteBackend {
         cache: Option<Arc<Cache>>,
         local: Option<Arc<dyn ReadBackend>>,
     ) -> Self {
+        let permits = config.requests_in_flight.max(1);
         Self {
             store,
             config,
             cache,
             local,
             damaged: Mutex::new(HashSet::new()),
+            ahead: Mutex::new(Ahead::default()),
+            permits: Arc::new(tokio::sync::Semaphore::new(permits)),
         }
+    }
+
+    /// The remote ops of `job` and every op's key (`None`: read locally).
+    fn remote_ops(&self, job: &ReadJob) -> (Vec<usize>, Vec<String>) {
+        let mut remote = Vec::new();
+        let mut keys = Vec::with_capacity(job.len());
+        let mut cached: HashMap<String, bool> = HashMap::new();
+        for op in 0..job.len() {
+            let key = job.range(op).and_then(|r| self.object_of(&r));
+            if let Some(k) = &key {
+                let is_cached = *cached
+                    .entry(k.clone())
+                    .or_insert_with(|| self.cache.as_ref().is_some_and(|c| c.lookup(k).is_some()));
+                if !is_cached {
+                    remote.push(op);
+                }
+            }
+            keys.push(key.unwrap_or_default());
+        }
+        (remote, keys)
     }
 
     /// The object key op `r` must be read from the store with, `None` for a local read: a
@@ -182,6 +266,68 @@ impl ReadBackend for RemoteBackend {
         ZeroCopy::WhenResident
     }
 
+    fn wants_lookahead(&self) -> bool {
+        self.config.lookahead_bytes > 0
+    }
+
+    fn lookahead(&self, session: u64, job: &ReadJob) {
+        let (remote, keys) = self.remote_ops(job);
+        if remote.is_empty() {
+            return;
+        }
+        let Ok((requests, _)) = self.plan(job, &remote, &keys) else {
+            return;
+        };
+        let Ok(mut ahead) = self.ahead.lock() else {
+            return;
+        };
+        ahead.drop_where(Some(u64::MAX));
+        for r in requests {
+            let size = r.end.saturating_sub(r.start);
+            let k = (r.key.clone(), r.start, r.end);
+            if ahead.started.contains_key(&k)
+                || ahead.started.len() >= MAX_AHEAD
+                || ahead.bytes.saturating_add(size) > self.config.lookahead_bytes
+            {
+                continue;
+            }
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let store = Arc::clone(&self.store);
+            let permits = Arc::clone(&self.permits);
+            let Some(task) = spawn_abortable(async move {
+                let Ok(_permit) = permits.acquire().await else {
+                    return;
+                };
+                let got = store.get_range(&r.key, r.start..r.end).await.ok();
+                if let Some(b) = &got {
+                    REQUESTS.fetch_add(1, Ordering::Relaxed);
+                    FETCHED.fetch_add(b.len() as u64, Ordering::Relaxed);
+                }
+                let _ = tx.send(got);
+            }) else {
+                return;
+            };
+            ISSUED.fetch_add(1, Ordering::Relaxed);
+            ahead.bytes = ahead.bytes.saturating_add(size);
+            ahead.started.insert(
+                k,
+                Started {
+                    session,
+                    size,
+                    at: std::time::Instant::now(),
+                    rx,
+                    task,
+                },
+            );
+        }
+    }
+
+    fn end_lookahead(&self, session: u64) {
+        if let Ok(mut a) = self.ahead.lock() {
+            a.drop_where(Some(session));
+        }
+    }
+
     fn refetch(&self, path: &Path) -> bool {
         let Some(cache) = &self.cache else {
             return false;
@@ -260,11 +406,25 @@ impl ReadBackend for RemoteBackend {
         let (requests, segments) = self.plan(&job, &remote, &keys)?;
         let store = Arc::clone(&self.store);
         let in_flight = self.config.requests_in_flight.max(1);
+        // Requests lookahead started already: their answers, awaited in place.
+        let started: Vec<Option<Started>> = match self.ahead.lock() {
+            Ok(mut a) if !a.started.is_empty() => requests
+                .iter()
+                .map(|r| a.remove(&(r.key.clone(), r.start, r.end)))
+                .collect(),
+            _ => requests.iter().map(|_| None).collect(),
+        };
         let bodies: Vec<Bytes> = block_on(async move {
-            futures::stream::iter(requests)
-                .map(|r| {
+            futures::stream::iter(requests.into_iter().zip(started))
+                .map(|(r, started)| {
                     let store = Arc::clone(&store);
                     async move {
+                        if let Some(s) = started {
+                            if let Ok(Some(b)) = s.rx.await {
+                                HITS.fetch_add(1, Ordering::Relaxed);
+                                return Ok::<_, Error>(b);
+                            }
+                        }
                         let b = store.get_range(&r.key, r.start..r.end).await?;
                         REQUESTS.fetch_add(1, Ordering::Relaxed);
                         FETCHED.fetch_add(b.len() as u64, Ordering::Relaxed);

@@ -46,6 +46,10 @@ pub struct RemoteConfig {
     /// Bytes of whole chunks the cache may hold for this dataset (least recently used evicted
     /// first); 0 turns chunk caching off. Default: `$ZRECORD_CACHE_BYTES`, else 0.
     pub cache_bytes: u64,
+    /// Bytes of range requests lookahead may have started ahead of the reads that will take
+    /// them (the loader announces its next batches; see
+    /// [`crate::pipeline::PrefetchConfig::lookahead`]); 0 turns lookahead off. Default: 64 MiB.
+    pub lookahead_bytes: u64,
 }
 
 impl Default for RemoteConfig {
@@ -63,6 +67,7 @@ impl Default for RemoteConfig {
                 .ok()
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(0),
+            lookahead_bytes: 64 << 20,
         }
     }
 }
@@ -107,6 +112,13 @@ impl RemoteConfig {
     #[must_use]
     pub fn cache_bytes(mut self, bytes: u64) -> Self {
         self.cache_bytes = bytes;
+        self
+    }
+
+    /// Sets the bytes lookahead may have in flight or waiting; 0 turns it off. Default 64 MiB.
+    #[must_use]
+    pub fn lookahead_bytes(mut self, bytes: u64) -> Self {
+        self.lookahead_bytes = bytes;
         self
     }
 

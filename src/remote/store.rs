@@ -124,6 +124,15 @@ where
     }
 }
 
+/// Like [`spawn`], returning a handle that aborts the task; `None` if the runtime cannot
+/// start.
+pub(crate) fn spawn_abortable<F>(fut: F) -> Option<tokio::task::AbortHandle>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    runtime().ok().map(|rt| rt.spawn(fut).abort_handle())
+}
+
 /// A dataset's prefix on an object store.
 #[derive(Debug)]
 pub(crate) struct Store {

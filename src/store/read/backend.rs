@@ -38,6 +38,27 @@ pub trait ReadBackend: Send + Sync + fmt::Debug {
         let _ = path;
         false
     }
+
+    /// Whether [`ReadBackend::lookahead`] does anything (the engine skips planning reads for
+    /// it otherwise). Default false.
+    fn wants_lookahead(&self) -> bool {
+        false
+    }
+
+    /// The reads of a batch that will be read soon, exactly as [`ReadBackend::read`] will get
+    /// them (planned the same way; the job has no buffers): a backend with latency to hide
+    /// starts them now, within its own budget, and hands the bytes to the `read` that asks for
+    /// them. `session` groups the lookahead of one loader. Default: nothing.
+    fn lookahead(&self, session: u64, job: &ReadJob) {
+        let _ = (session, job);
+    }
+
+    /// Drops every read [`ReadBackend::lookahead`] started for `session` that no `read` took
+    /// (the loader that announced them was dropped, resumed elsewhere or seeked). Default:
+    /// nothing.
+    fn end_lookahead(&self, session: u64) {
+        let _ = session;
+    }
 }
 
 /// When a batch of raw records is served as slices of the chunks' mappings.

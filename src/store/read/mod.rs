@@ -134,17 +134,83 @@ fn gather_part_once(
     Ok((values, Arc::clone(&res.fields)))
 }
 
-/// The I/O path: the plan's reads through the backend, raw records straight into their slots,
-/// deflate records and `O_DIRECT` spans through staging; then checked and finished.
-fn gather_io(res: &Resolved<'_>, engine: &Engine) -> Result<Values> {
-    let wants = &res.wants;
-    let verify = engine.verify_checksums;
-    let (out, starts) = slab(wants.iter().map(|w| w.e.logical_len as usize), SLOT_ALIGN);
+/// The plan's ops in jobs of at most `max_job_files` files (each (chunk, mode) is one run of
+/// ops), with each job's file count: a job holds permits for its files while in flight, and
+/// keeps them open until it completes, whatever the budget closes meanwhile.
+fn job_ranges(ops: &[plan::Op]) -> Vec<(std::ops::Range<usize>, usize)> {
+    let max_files = chunks::max_job_files();
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < ops.len() {
+        let mut end = start;
+        let mut files = 0;
+        let mut current = None;
+        while let Some(op) = ops.get(end) {
+            if current != Some((op.chunk, op.direct)) {
+                if files == max_files {
+                    break;
+                }
+                files += 1;
+                current = Some((op.chunk, op.direct));
+            }
+            end += 1;
+        }
+        out.push((start..end, files));
+        start = end;
+    }
+    out
+}
 
-    // Which chunks read with O_DIRECT (where the file system allows it).
+/// The job of `plan`'s ops `range`, landing in `bufs`.
+fn build_job(
+    res: &Resolved<'_>,
+    plan: &plan::Plan,
+    range: std::ops::Range<usize>,
+    bufs: Vec<Vec<u8>>,
+) -> Result<ReadJob> {
+    let ops = plan.ops.get(range).unwrap_or_default();
+    let mut job = ReadJob {
+        bufs,
+        ..ReadJob::default()
+    };
+    let mut current = None;
+    let base = ops.first().map_or(0, |op| op.pieces.start);
+    for op in ops {
+        if current != Some((op.chunk, op.direct)) {
+            current = Some((op.chunk, op.direct));
+            let chunk = res.chunks.get(op.chunk).ok_or_else(|| {
+                crate::Error::internal(format!("a read names chunk {}", op.chunk))
+            })?;
+            let file = match op.direct {
+                true => chunk.direct()?.ok_or_else(|| {
+                    crate::Error::internal("O_DIRECT refused after it was granted".into())
+                })?,
+                false => chunk.file()?,
+            };
+            job.files.push(file);
+        }
+        job.ops.push(crate::io::job::ReadOp {
+            file: job.files.len() - 1,
+            offset: op.offset,
+            need: op.need,
+            pieces: op.pieces.start - base..op.pieces.end - base,
+        });
+        job.pieces
+            .extend_from_slice(plan.pieces.get(op.pieces.clone()).unwrap_or_default());
+    }
+    Ok(job)
+}
+
+/// The extents of `res`'s records with their slots (`starts`): which read with `O_DIRECT`,
+/// which land in staging.
+fn extents(res: &Resolved<'_>, engine: &Engine, starts: &[usize]) -> Result<Vec<Extent>> {
     let mut direct_of = chunks::PerChunk::<bool>::new();
-    let mut extents = Vec::with_capacity(wants.len());
-    for (w, &slot) in wants.iter().zip(&starts) {
+    let mut extents = Vec::with_capacity(res.wants.len());
+    for (w, &slot) in res
+        .wants
+        .iter()
+        .zip(starts.iter().chain(std::iter::repeat(&0)))
+    {
         let direct = engine.direct_io
             && w.e.physical_len > 0
             && direct_of.get(w.e.chunk, || Ok(res.chunk(w)?.direct()?.is_some()))?;
@@ -157,6 +223,44 @@ fn gather_io(res: &Resolved<'_>, engine: &Engine) -> Result<Values> {
             slot,
         });
     }
+    Ok(extents)
+}
+
+/// Announces the reads a gather of `indices` × `fields` will make to a backend that wants
+/// them ([`ReadBackend::lookahead`]): the same resolution, plan and jobs as [`gather`], no
+/// buffers, no reads.
+pub(crate) fn lookahead(
+    snap: &Snapshot,
+    indices: &[u64],
+    fields: &[usize],
+    engine: &Engine,
+    session: u64,
+) -> Result<()> {
+    if !engine.backend.wants_lookahead() {
+        return Ok(());
+    }
+    let per_part = (PART_VALUES / fields.len().max(1)).max(1);
+    for part in indices.chunks(per_part) {
+        let res = resolve::resolve(snap, part, fields)?;
+        // Slots change where bytes land, not which reads are made.
+        let plan = plan::plan(&extents(&res, engine, &[])?);
+        for (range, _) in job_ranges(&plan.ops) {
+            engine
+                .backend
+                .lookahead(session, &build_job(&res, &plan, range, Vec::new())?);
+        }
+    }
+    Ok(())
+}
+
+/// The I/O path: the plan's reads through the backend, raw records straight into their slots,
+/// deflate records and `O_DIRECT` spans through staging; then checked and finished.
+fn gather_io(res: &Resolved<'_>, engine: &Engine) -> Result<Values> {
+    let wants = &res.wants;
+    let verify = engine.verify_checksums;
+    let (out, starts) = slab(wants.iter().map(|w| w.e.logical_len as usize), SLOT_ALIGN);
+
+    let extents = extents(res, engine, &starts)?;
     let mut plan = plan::plan(&extents);
 
     // Buffers: the slab, and staging aligned for O_DIRECT when used.
@@ -171,57 +275,9 @@ fn gather_io(res: &Resolved<'_>, engine: &Engine) -> Result<Values> {
         p.at += pad;
     }
     let mut bufs = vec![out, staging];
-    // The reads go to the backend in jobs of at most `max_job_files` files (each (chunk, mode)
-    // is one run of ops), each holding permits for its files while in flight: a job keeps its
-    // files open until it completes, whatever the budget closes meanwhile.
-    let max_files = chunks::max_job_files();
-    let mut start = 0;
-    while start < plan.ops.len() {
-        let mut end = start;
-        let mut files = 0;
-        let mut current = None;
-        while let Some(op) = plan.ops.get(end) {
-            if current != Some((op.chunk, op.direct)) {
-                if files == max_files {
-                    break;
-                }
-                files += 1;
-                current = Some((op.chunk, op.direct));
-            }
-            end += 1;
-        }
-        let ops = plan.ops.get(start..end).unwrap_or_default();
-        start = end;
+    for (range, files) in job_ranges(&plan.ops) {
         let _permit = chunks::job_permit(files);
-        let mut job = ReadJob {
-            bufs: std::mem::take(&mut bufs),
-            ..ReadJob::default()
-        };
-        let mut current = None;
-        let base = ops.first().map_or(0, |op| op.pieces.start);
-        for op in ops {
-            if current != Some((op.chunk, op.direct)) {
-                current = Some((op.chunk, op.direct));
-                let chunk = res.chunks.get(op.chunk).ok_or_else(|| {
-                    crate::Error::internal(format!("a read names chunk {}", op.chunk))
-                })?;
-                let file = match op.direct {
-                    true => chunk.direct()?.ok_or_else(|| {
-                        crate::Error::internal("O_DIRECT refused after it was granted".into())
-                    })?,
-                    false => chunk.file()?,
-                };
-                job.files.push(file);
-            }
-            job.ops.push(crate::io::job::ReadOp {
-                file: job.files.len() - 1,
-                offset: op.offset,
-                need: op.need,
-                pieces: op.pieces.start - base..op.pieces.end - base,
-            });
-            job.pieces
-                .extend_from_slice(plan.pieces.get(op.pieces.clone()).unwrap_or_default());
-        }
+        let job = build_job(res, &plan, range, std::mem::take(&mut bufs))?;
         let mut done = engine.backend.read(job)?;
         bufs = std::mem::take(&mut done.bufs);
     }
