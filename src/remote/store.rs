@@ -284,6 +284,16 @@ impl Store {
         }
     }
 
+    /// Bytes `range` of object `key` straight through the client (its own retries only), for
+    /// the baseline: returns the number of bytes.
+    pub(crate) async fn raw_get_range(&self, key: &str, range: Range<u64>) -> Result<u64> {
+        self.inner
+            .get_range(&self.path(key), range.clone())
+            .await
+            .map(|b| b.len() as u64)
+            .map_err(|e| self.error(key, Some(range), &e))
+    }
+
     /// The whole object `key`.
     pub(crate) async fn get(&self, key: &str) -> Result<Bytes> {
         let path = self.path(key);

@@ -99,6 +99,12 @@ impl Dataset {
         })
     }
 
+    /// The store of a dataset opened by URL.
+    #[cfg(feature = "remote")]
+    pub(crate) fn remote(&self) -> Option<&Arc<crate::remote::open::Remote>> {
+        self.remote.as_ref()
+    }
+
     /// The read configuration this handle uses.
     pub fn read_config(&self) -> &ReadConfig {
         &self.config

@@ -43,6 +43,16 @@ pub struct LoaderArgs {
     /// Skip the raw-gather comparison run.
     #[arg(long)]
     no_compare: bool,
+    /// Batches each worker announces ahead (lookahead: reads of a dataset on an object store
+    /// start early).
+    #[arg(long, default_value_t = 2)]
+    lookahead: usize,
+    /// Range requests in flight per batch, for a dataset on an object store.
+    #[arg(long, default_value_t = 32)]
+    requests: usize,
+    /// Bytes of whole chunks cached locally for a dataset on an object store (0: no cache).
+    #[arg(long, default_value = "0", value_parser = crate::args::parse_size)]
+    cache: u64,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -124,6 +134,18 @@ pub struct GatherArgs {
     /// loop on this thread (timed). What libdeflate alone does with the same records.
     #[arg(long, conflicts_with = "pread_loop")]
     inflate_loop: bool,
+    /// For a dataset on an object store, instead of zrecord's engine, run the store's baseline:
+    /// one range GET per record (first field), `--requests` at once, straight through the
+    /// object-store client (no coalescing, checksums or decoding). Same indices.
+    #[arg(long, conflicts_with_all = ["pread_loop", "inflate_loop"])]
+    range_get_loop: bool,
+    /// Range requests in flight per batch, for a dataset on an object store (zrecord's engine
+    /// and the baseline alike).
+    #[arg(long, default_value_t = 32)]
+    requests: usize,
+    /// Bytes of whole chunks cached locally for a dataset on an object store (0: no cache).
+    #[arg(long, default_value = "0", value_parser = crate::args::parse_size)]
+    cache: u64,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -324,11 +346,17 @@ fn run_gather(a: &GatherArgs) -> Result<GatherStats, Box<dyn std::error::Error>>
     let opts = ReadConfig::default()
         .with_backend(backend)
         .with_direct_io(a.direct)
-        .with_verify_checksums(!a.no_verify);
+        .with_verify_checksums(!a.no_verify)
+        .with_remote(
+            zrecord::remote::RemoteConfig::default()
+                .requests_in_flight(a.requests)
+                .cache_bytes(a.cache),
+        );
     if a.evict {
         evict(&a.dir)?;
     }
     let ds = std::sync::Arc::new(Dataset::open_with(&a.dir, opts)?);
+    let remote_before = zrecord::remote::stats();
     let n = ds.len();
     if n == 0 || a.batch == 0 {
         return Err("nothing to read: empty dataset or --batch 0".into());
@@ -343,6 +371,7 @@ fn run_gather(a: &GatherArgs) -> Result<GatherStats, Box<dyn std::error::Error>>
                 verify: !a.no_verify,
                 pread_loop: a.pread_loop,
                 inflate_loop: a.inflate_loop,
+                range_get_loop: a.range_get_loop.then_some(a.requests),
                 seed: a.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (t as u64 + 1),
             };
             std::thread::spawn(move || bench_thread(&ds, &job))
@@ -371,6 +400,8 @@ fn run_gather(a: &GatherArgs) -> Result<GatherStats, Box<dyn std::error::Error>>
         "pread-loop"
     } else if a.inflate_loop {
         "inflate-loop"
+    } else if a.range_get_loop {
+        "range-get-loop"
     } else {
         ds.backend_name()
     };
@@ -390,11 +421,32 @@ fn run_gather(a: &GatherArgs) -> Result<GatherStats, Box<dyn std::error::Error>>
         "verify": !a.no_verify,
         "direct": a.direct,
         "evicted": a.evict,
+        "remote": remote_json(&remote_before),
         "sink": sink & 1,
     });
     Ok(GatherStats {
         records_per_s: records as f64 / secs,
         json: out,
+    })
+}
+
+/// What the remote backend did since `before`: requests, bytes fetched and asked for, and
+/// their ratio (bytes transferred per useful byte); `null` if it did nothing.
+fn remote_json(before: &zrecord::remote::RemoteStats) -> serde_json::Value {
+    let now = zrecord::remote::stats();
+    let requests = now.requests - before.requests;
+    if requests == 0 {
+        return serde_json::Value::Null;
+    }
+    let fetched = now.bytes_fetched - before.bytes_fetched;
+    let asked = now.bytes_requested - before.bytes_requested;
+    serde_json::json!({
+        "requests": requests,
+        "bytes_fetched": fetched,
+        "bytes_requested": asked,
+        "fetched_per_requested": fetched as f64 / asked.max(1) as f64,
+        "lookahead_issued": now.lookahead_issued - before.lookahead_issued,
+        "lookahead_hits": now.lookahead_hits - before.lookahead_hits,
     })
 }
 
@@ -404,6 +456,8 @@ struct ThreadJob {
     verify: bool,
     pread_loop: bool,
     inflate_loop: bool,
+    /// The remote baseline, with its requests in flight.
+    range_get_loop: Option<usize>,
     seed: u64,
 }
 
@@ -455,7 +509,10 @@ fn bench_thread(
             continue;
         }
         let t0 = Instant::now();
-        if job.pread_loop {
+        if let Some(requests) = job.range_get_loop {
+            bytes += zrecord::remote::range_get_loop(ds, &[idx.clone()], 0, requests)?;
+            records += idx.len() as u64;
+        } else if job.pread_loop {
             let snap = ds.snapshot();
             for &i in &idx {
                 let loc = snap.locate(0, i)?;
@@ -562,7 +619,13 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 fn loader(a: &LoaderArgs) -> Res {
     use zrecord::pipeline::{BucketConfig, DatasetSource, Loader, SamplerConfig, SamplerMode};
     let backend = Backend::from(a.backend);
-    let ds = Dataset::open_with(&a.dir, ReadConfig::default().with_backend(backend))?;
+    let config = ReadConfig::default().with_backend(backend).with_remote(
+        zrecord::remote::RemoteConfig::default()
+            .requests_in_flight(a.requests)
+            .cache_bytes(a.cache),
+    );
+    let ds = Dataset::open_with(&a.dir, config)?;
+    let remote_before = zrecord::remote::stats();
     let source = std::sync::Arc::new(DatasetSource::new(&ds));
     let mut builder = Loader::builder(std::sync::Arc::clone(&source))
         .sampler(
@@ -572,7 +635,8 @@ fn loader(a: &LoaderArgs) -> Res {
                 .epochs(None),
         )
         .batch_size(a.batch)
-        .num_workers(a.workers.max(1));
+        .num_workers(a.workers.max(1))
+        .lookahead(a.lookahead);
     if let Some(buffer_size) = a.bucket_buffer {
         builder = builder.bucket(
             BucketConfig::default()
@@ -603,6 +667,7 @@ fn loader(a: &LoaderArgs) -> Res {
     drop(loader);
     lat.sort_by(f64::total_cmp);
     let loader_rps = records as f64 / secs;
+    let remote = remote_json(&remote_before);
 
     // The same work as raw gathers, one thread per worker.
     let gather_rps = if a.no_compare {
@@ -620,6 +685,9 @@ fn loader(a: &LoaderArgs) -> Res {
             seed: 1,
             pread_loop: false,
             inflate_loop: false,
+            range_get_loop: false,
+            requests: a.requests,
+            cache: a.cache,
             json: false,
         };
         Some(run_gather(&g)?.records_per_s)
@@ -638,6 +706,8 @@ fn loader(a: &LoaderArgs) -> Res {
         "bucket_buffer": a.bucket_buffer,
         "state_bytes": state.len(),
         "state_ms": state_ms,
+        "lookahead": a.lookahead,
+        "remote": remote,
     });
     if a.json {
         println!("{out}");
