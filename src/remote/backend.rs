@@ -414,27 +414,34 @@ impl ReadBackend for RemoteBackend {
                 .collect(),
             _ => requests.iter().map(|_| None).collect(),
         };
-        let bodies: Vec<Bytes> = block_on(async move {
-            futures::stream::iter(requests.into_iter().zip(started))
-                .map(|(r, started)| {
+        let count = requests.len();
+        let done: Vec<(usize, Bytes)> = block_on(async move {
+            futures::stream::iter(requests.into_iter().zip(started).enumerate())
+                .map(|(i, (r, started))| {
                     let store = Arc::clone(&store);
                     async move {
                         if let Some(s) = started {
                             if let Ok(Some(b)) = s.rx.await {
                                 HITS.fetch_add(1, Ordering::Relaxed);
-                                return Ok::<_, Error>(b);
+                                return Ok::<_, Error>((i, b));
                             }
                         }
                         let b = store.get_range(&r.key, r.start..r.end).await?;
                         REQUESTS.fetch_add(1, Ordering::Relaxed);
                         FETCHED.fetch_add(b.len() as u64, Ordering::Relaxed);
-                        Ok::<_, Error>(b)
+                        Ok((i, b))
                     }
                 })
-                .buffered(in_flight)
+                .buffer_unordered(in_flight)
                 .try_collect()
                 .await
         })??;
+        let mut bodies = vec![Bytes::new(); count];
+        for (i, b) in done {
+            if let Some(slot) = bodies.get_mut(i) {
+                *slot = b;
+            }
+        }
         for (op, segs) in segments.iter().enumerate().filter(|(_, s)| !s.is_empty()) {
             let slice = |&(req, from, n): &(usize, usize, usize)| {
                 bodies

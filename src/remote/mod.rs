@@ -35,7 +35,9 @@ pub struct RemoteConfig {
     /// Range requests in flight at most, per batch. Default: 32.
     pub requests_in_flight: usize,
     /// Reads of one object closer than this many bytes share a request (the bytes between
-    /// them are fetched and dropped). Default: 64 KiB.
+    /// them are fetched and dropped). Default: 8 KiB: a merge saves a request but fetches the
+    /// gap, which for small random records costs far more bytes than it saves requests
+    /// (docs/BENCHMARKS.md).
     pub coalesce_gap: u64,
     /// The largest range request; larger reads are split. Default: 8 MiB.
     pub max_request: u64,
@@ -53,14 +55,14 @@ pub struct RemoteConfig {
 }
 
 impl Default for RemoteConfig {
-    /// The environment's store settings, 32 requests in flight, a 64 KiB coalescing gap,
+    /// The environment's store settings, 32 requests in flight, an 8 KiB coalescing gap,
     /// requests of at most 8 MiB, the default cache directory, no chunk cache (unless
     /// `ZRECORD_CACHE_BYTES` says otherwise).
     fn default() -> Self {
         Self {
             store: StoreOptions::default(),
             requests_in_flight: 32,
-            coalesce_gap: 64 << 10,
+            coalesce_gap: 8 << 10,
             max_request: 8 << 20,
             cache_dir: None,
             cache_bytes: std::env::var("ZRECORD_CACHE_BYTES")
@@ -87,7 +89,7 @@ impl RemoteConfig {
         self
     }
 
-    /// Sets the coalescing gap in bytes. Default 64 KiB.
+    /// Sets the coalescing gap in bytes. Default 8 KiB.
     #[must_use]
     pub fn coalesce_gap(mut self, bytes: u64) -> Self {
         self.coalesce_gap = bytes;

@@ -50,9 +50,10 @@ pub struct LoaderArgs {
     /// Range requests in flight per batch, for a dataset on an object store.
     #[arg(long, default_value_t = 32)]
     requests: usize,
-    /// Bytes of whole chunks cached locally for a dataset on an object store (0: no cache).
-    #[arg(long, default_value = "0", value_parser = crate::args::parse_size)]
-    cache: u64,
+    /// Bytes of whole chunks cached locally for a dataset on an object store (default: no
+    /// cache).
+    #[arg(long, value_parser = crate::args::parse_size)]
+    cache: Option<u64>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -143,9 +144,10 @@ pub struct GatherArgs {
     /// and the baseline alike).
     #[arg(long, default_value_t = 32)]
     requests: usize,
-    /// Bytes of whole chunks cached locally for a dataset on an object store (0: no cache).
-    #[arg(long, default_value = "0", value_parser = crate::args::parse_size)]
-    cache: u64,
+    /// Bytes of whole chunks cached locally for a dataset on an object store (default: no
+    /// cache).
+    #[arg(long, value_parser = crate::args::parse_size)]
+    cache: Option<u64>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -350,7 +352,7 @@ fn run_gather(a: &GatherArgs) -> Result<GatherStats, Box<dyn std::error::Error>>
         .with_remote(
             zrecord::remote::RemoteConfig::default()
                 .requests_in_flight(a.requests)
-                .cache_bytes(a.cache),
+                .cache_bytes(a.cache.unwrap_or(0)),
         );
     if a.evict {
         evict(&a.dir)?;
@@ -622,7 +624,7 @@ fn loader(a: &LoaderArgs) -> Res {
     let config = ReadConfig::default().with_backend(backend).with_remote(
         zrecord::remote::RemoteConfig::default()
             .requests_in_flight(a.requests)
-            .cache_bytes(a.cache),
+            .cache_bytes(a.cache.unwrap_or(0)),
     );
     let ds = Dataset::open_with(&a.dir, config)?;
     let remote_before = zrecord::remote::stats();
