@@ -85,3 +85,91 @@ fn push_pull_round_trip_and_idempotent_republish() {
     pull(&url, &pulled2, &opts).unwrap();
     assert_eq!(all_records(&pulled2), all_records(&local));
 }
+
+#[test]
+fn large_chunks_go_in_parts() {
+    let server = s3::S3Server::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("big");
+    let schema = Schema::new().field(Field::new("x", DType::U8));
+    let mut w = Writer::create(&local, &schema, WriterConfig::default()).unwrap();
+    for i in 0..90u64 {
+        // ~11.5 MiB in one chunk: three parts of 5 MiB.
+        w.append(&[vec![(i % 251) as u8; 128 << 10]]).unwrap();
+    }
+    w.commit().unwrap();
+    drop(w);
+    let url = server.url("big");
+    let opts = TransferOptions::default()
+        .store(server.options())
+        .part_size(5 << 20);
+    let r = push(&local, &url, &opts).unwrap();
+    assert!(r.transferred.1 > 11 << 20, "{r:?}");
+    let pulled = tmp.path().join("pulled");
+    pull(&url, &pulled, &opts).unwrap();
+    assert_eq!(all_records(&pulled), all_records(&local));
+}
+
+#[test]
+fn racing_pushes_commit_distinct_slots_or_conflict() {
+    let server = s3::S3Server::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let url = server.url("raced");
+    let dirs: Vec<_> = (0..4u64)
+        .map(|k| {
+            let d = tmp.path().join(format!("ds{k}"));
+            write(&d, 0, 200 + k * 50);
+            d
+        })
+        .collect();
+    let opts = TransferOptions::default().store(server.options());
+    let barrier = std::sync::Barrier::new(dirs.len());
+    let results: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = dirs
+            .iter()
+            .map(|d| {
+                let (opts, barrier, url) = (&opts, &barrier, &url);
+                s.spawn(move || {
+                    barrier.wait();
+                    push(d, url, opts)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut slots = Vec::new();
+    for r in &results {
+        match r {
+            Ok(report) => slots.push(report.slot),
+            Err(zrecord::Error::PublishConflict { url: u, reason }) => {
+                assert_eq!(u, &url);
+                assert!(
+                    reason.contains("another push committed slot")
+                        || reason.contains("was overwritten by another push"),
+                    "{reason}"
+                );
+            }
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+    }
+    // s3s-fs checks If-None-Match before it writes, not atomically: two creates of one slot at
+    // the same instant can both succeed (the read-back catches it when the overwrite lands
+    // first). What holds on it: the committed slots are 1..=k, and the dataset is the complete
+    // generation of one push that reported that slot.
+    slots.sort_unstable();
+    slots.dedup();
+    assert!(!slots.is_empty());
+    assert_eq!(slots, (1..=slots.len() as u64).collect::<Vec<_>>());
+    let last = *slots.last().unwrap();
+    let pulled = tmp.path().join("pulled");
+    let r = pull(&url, &pulled, &opts).unwrap();
+    assert_eq!(r.slot, last);
+    let got = all_records(&pulled);
+    assert!(
+        results
+            .iter()
+            .zip(&dirs)
+            .any(|(r, d)| r.as_ref().is_ok_and(|r| r.slot == last) && all_records(d) == got),
+        "the dataset is no successful push's generation"
+    );
+}
