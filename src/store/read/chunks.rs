@@ -604,6 +604,11 @@ impl ChunkSet {
         Ok(ChunkSet { by_id })
     }
 
+    /// True if some chunk is an object on a store (not a local file).
+    pub(crate) fn any_remote(&self) -> bool {
+        self.by_id.iter().flatten().any(|h| h.remote.is_some())
+    }
+
     /// The chunk with id `id`, if the commit names it.
     pub(crate) fn get(&self, id: u16) -> Option<&Arc<ChunkHandle>> {
         self.by_id.get(usize::from(id)).and_then(Option::as_ref)

@@ -236,7 +236,8 @@ pub(crate) fn lookahead(
     engine: &Engine,
     session: u64,
 ) -> Result<()> {
-    if !engine.backend.wants_lookahead() {
+    // Nothing to hide for local chunks (a remote dataset's cached ones included).
+    if !engine.backend.wants_lookahead() || !snap.chunks.any_remote() {
         return Ok(());
     }
     let per_part = (PART_VALUES / fields.len().max(1)).max(1);
