@@ -14,6 +14,8 @@
 mod backend;
 mod manifest;
 pub(crate) mod open;
+#[cfg(feature = "testing")]
+pub(crate) mod proxy;
 mod push;
 mod store;
 
