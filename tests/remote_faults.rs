@@ -78,7 +78,7 @@ fn published(name: &str) -> (s3::S3Server, tempfile::TempDir, String) {
     write(&tmp.path().join("ds"));
     let url = server.url(&format!("sets/{name}"));
     push(
-        &tmp.path().join("ds"),
+        tmp.path().join("ds"),
         &url,
         &TransferOptions::default().store(server.options()),
     )
