@@ -208,7 +208,8 @@ impl Shared {
 ///
 /// Simplifications, fine for a test: one request per connection — every response (and every
 /// forwarded request) carries `Connection: close`, so HTTP/1.1 keep-alive never applies and a
-/// client opens a new connection per request. Request bodies are read whole (by
+/// client opens a new connection per request. `Expect: 100-continue` is answered by the proxy.
+/// Request bodies are read whole (by
 /// `Content-Length`, or de-chunked and forwarded with a `Content-Length`); the upstream's
 /// response is read whole too (by `Content-Length`, chunked or to end of stream) and sent on
 /// with a `Content-Length` (a `HEAD` answer keeps the upstream's). Headers are passed on as
@@ -391,7 +392,8 @@ impl Head {
     }
 
     /// The head as bytes, without the hop-by-hop headers (`Connection`, `Keep-Alive`,
-    /// `Transfer-Encoding`, `Proxy-Connection`) and, if `length` is given, without
+    /// `Transfer-Encoding`, `Proxy-Connection`, `Expect`: the proxy answers `100-continue`
+    /// itself) and, if `length` is given, without
     /// `Content-Length`; then `Content-Length: length` (if given) and `Connection: close`.
     fn encode(&self, length: Option<u64>) -> Vec<u8> {
         let mut out = format!("{}\r\n", self.line);
@@ -401,6 +403,7 @@ impl Head {
                 "keep-alive",
                 "transfer-encoding",
                 "proxy-connection",
+                "expect",
             ]
             .iter()
             .any(|h| k.eq_ignore_ascii_case(h));
@@ -526,12 +529,19 @@ fn serve(shared: &Shared, id: u64, client: &TcpStream) -> std::io::Result<()> {
         .next()
         .unwrap_or_default()
         .to_string();
+    let mut out = client;
+    if request
+        .get("expect")
+        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"))
+    {
+        // The client waits for this before sending the body; the upstream is not asked.
+        out.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
+    }
     let body = if request.chunked() {
         read_chunked(&mut reader)?
     } else {
         read_n(&mut reader, request.content_length()?.unwrap_or(0))?
     };
-    let mut out = client;
 
     if Shared::hits(&config, n, Fault::Unavailable, config.unavailable) {
         shared.unavailable.fetch_add(1, Ordering::Relaxed);
@@ -688,6 +698,30 @@ mod tests {
                 ..FaultCounts::default()
             }
         );
+    }
+
+    #[test]
+    fn expect_continue_is_answered_by_the_proxy() {
+        let (up, seen) = upstream(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n".to_vec());
+        let proxy = FaultProxy::start(&up, FaultConfig::default()).unwrap();
+        let mut s = TcpStream::connect(proxy.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(
+            b"PUT /k HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n",
+        )
+        .unwrap();
+        let mut interim = [0u8; 25];
+        s.read_exact(&mut interim).unwrap();
+        assert_eq!(&interim, b"HTTP/1.1 100 Continue\r\n\r\n");
+        s.write_all(b"ok").unwrap();
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).unwrap();
+        assert!(rest.starts_with(b"HTTP/1.1 200 OK\r\n"));
+        let req = seen.lock().unwrap()[0].clone();
+        assert!(req.ends_with(b"\r\n\r\nok"));
+        assert!(!String::from_utf8_lossy(&req)
+            .to_ascii_lowercase()
+            .contains("expect"));
     }
 
     #[test]
