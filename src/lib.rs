@@ -78,9 +78,13 @@ pub use store::writer::{RebalanceReport, Writer, WriterConfig};
 /// Test machinery (feature `testing`, off by default): the file-system seam every file
 /// operation of the writer and of recovery goes through, the real file system, and the
 /// simulated and fault-injecting ones the crash and I/O-error tests run on, with
-/// [`Writer::create_with_vfs`] and [`Writer::open_with_vfs`] to put a writer on them.
+/// [`Writer::create_with_vfs`] and [`Writer::open_with_vfs`] to put a writer on them; with the
+/// `remote` feature too, [`testing::FaultProxy`], an HTTP proxy that injects latency, 503s,
+/// connection resets and truncated bodies between an object-store client and its server.
 #[cfg(feature = "testing")]
 pub mod testing {
     pub use crate::io::fault::*;
     pub use crate::io::vfs::{Prefix, StdFile, StdFs, Vfs, VfsFile, VfsLock};
+    #[cfg(feature = "remote")]
+    pub use crate::remote::proxy::{FaultConfig, FaultCounts, FaultProxy};
 }

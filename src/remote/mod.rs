@@ -15,6 +15,8 @@ mod backend;
 mod cache;
 mod manifest;
 pub(crate) mod open;
+#[cfg(feature = "testing")]
+pub(crate) mod proxy;
 mod push;
 mod store;
 

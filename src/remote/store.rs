@@ -434,7 +434,27 @@ mod tests {
             http_status("Error performing GET http://x in 3ms - Server returned non-2xx status code: 503 Service Unavailable: "),
             Some(503)
         );
+        // What object_store 0.14 says (through `chain`) for a GET answered 503 every time
+        // until its retries ran out: the status line, then the S3 error body.
+        assert_eq!(
+            http_status(
+                "Generic S3 error: Error performing GET http://127.0.0.1:44131/zrecord-test/sets/\
+                 exp/data/chunk/00000.zr in 6.8ms, after 2 retries, max_retries: 2, \
+                 retry_timeout: 30s  - Server returned non-2xx status code: 503 Service \
+                 Unavailable: <?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>\
+                 ServiceUnavailable</Code><Message>Service Unavailable</Message></Error>"
+            ),
+            Some(503)
+        );
         assert_eq!(http_status("connection reset"), None);
+        assert_eq!(
+            http_status(
+                "Generic S3 error: Error performing PUT http://127.0.0.1:1/b/k in 230µs - HTTP \
+                 error: error sending request: client error (SendRequest): connection error: \
+                 Connection reset by peer (os error 104)"
+            ),
+            None
+        );
         assert_eq!(http_status("status code: 99999"), None);
     }
 }
