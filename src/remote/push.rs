@@ -318,9 +318,9 @@ async fn commit(store: &Store, manifest: &Manifest, encoded: Bytes) -> Result<(u
     let back = store.get(&key).await?;
     let ours = back == encoded;
     match (created, ours) {
-        (Created::Created, true) => Ok((slot, false)),
+        (Created::Created | Created::Maybe, true) => Ok((slot, false)),
         (Created::Exists, _) if same(slot, &back)? => Ok((slot, true)),
-        (Created::Exists, _) => Err(Error::PublishConflict {
+        (Created::Exists | Created::Maybe, _) => Err(Error::PublishConflict {
             url: store.url().to_string(),
             reason: format!(
                 "another push committed slot {slot} first (generation {}); this push's data \

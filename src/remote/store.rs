@@ -151,6 +151,9 @@ pub(crate) enum Created {
     Created,
     /// An object was there already; nothing was written.
     Exists,
+    /// An object was there when a create whose first answer was lost was tried again: this
+    /// create's own, or another's.
+    Maybe,
 }
 
 impl Store {
@@ -320,23 +323,38 @@ impl Store {
             .map_err(|e| self.error(key, None, &e))
     }
 
-    /// Creates object `key` unless one exists (`If-None-Match: *`).
+    /// Creates object `key` unless one exists (`If-None-Match: *`). A create whose answer was
+    /// lost (a reset connection, a timeout) is tried again; if that finds an object, it may be
+    /// this create's own: [`Created::Maybe`], for the caller to read back.
     pub(crate) async fn create(&self, key: &str, bytes: Bytes) -> Result<Created> {
-        let opts = PutOptions {
-            mode: PutMode::Create,
-            ..PutOptions::default()
-        };
-        match self
-            .inner
-            .put_opts(&self.path(key), PutPayload::from_bytes(bytes), opts)
-            .await
-        {
-            Ok(_) => Ok(Created::Created),
-            Err(
-                object_store::Error::AlreadyExists { .. }
-                | object_store::Error::Precondition { .. },
-            ) => Ok(Created::Exists),
-            Err(e) => Err(self.error(key, None, &e)),
+        let mut delay = self.backoff;
+        let mut attempt = 0u32;
+        loop {
+            let opts = PutOptions {
+                mode: PutMode::Create,
+                ..PutOptions::default()
+            };
+            let payload = PutPayload::from_bytes(bytes.clone());
+            match self.inner.put_opts(&self.path(key), payload, opts).await {
+                Ok(_) => return Ok(Created::Created),
+                Err(
+                    object_store::Error::AlreadyExists { .. }
+                    | object_store::Error::Precondition { .. },
+                ) => {
+                    return Ok(if attempt == 0 {
+                        Created::Exists
+                    } else {
+                        Created::Maybe
+                    })
+                }
+                Err(e) if attempt < self.retries => {
+                    tracing::debug!("retrying the create of {}: {e}", self.object_url(key));
+                }
+                Err(e) => return Err(self.error(key, None, &e)),
+            }
+            attempt = attempt.saturating_add(1);
+            tokio::time::sleep(delay).await;
+            delay = delay.saturating_mul(2).min(Duration::from_secs(2));
         }
     }
 
@@ -380,18 +398,40 @@ impl Store {
             .map_err(|e| self.error(key, None, &e))
     }
 
-    /// The keys under `dir` (relative to the dataset prefix), one level down.
+    /// The keys under `dir` (relative to the dataset prefix). A listing that fails (a cut
+    /// body, a reset) is started again, like a failed request.
     pub(crate) async fn list(&self, dir: &str) -> Result<Vec<String>> {
         let base = self.path(dir);
-        let mut out = Vec::new();
-        let mut stream = self.inner.list(Some(&base));
-        while let Some(item) = stream.next().await {
-            let meta = item.map_err(|e| self.error(dir, None, &e))?;
-            if let Some(name) = meta.location.filename() {
-                out.push(format!("{dir}/{name}"));
+        let mut delay = self.backoff;
+        let mut attempt = 0u32;
+        loop {
+            let mut out = Vec::new();
+            let mut stream = self.inner.list(Some(&base));
+            let mut failed = None;
+            while let Some(item) = stream.next().await {
+                match item {
+                    Ok(meta) => {
+                        if let Some(name) = meta.location.filename() {
+                            out.push(format!("{dir}/{name}"));
+                        }
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
             }
+            let Some(e) = failed else {
+                return Ok(out);
+            };
+            if attempt >= self.retries {
+                return Err(self.error(dir, None, &e));
+            }
+            tracing::debug!("retrying the listing of {}: {e}", self.object_url(dir));
+            attempt = attempt.saturating_add(1);
+            tokio::time::sleep(delay).await;
+            delay = delay.saturating_mul(2).min(Duration::from_secs(2));
         }
-        Ok(out)
     }
 }
 
