@@ -10,7 +10,7 @@ use futures::{StreamExt, TryStreamExt};
 use super::manifest::{
     data_key, required_files, slot_key, slot_of, Manifest, ObjectEntry, COMMITS,
 };
-use super::store::{block_on, Created, Store, StoreOptions};
+use super::store::{block_on, Create, Store, StoreOptions};
 use crate::checksum::crc32c_append;
 use crate::error::{Error, Result};
 use crate::store::snapshot::{read_meta, Snapshot};
@@ -318,9 +318,9 @@ async fn commit(store: &Store, manifest: &Manifest, encoded: Bytes) -> Result<(u
     let back = store.get(&key).await?;
     let ours = back == encoded;
     match (created, ours) {
-        (Created::Created | Created::Maybe, true) => Ok((slot, false)),
-        (Created::Exists, _) if same(slot, &back)? => Ok((slot, true)),
-        (Created::Exists | Created::Maybe, _) => Err(Error::PublishConflict {
+        (Create::Created | Create::Maybe, true) => Ok((slot, false)),
+        (Create::Exists, _) if same(slot, &back)? => Ok((slot, true)),
+        (Create::Exists | Create::Maybe, _) => Err(Error::PublishConflict {
             url: store.url().to_string(),
             reason: format!(
                 "another push committed slot {slot} first (generation {}); this push's data \
@@ -330,7 +330,7 @@ async fn commit(store: &Store, manifest: &Manifest, encoded: Bytes) -> Result<(u
                     .unwrap_or_else(|e| format!("unreadable: {e}"))
             ),
         }),
-        (Created::Created, false) => Err(Error::PublishConflict {
+        (Create::Created, false) => Err(Error::PublishConflict {
             url: store.url().to_string(),
             reason: format!(
                 "slot {slot} was overwritten by another push right after this one wrote it: \

@@ -146,7 +146,7 @@ pub(crate) struct Store {
 
 /// What a conditional create found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Created {
+pub(crate) enum Create {
     /// The object was created.
     Created,
     /// An object was there already; nothing was written.
@@ -325,8 +325,8 @@ impl Store {
 
     /// Creates object `key` unless one exists (`If-None-Match: *`). A create whose answer was
     /// lost (a reset connection, a timeout) is tried again; if that finds an object, it may be
-    /// this create's own: [`Created::Maybe`], for the caller to read back.
-    pub(crate) async fn create(&self, key: &str, bytes: Bytes) -> Result<Created> {
+    /// this create's own: [`Create::Maybe`], for the caller to read back.
+    pub(crate) async fn create(&self, key: &str, bytes: Bytes) -> Result<Create> {
         let mut delay = self.backoff;
         let mut attempt = 0u32;
         loop {
@@ -336,15 +336,15 @@ impl Store {
             };
             let payload = PutPayload::from_bytes(bytes.clone());
             match self.inner.put_opts(&self.path(key), payload, opts).await {
-                Ok(_) => return Ok(Created::Created),
+                Ok(_) => return Ok(Create::Created),
                 Err(
                     object_store::Error::AlreadyExists { .. }
                     | object_store::Error::Precondition { .. },
                 ) => {
                     return Ok(if attempt == 0 {
-                        Created::Exists
+                        Create::Exists
                     } else {
-                        Created::Maybe
+                        Create::Maybe
                     })
                 }
                 Err(e) if attempt < self.retries => {
