@@ -49,11 +49,14 @@ export AWS_ACCESS_KEY_ID=zrecord AWS_SECRET_ACCESS_KEY=zrecord-secret AWS_REGION
 export AWS_ALLOW_HTTP=true AWS_ENDPOINT=http://127.0.0.1:$port
 export ZRECORD_CACHE_DIR=$work/cache
 
-lport=$(free_port)
-"$proxy_bin" --upstream "http://127.0.0.1:$port" --port "$lport" --latency-ms 20 \
-  >"$work/proxy.log" 2>&1 &
+"$proxy_bin" --upstream "http://127.0.0.1:$port" --latency-ms 20 >"$work/proxy.out" 2>&1 &
 pids+=($!)
-wait_port "$lport"
+for _ in $(seq 200); do
+  slow=$(head -n1 "$work/proxy.out" 2>/dev/null || true)
+  [ -n "$slow" ] && break
+  sleep 0.05
+done
+[ -n "$slow" ] || { echo "the proxy did not start: $(cat "$work/proxy.out")" >&2; exit 1; }
 
 run() { # name, then the command
   local name=$1
@@ -76,9 +79,9 @@ for size in 1K 64K; do
   run "gather-$size-zrecord" "$bin" bench gather "$url" --batch "$batch" --batches "$batches"
 
   run "loader-$size-store" "$bin" bench loader "$url" --batch "$batch" --batches "$batches" --no-compare --lookahead 8 --workers 4
-  AWS_ENDPOINT=http://127.0.0.1:$lport run "loader-$size-20ms" \
+  AWS_ENDPOINT=$slow run "loader-$size-20ms" \
     "$bin" bench loader "$url" --batch "$batch" --batches "$batches" --no-compare --lookahead 8 --workers 4
-  AWS_ENDPOINT=http://127.0.0.1:$lport run "loader-$size-20ms-no-lookahead" \
+  AWS_ENDPOINT=$slow run "loader-$size-20ms-no-lookahead" \
     "$bin" bench loader "$url" --batch "$batch" --batches "$batches" --no-compare --lookahead 0 --workers 4
 
   rm -rf "$ZRECORD_CACHE_DIR"

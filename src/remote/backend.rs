@@ -78,7 +78,7 @@ pub(crate) struct RemoteBackend {
     damaged: Mutex<HashSet<String>>,
     /// Requests started ahead of the reads that will ask for them.
     ahead: Mutex<Ahead>,
-    /// Lookahead requests in flight at once: `requests_in_flight`.
+    /// Lookahead requests in flight at once: `lookahead_requests`.
     permits: Arc<tokio::sync::Semaphore>,
 }
 
@@ -134,7 +134,7 @@ impl RemoteBackend {
         cache: Option<Arc<Cache>>,
         local: Option<Arc<dyn ReadBackend>>,
     ) -> Self {
-        let permits = config.requests_in_flight.max(1);
+        let permits = config.lookahead_requests.max(1);
         Self {
             store,
             config,

@@ -54,6 +54,10 @@ pub struct RemoteConfig {
     /// them (the loader announces its next batches; see
     /// [`crate::pipeline::PrefetchConfig::lookahead`]); 0 turns lookahead off. Default: 64 MiB.
     pub lookahead_bytes: u64,
+    /// Lookahead range requests in flight at once, across every loader of the dataset. Hiding
+    /// latency L at a rate of R requests per second needs R × L of them (Little's law: 256
+    /// hide 20 ms up to 12,800 requests per second). Default: 256.
+    pub lookahead_requests: usize,
 }
 
 impl Default for RemoteConfig {
@@ -72,6 +76,7 @@ impl Default for RemoteConfig {
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(0),
             lookahead_bytes: 64 << 20,
+            lookahead_requests: 256,
         }
     }
 }
@@ -123,6 +128,13 @@ impl RemoteConfig {
     #[must_use]
     pub fn lookahead_bytes(mut self, bytes: u64) -> Self {
         self.lookahead_bytes = bytes;
+        self
+    }
+
+    /// Sets the lookahead range requests in flight at once, at least 1. Default 256.
+    #[must_use]
+    pub fn lookahead_requests(mut self, n: usize) -> Self {
+        self.lookahead_requests = n.max(1);
         self
     }
 
