@@ -40,8 +40,8 @@ pub const SECRET_ACCESS_KEY: &str =
 const STARTUP: Duration = Duration::from_secs(60);
 
 /// How to get the binary, for the failure messages.
-const INSTALL: &str = "install it with `cargo install --locked garage@2.5.0` (or set \
-                       ZRECORD_GARAGE to the binary)";
+const INSTALL: &str = "install it with `cargo install --locked garage@2.5.0`, or set \
+                       ZRECORD_GARAGE to the binary";
 
 /// One `garage server`.
 pub struct Node {
@@ -114,7 +114,7 @@ impl Garage {
         let bin = binary();
         assert!(
             bin.is_file(),
-            "the Garage cluster tests need the garage binary: none at {} ({INSTALL})",
+            "the Garage cluster tests need the garage binary: none at {}; {INSTALL}",
             bin.display()
         );
         let dir = tempfile::tempdir().unwrap();
@@ -182,7 +182,7 @@ admin_token = "zrecord-admin-token"
             .stdout(Stdio::from(out.try_clone().unwrap()))
             .stderr(Stdio::from(out))
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {} ({INSTALL}): {e}", self.bin.display()));
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}; {INSTALL}", self.bin.display()));
         let what = format!("garage node {n}");
         s3::wait_listening(node.rpc, &mut child, &node.log, &what);
         let s3_addr: SocketAddr = node.endpoint.trim_start_matches("http://").parse().unwrap();
@@ -342,7 +342,7 @@ admin_token = "zrecord-admin-token"
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .output()
-            .map_err(|e| format!("cannot run {} ({INSTALL}): {e}", self.bin.display()))?;
+            .map_err(|e| format!("cannot run {}: {e}; {INSTALL}", self.bin.display()))?;
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         if out.status.success() {
             Ok(stdout)
