@@ -93,6 +93,8 @@ struct Started {
     at: std::time::Instant,
     rx: tokio::sync::oneshot::Receiver<Option<Bytes>>,
     task: tokio::task::AbortHandle,
+    /// The request has its permit and is on the wire (not waiting behind later batches').
+    begun: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The lookahead requests in flight or done, by `(key, start, end)`, and their bytes.
@@ -294,10 +296,13 @@ impl ReadBackend for RemoteBackend {
             let (tx, rx) = tokio::sync::oneshot::channel();
             let store = Arc::clone(&self.store);
             let permits = Arc::clone(&self.permits);
+            let begun = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let started = Arc::clone(&begun);
             let Some(task) = spawn_abortable(async move {
                 let Ok(_permit) = permits.acquire().await else {
                     return;
                 };
+                started.store(true, Ordering::Release);
                 let got = store.get_range(&r.key, r.start..r.end).await.ok();
                 if let Some(b) = &got {
                     REQUESTS.fetch_add(1, Ordering::Relaxed);
@@ -317,6 +322,7 @@ impl ReadBackend for RemoteBackend {
                     at: std::time::Instant::now(),
                     rx,
                     task,
+                    begun,
                 },
             );
         }
@@ -407,10 +413,19 @@ impl ReadBackend for RemoteBackend {
         let store = Arc::clone(&self.store);
         let in_flight = self.config.requests_in_flight.max(1);
         // Requests lookahead started already: their answers, awaited in place.
+        // One still waiting for a permit (behind later batches' lookahead) is taken over:
+        // aborted, and issued now by this read.
         let started: Vec<Option<Started>> = match self.ahead.lock() {
             Ok(mut a) if !a.started.is_empty() => requests
                 .iter()
-                .map(|r| a.remove(&(r.key.clone(), r.start, r.end)))
+                .map(|r| {
+                    let s = a.remove(&(r.key.clone(), r.start, r.end))?;
+                    if s.begun.load(Ordering::Acquire) {
+                        return Some(s);
+                    }
+                    s.task.abort();
+                    None
+                })
                 .collect(),
             _ => requests.iter().map(|_| None).collect(),
         };
