@@ -848,7 +848,11 @@ where
                 self.source.lookahead(self.session, &batch.indices());
             }
             self.ahead.push_back((next, batch));
-            next = next.saturating_add(1);
+            // Past item u64::MAX there is none (a saturating step would spin here).
+            let Some(after) = next.checked_add(1) else {
+                break;
+            };
+            next = after;
         }
     }
 
