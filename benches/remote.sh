@@ -49,14 +49,22 @@ export AWS_ACCESS_KEY_ID=zrecord AWS_SECRET_ACCESS_KEY=zrecord-secret AWS_REGION
 export AWS_ALLOW_HTTP=true AWS_ENDPOINT=http://127.0.0.1:$port
 export ZRECORD_CACHE_DIR=$work/cache
 
-"$proxy_bin" --upstream "http://127.0.0.1:$port" --latency-ms 20 >"$work/proxy.out" 2>&1 &
-pids+=($!)
-for _ in $(seq 200); do
-  slow=$(head -n1 "$work/proxy.out" 2>/dev/null || true)
-  [ -n "$slow" ] && break
-  sleep 0.05
-done
-[ -n "$slow" ] || { echo "the proxy did not start: $(cat "$work/proxy.out")" >&2; exit 1; }
+# Two proxies in front of the server: 0 ms and 20 ms added per request. The loader's
+# latency figure compares them, so the proxy's own cost (a connection and a copy per request)
+# is on both sides.
+start_proxy() { # latency-ms -> prints the endpoint
+  "$proxy_bin" --upstream "http://127.0.0.1:$port" --latency-ms "$1" >"$work/proxy-$1.out" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 200); do
+    ep=$(head -n1 "$work/proxy-$1.out" 2>/dev/null || true)
+    [ -n "$ep" ] && { echo "$ep"; return; }
+    sleep 0.05
+  done
+  echo "the proxy did not start: $(cat "$work/proxy-$1.out")" >&2
+  exit 1
+}
+fast=$(start_proxy 0)
+slow=$(start_proxy 20)
 
 run() { # name, then the command
   local name=$1
@@ -67,7 +75,7 @@ run() { # name, then the command
 
 for size in 1K 64K; do
   case $size in
-    1K) records=200000 batch=256 batches=200 ;;
+    1K) records=200000 batch=256 batches=100 ;;
     64K) records=4000 batch=64 batches=100 ;;
   esac
   local_ds=$work/local-$size
@@ -75,15 +83,19 @@ for size in 1K 64K; do
   url=s3://bench/r$size
   "$bin" push "$local_ds" "$url" >/dev/null
 
-  run "gather-$size-range-get-loop" "$bin" bench gather "$url" --batch "$batch" --batches "$batches" --range-get-loop
-  run "gather-$size-zrecord" "$bin" bench gather "$url" --batch "$batch" --batches "$batches"
+  for rep in 1 2; do
+    run "gather-$size-range-get-loop-$rep" "$bin" bench gather "$url" --batch "$batch" --batches "$batches" --range-get-loop
+    run "gather-$size-zrecord-$rep" "$bin" bench gather "$url" --batch "$batch" --batches "$batches"
+  done
 
-  run "loader-$size-store" "$bin" bench loader "$url" --batch "$batch" --batches "$batches" --no-compare --lookahead 8 --workers 4
-  AWS_ENDPOINT=$slow run "loader-$size-20ms" \
-    "$bin" bench loader "$url" --batch "$batch" --batches "$batches" --no-compare --lookahead 8 --workers 4
-  AWS_ENDPOINT=$slow run "loader-$size-20ms-no-lookahead" \
-    "$bin" bench loader "$url" --batch "$batch" --batches "$batches" --no-compare --lookahead 0 --workers 4
-
+  for rep in 1 2; do
+    for la in 4 0; do
+      AWS_ENDPOINT=$fast run "loader-$size-0ms-lookahead$la-$rep" \
+        "$bin" bench loader "$url" --batch "$batch" --batches "$batches" --no-compare --lookahead "$la" --workers 4
+      AWS_ENDPOINT=$slow run "loader-$size-20ms-lookahead$la-$rep" \
+        "$bin" bench loader "$url" --batch "$batch" --batches "$batches" --no-compare --lookahead "$la" --workers 4
+    done
+  done
   rm -rf "$ZRECORD_CACHE_DIR"
   # Cold cache: the epoch from the store fills it. Warm: every chunk cached, read locally.
   run "loader-$size-cache-cold" "$bin" bench loader "$url" --batch "$batch" --batches "$batches" --no-compare --cache 8GiB
@@ -93,8 +105,10 @@ for size in 1K 64K; do
     [ "$n" -ge "$want" ] && break
     sleep 0.2
   done
-  run "loader-$size-cache-warm" "$bin" bench loader "$url" --batch "$batch" --batches "$batches" --no-compare --cache 8GiB
-  run "loader-$size-local" "$bin" bench loader "$local_ds" --batch "$batch" --batches "$batches" --no-compare
+  for rep in 1 2; do
+    run "loader-$size-cache-warm-$rep" "$bin" bench loader "$url" --batch "$batch" --batches "$batches" --no-compare --cache 8GiB
+    run "loader-$size-local-$rep" "$bin" bench loader "$local_ds" --batch "$batch" --batches "$batches" --no-compare
+  done
   rm -rf "$local_ds"
 done
 echo "results in $out" >&2

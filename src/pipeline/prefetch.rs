@@ -215,13 +215,14 @@ pub struct PrefetchConfig {
     /// Batches each worker announces ahead of the one it gathers ([`Source::lookahead`]), so a
     /// source with latency to hide (a dataset on an object store) has their reads in flight
     /// while earlier batches are gathered and consumed; 0 to [`MAX_QUEUE_SIZE`]. Local sources
-    /// ignore it. Default: 2.
+    /// ignore it. Default: 0 (off): on the measured store, workers × requests in flight hid
+    /// 20 ms of latency without it, and it cost throughput (docs/BENCHMARKS.md).
     #[serde(default = "default_lookahead")]
     pub lookahead: usize,
 }
 
 fn default_lookahead() -> usize {
-    2
+    0
 }
 
 impl Default for PrefetchConfig {
@@ -284,7 +285,7 @@ impl PrefetchConfig {
         self
     }
 
-    /// Sets the batches each worker announces ahead of the one it gathers. Default 2.
+    /// Sets the batches each worker announces ahead of the one it gathers. Default 0 (off).
     #[must_use]
     pub fn lookahead(mut self, batches: usize) -> Self {
         self.lookahead = batches;

@@ -28,6 +28,15 @@ const STALE_TMP: Duration = Duration::from_secs(3600);
 /// Bytes fetched per range request while filling the cache.
 const FILL_PART: u64 = 8 << 20;
 
+/// Cache fills in flight in this process.
+static FILLING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Chunk downloads into the cache running in this process (background work a short-lived
+/// process may want to wait for before exiting, or the next process starts with a cold cache).
+pub fn pending_fills() -> usize {
+    FILLING.load(std::sync::atomic::Ordering::Acquire)
+}
+
 /// One dataset's chunk cache.
 #[derive(Debug)]
 pub(crate) struct Cache {
@@ -109,6 +118,7 @@ impl Cache {
         let cache = Arc::clone(self);
         let store = Arc::clone(store);
         let key = key.to_string();
+        FILLING.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         spawn(async move {
             let result = cache.fetch(&store, &key, size, crc).await;
             if let Err(e) = result {
@@ -119,6 +129,7 @@ impl Cache {
                 f.remove(&key);
             }
             cache.evict();
+            FILLING.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         });
     }
 

@@ -23,6 +23,7 @@ mod store;
 use std::path::PathBuf;
 
 pub use backend::{stats, RemoteStats};
+pub use cache::pending_fills;
 pub use push::{pull, push, TransferOptions, TransferReport};
 pub use store::StoreOptions;
 

