@@ -224,6 +224,28 @@ pub(crate) struct ChunkHandle {
 }
 
 impl ChunkHandle {
+    fn new(
+        c: &crate::format::meta::ChunkMeta,
+        path: PathBuf,
+        identity: Identity,
+        file: Option<Arc<ReadFile>>,
+        remote: Option<Arc<ReadFile>>,
+    ) -> Arc<ChunkHandle> {
+        Arc::new(ChunkHandle {
+            id: c.id,
+            path,
+            size: c.size,
+            identity,
+            open: Mutex::new(Open { file, direct: None }),
+            map: Mutex::new(None),
+            fd_used: AtomicBool::new(false),
+            map_used: AtomicBool::new(false),
+            direct_refused: AtomicBool::new(false),
+            map_refused: AtomicBool::new(false),
+            remote,
+        })
+    }
+
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }
@@ -483,6 +505,51 @@ impl ChunkSet {
     /// descriptor of a file a later rebalance removes is never closed by the budget, so the
     /// snapshot keeps reading it).
     pub(crate) fn load(dir: &Path, meta: &Meta) -> Result<ChunkSet> {
+        Self::build(meta, |c| Self::local_handle(c, layout::chunk(dir, c.id)))
+    }
+
+    /// The chunks `meta` names, as objects on a store: `object(id)` gives each chunk's URL
+    /// (its path in errors) and key, or a complete local copy (a cached one). Objects hold no
+    /// descriptor and no mapping; only the remote backend reads them.
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
+    pub(crate) fn load_remote(
+        meta: &Meta,
+        object: impl Fn(u16) -> Option<ChunkAt>,
+    ) -> Result<ChunkSet> {
+        Self::build(meta, |c| {
+            match object(c.id).ok_or_else(|| Error::Internal {
+                reason: format!("no object for chunk {}", c.id),
+            })? {
+                ChunkAt::Local(path) => Self::local_handle(c, path),
+                ChunkAt::Remote(path, key) => {
+                    let object = ReadFile {
+                        file: None,
+                        path: path.clone(),
+                        direct: false,
+                        object: Some(key),
+                    };
+                    let none = Identity {
+                        dev: 0,
+                        ino: 0,
+                        born: None,
+                    };
+                    Ok(ChunkHandle::new(
+                        c,
+                        path,
+                        none,
+                        None,
+                        Some(Arc::new(object)),
+                    ))
+                }
+            }
+        })
+    }
+
+    /// The set of `handle(c)` for every chunk `c` of `meta`, by id.
+    fn build(
+        meta: &Meta,
+        mut handle: impl FnMut(&crate::format::meta::ChunkMeta) -> Result<Arc<ChunkHandle>>,
+    ) -> Result<ChunkSet> {
         let max_id = meta
             .chunks
             .iter()
@@ -491,7 +558,7 @@ impl ChunkSet {
             .unwrap_or(0);
         let mut by_id: Vec<Option<Arc<ChunkHandle>>> = vec![None; max_id];
         for c in &meta.chunks {
-            let h = Self::local_handle(c, layout::chunk(dir, c.id))?;
+            let h = handle(c)?;
             if let Some(slot) = by_id.get_mut(usize::from(c.id)) {
                 *slot = Some(h);
             }
@@ -519,89 +586,14 @@ impl ChunkSet {
                 actual: m.len(),
             });
         }
-        let held = open.is_some();
-        let h = Arc::new(ChunkHandle {
-            id: c.id,
-            identity: Identity::of(&m),
-            open: Mutex::new(Open {
-                file: open.map(|file| Arc::new(ReadFile::local_file(file, path.clone(), false))),
-                direct: None,
-            }),
-            path,
-            size: c.size,
-            map: Mutex::new(None),
-            fd_used: AtomicBool::new(false),
-            map_used: AtomicBool::new(false),
-            direct_refused: AtomicBool::new(false),
-            map_refused: AtomicBool::new(false),
-            remote: None,
-        });
+        let file = open.map(|f| Arc::new(ReadFile::local_file(f, path.clone(), false)));
+        let held = file.is_some();
+        let h = ChunkHandle::new(c, path, Identity::of(&m), file, None);
         if held {
             FDS.reserve(1);
             FDS.enlist(&h);
         }
         Ok(h)
-    }
-
-    /// The chunks `meta` names, as objects on a store: `object(id)` gives each chunk's URL
-    /// (its path in errors) and key. They hold no descriptor and no mapping; only the remote
-    /// backend reads them.
-    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
-    pub(crate) fn load_remote(
-        meta: &Meta,
-        object: impl Fn(u16) -> Option<ChunkAt>,
-    ) -> Result<ChunkSet> {
-        let max_id = meta
-            .chunks
-            .iter()
-            .map(|c| usize::from(c.id) + 1)
-            .max()
-            .unwrap_or(0);
-        let mut by_id: Vec<Option<Arc<ChunkHandle>>> = vec![None; max_id];
-        for c in &meta.chunks {
-            let at = object(c.id).ok_or_else(|| Error::Internal {
-                reason: format!("no object for chunk {}", c.id),
-            })?;
-            let (path, key) = match at {
-                ChunkAt::Remote(path, key) => (path, key),
-                ChunkAt::Local(path) => {
-                    let h = Self::local_handle(c, path)?;
-                    if let Some(slot) = by_id.get_mut(usize::from(c.id)) {
-                        *slot = Some(h);
-                    }
-                    continue;
-                }
-            };
-            let h = Arc::new(ChunkHandle {
-                id: c.id,
-                identity: Identity {
-                    dev: 0,
-                    ino: 0,
-                    born: None,
-                },
-                open: Mutex::new(Open {
-                    file: None,
-                    direct: None,
-                }),
-                remote: Some(Arc::new(ReadFile {
-                    file: None,
-                    path: path.clone(),
-                    direct: false,
-                    object: Some(key),
-                })),
-                path,
-                size: c.size,
-                map: Mutex::new(None),
-                fd_used: AtomicBool::new(false),
-                map_used: AtomicBool::new(false),
-                direct_refused: AtomicBool::new(false),
-                map_refused: AtomicBool::new(false),
-            });
-            if let Some(slot) = by_id.get_mut(usize::from(c.id)) {
-                *slot = Some(h);
-            }
-        }
-        Ok(ChunkSet { by_id })
     }
 
     /// True if some chunk is an object on a store (not a local file).
