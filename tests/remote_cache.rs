@@ -197,3 +197,49 @@ fn child_reads_from_the_shared_cache() {
     check_all(&ds, 3000);
     println!("child: {} requests", stats().requests - before);
 }
+
+/// A cached copy that disappears under an open snapshot (evicted by another process, or
+/// dropped as damaged) is read from its object: no `ChunkGone`, no error, the same bytes; and a
+/// damaged copy keeps being bypassed on every later gather, not just the first.
+#[test]
+fn cached_copies_that_go_away_fall_back_to_the_store() {
+    let server = s3::S3Server::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("ds");
+    let n = 3000;
+    write(&local, n);
+    let chunks = std::fs::read_dir(local.join("chunk")).unwrap().count();
+    let url = server.url("cached/gone");
+    push(
+        &local,
+        &url,
+        &TransferOptions::default().store(server.options()),
+    )
+    .unwrap();
+    let cache = tmp.path().join("cache");
+    check_all(&open(&server, &url, &cache, 1 << 30), n);
+    wait_for("every chunk to be cached", || {
+        cached(&cache).len() == chunks
+    });
+
+    // Damaged copies under a snapshot that opened them as local chunks: every gather, not
+    // only the first, reads the records from the store.
+    let ds = open(&server, &url, &cache, 1 << 30);
+    for f in cached(&cache) {
+        let mut bytes = std::fs::read(&f).unwrap();
+        let at = bytes.len() / 2;
+        bytes[at] ^= 0x01;
+        std::fs::write(&f, bytes).unwrap();
+    }
+    for _ in 0..3 {
+        check_all(&ds, n);
+    }
+
+    // Copies deleted under a snapshot (another process evicted them): still every record.
+    wait_for("the cache to refill", || cached(&cache).len() == chunks);
+    let ds = open(&server, &url, &cache, 1 << 30);
+    for f in cached(&cache) {
+        std::fs::remove_file(f).unwrap();
+    }
+    check_all(&ds, n);
+}

@@ -347,10 +347,13 @@ impl ReadBackend for RemoteBackend {
             return false;
         };
         cache.invalidate(&key);
-        self.damaged
-            .lock()
-            .map(|mut d| d.insert(key))
-            .unwrap_or(false)
+        // Whether this drop is new or another gather's, the key is read from the store from
+        // now on: a retry (off the mappings) reads other bytes.
+        if let Ok(mut d) = self.damaged.lock() {
+            d.insert(key);
+            return true;
+        }
+        false
     }
 
     fn read(&self, mut job: ReadJob) -> Result<ReadJob> {

@@ -108,7 +108,11 @@ impl Remote {
             let file = format!("chunk/{id:05}.zr");
             let o = chunks.iter().find(|o| o.file == file)?;
             Some(match cache.and_then(|c| c.lookup(&o.object)) {
-                Some(path) => ChunkAt::Local(path),
+                Some(path) => ChunkAt::Local(
+                    path,
+                    PathBuf::from(store.object_url(&o.object)),
+                    o.object.clone(),
+                ),
                 None => {
                     ChunkAt::Remote(PathBuf::from(store.object_url(&o.object)), o.object.clone())
                 }
@@ -145,7 +149,9 @@ impl Remote {
                 ),
             });
         }
-        let tmp = dir.join(format!("{}.{}.tmp", o.file, std::process::id()));
+        static TMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = TMP.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!("{}.{}-{n}.tmp", o.file, std::process::id()));
         std::fs::write(&tmp, &bytes).map_err(|e| Error::io(&tmp, "write", e))?;
         std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, "rename", e))
     }

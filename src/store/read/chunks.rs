@@ -221,6 +221,9 @@ pub(crate) struct ChunkHandle {
     /// For a chunk on an object store: the object, which only the remote backend reads (no
     /// descriptor, no mapping).
     remote: Option<Arc<ReadFile>>,
+    /// For a cached copy of a chunk on an object store: the object, read instead when the
+    /// copy is gone (evicted, or dropped as damaged) by the time the file must be reopened.
+    fallback: Option<Arc<ReadFile>>,
 }
 
 impl ChunkHandle {
@@ -230,6 +233,7 @@ impl ChunkHandle {
         identity: Identity,
         file: Option<Arc<ReadFile>>,
         remote: Option<Arc<ReadFile>>,
+        fallback: Option<Arc<ReadFile>>,
     ) -> Arc<ChunkHandle> {
         Arc::new(ChunkHandle {
             id: c.id,
@@ -243,6 +247,7 @@ impl ChunkHandle {
             direct_refused: AtomicBool::new(false),
             map_refused: AtomicBool::new(false),
             remote,
+            fallback,
         })
     }
 
@@ -377,7 +382,11 @@ impl ChunkHandle {
     /// chunk; reads then go through the page cache). A chunk a later commit removed or replaced
     /// is [`Error::ChunkGone`].
     pub(crate) fn direct(self: &Arc<Self>) -> Result<Option<Arc<ReadFile>>> {
-        if self.direct_refused.load(Ordering::Acquire) || self.remote.is_some() {
+        // Chunks of a dataset on an object store (cached copies included) never use O_DIRECT.
+        if self.direct_refused.load(Ordering::Acquire)
+            || self.remote.is_some()
+            || self.fallback.is_some()
+        {
             return Ok(None);
         }
         self.fd_used.store(true, Ordering::Release);
@@ -439,11 +448,12 @@ impl ChunkHandle {
             return Ok(Some(m.clone()));
         }
         let file = self.file()?;
-        MAPS.reserve(1);
-        let mapped = match file.local() {
-            Some(f) => SharedMap::new(f, &self.path, self.size),
-            None => return Ok(None),
+        // A cached copy gone by now reads from its object: nothing to map.
+        let Some(local) = file.local() else {
+            return Ok(None);
         };
+        MAPS.reserve(1);
+        let mapped = SharedMap::new(local, &self.path, self.size);
         let m = match mapped {
             Ok(m) => m,
             Err(e) => {
@@ -489,8 +499,9 @@ impl Drop for ChunkHandle {
 pub(crate) enum ChunkAt {
     /// The object: its URL (its path in errors) and key.
     Remote(PathBuf, String),
-    /// A complete local copy (the chunk cache's).
-    Local(PathBuf),
+    /// A complete local copy (the chunk cache's), and the object's URL and key, read instead
+    /// if the copy is gone when it must be reopened.
+    Local(PathBuf, PathBuf, String),
 }
 
 /// The chunks a commit names, by id.
@@ -505,7 +516,9 @@ impl ChunkSet {
     /// descriptor of a file a later rebalance removes is never closed by the budget, so the
     /// snapshot keeps reading it).
     pub(crate) fn load(dir: &Path, meta: &Meta) -> Result<ChunkSet> {
-        Self::build(meta, |c| Self::local_handle(c, layout::chunk(dir, c.id)))
+        Self::build(meta, |c| {
+            Self::local_handle(c, layout::chunk(dir, c.id), None)
+        })
     }
 
     /// The chunks `meta` names, as objects on a store: `object(id)` gives each chunk's URL
@@ -520,7 +533,15 @@ impl ChunkSet {
             match object(c.id).ok_or_else(|| Error::Internal {
                 reason: format!("no object for chunk {}", c.id),
             })? {
-                ChunkAt::Local(path) => Self::local_handle(c, path),
+                ChunkAt::Local(path, url, key) => {
+                    let object = Arc::new(ReadFile {
+                        file: None,
+                        path: url,
+                        direct: false,
+                        object: Some(key),
+                    });
+                    Self::local_handle(c, path, Some(object))
+                }
                 ChunkAt::Remote(path, key) => {
                     let object = ReadFile {
                         file: None,
@@ -539,6 +560,7 @@ impl ChunkSet {
                         none,
                         None,
                         Some(Arc::new(object)),
+                        None,
                     ))
                 }
             }
@@ -568,7 +590,11 @@ impl ChunkSet {
 
     /// The handle of chunk `c` at `path`, checked to exist with at least its committed size,
     /// its identity recorded, and its descriptor opened while the budget has room.
-    fn local_handle(c: &crate::format::meta::ChunkMeta, path: PathBuf) -> Result<Arc<ChunkHandle>> {
+    fn local_handle(
+        c: &crate::format::meta::ChunkMeta,
+        path: PathBuf,
+        fallback: Option<Arc<ReadFile>>,
+    ) -> Result<Arc<ChunkHandle>> {
         let room = FDS.held.load(Ordering::Acquire) < FDS.cap;
         let (open, m) = if room {
             let f = fs::open_read(&path)?;
@@ -588,7 +614,7 @@ impl ChunkSet {
         }
         let file = open.map(|f| Arc::new(ReadFile::local_file(f, path.clone(), false)));
         let held = file.is_some();
-        let h = ChunkHandle::new(c, path, Identity::of(&m), file, None);
+        let h = ChunkHandle::new(c, path, Identity::of(&m), file, None, fallback);
         if held {
             FDS.reserve(1);
             FDS.enlist(&h);
