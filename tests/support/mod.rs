@@ -319,7 +319,7 @@ pub fn scratch() -> tempfile::TempDir {
 }
 
 /// How many cases a heavy test runs: `var` if set, else `heavy` when `ZRECORD_HEAVY=1` (CI),
-/// else `light` (the README's `cargo test`, which a newcomer waits for).
+/// else `light` (the README's test command, which a newcomer waits for).
 pub fn count(var: &str, light: u64, heavy: u64) -> u64 {
     if let Some(n) = std::env::var(var).ok().and_then(|s| s.parse().ok()) {
         return n;
