@@ -581,12 +581,21 @@ fn open_cached<'a>(
 }
 
 /// Touches every byte of a batch (when checksums, which already do, are off): a vectorised sum.
+/// Touches every byte of the batch (what verification would have read), as a wrapping sum of
+/// 8-byte words: a byte-at-a-time widening sum ran at ~1.7 GB/s, slower than the CRC it
+/// stands in for.
 fn consume(b: &zrecord::Batch) -> u64 {
     let mut s = 0u64;
     for r in 0..b.len() {
         let mut f = 0;
         while let Some(v) = b.get(r, f) {
-            s = s.wrapping_add(v.iter().map(|&x| u64::from(x)).sum::<u64>());
+            let (words, tail) = v.as_chunks::<8>();
+            s = words
+                .iter()
+                .fold(s, |acc, w| acc.wrapping_add(u64::from_le_bytes(*w)));
+            s = tail
+                .iter()
+                .fold(s, |acc, &x| acc.wrapping_add(u64::from(x)));
             f += 1;
         }
     }
