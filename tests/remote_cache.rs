@@ -243,3 +243,92 @@ fn cached_copies_that_go_away_fall_back_to_the_store() {
     }
     check_all(&ds, n);
 }
+
+/// Chunks cached at open whose descriptors the budget closed (a process with RLIMIT_NOFILE=64
+/// keeps 16), then evicted: every record still reads, from the store.
+#[test]
+fn evicted_copies_without_a_descriptor_read_from_the_store() {
+    if let Ok(spec) = std::env::var("ZRECORD_EVICT_CHILD") {
+        return evicted_child(&spec);
+    }
+    let server = s3::S3Server::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("ds");
+    let schema = Schema::new()
+        .field(Field::new("x", DType::U8))
+        .chunk_size_bytes(16 << 10);
+    let mut w = Writer::create(&local, &schema, WriterConfig::default()).unwrap();
+    for i in 0..1500 {
+        w.append(&[record(i)]).unwrap();
+    }
+    w.commit().unwrap();
+    drop(w);
+    let chunks = std::fs::read_dir(local.join("chunk")).unwrap().count();
+    assert!(chunks > 40, "{chunks} chunks");
+    let url = server.url("cached/evicted");
+    push(
+        &local,
+        &url,
+        &TransferOptions::default().store(server.options()),
+    )
+    .unwrap();
+    let cache = tmp.path().join("cache");
+    check_n(&open(&server, &url, &cache, 1 << 30), 1500);
+    wait_for("every chunk to be cached", || {
+        cached(&cache).len() == chunks
+    });
+
+    let me = std::env::current_exe().unwrap();
+    let out = std::process::Command::new("prlimit")
+        .arg("--nofile=64:64")
+        .arg(me)
+        .args([
+            "--exact",
+            "evicted_copies_without_a_descriptor_read_from_the_store",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(
+            "ZRECORD_EVICT_CHILD",
+            format!("{}|{url}|{}", cache.display(), server.endpoint),
+        )
+        .output()
+        .expect("run prlimit (util-linux) to start the child under RLIMIT_NOFILE=64");
+    let log =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child failed:\n{log}");
+    assert!(
+        log.contains("child: evicted copies read"),
+        "child did not run:\n{log}"
+    );
+}
+
+fn check_n(ds: &Dataset, n: u64) {
+    let all: Vec<u64> = (0..n).collect();
+    let b = ds.gather_blocking(&all).unwrap();
+    for (r, &i) in all.iter().enumerate() {
+        assert_eq!(b.get(r, 0).unwrap(), record(i).as_slice(), "record {i}");
+    }
+}
+
+fn evicted_child(spec: &str) {
+    let mut parts = spec.split('|');
+    let (cache, url, endpoint) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
+    let remote = RemoteConfig::default()
+        .store(s3::options_for(endpoint))
+        .cache_dir(cache)
+        .cache_bytes(1 << 30);
+    let ds = Dataset::open_with(url, ReadConfig::default().with_remote(remote)).unwrap();
+    let before = stats().requests;
+    // Every copy evicted (by another process, say) after the snapshot opened them.
+    for f in cached(Path::new(cache)) {
+        std::fs::remove_file(f).unwrap();
+    }
+    check_n(&ds, 1500);
+    assert!(stats().requests > before, "nothing was read from the store");
+    println!("child: evicted copies read");
+}

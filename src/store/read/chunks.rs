@@ -373,7 +373,11 @@ impl ChunkHandle {
             Ok(f) => Ok(self.keep(Arc::new(ReadFile::local_file(f, self.path.clone(), false)))),
             Err(e) => {
                 FDS.unreserve(1);
-                Err(e)
+                // A cached copy gone by now (evicted, or dropped as damaged): its object.
+                match (&e, &self.fallback) {
+                    (Error::ChunkGone { .. }, Some(object)) => Ok(Arc::clone(object)),
+                    _ => Err(e),
+                }
             }
         }
     }
