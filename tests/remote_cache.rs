@@ -30,6 +30,15 @@ fn write(dir: &Path, n: u64) {
     w.commit().unwrap();
 }
 
+/// The tests here read the process-wide request counter: one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn open(server: &s3::S3Server, url: &str, cache: &Path, bytes: u64) -> Dataset {
     let remote = RemoteConfig::default()
         .store(server.options())
@@ -76,6 +85,7 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn cache_fills_serves_verifies_and_evicts() {
+    let _serial = serial();
     let server = s3::S3Server::start();
     let tmp = tempfile::tempdir().unwrap();
     let local = tmp.path().join("ds");
@@ -203,6 +213,7 @@ fn child_reads_from_the_shared_cache() {
 /// damaged copy keeps being bypassed on every later gather, not just the first.
 #[test]
 fn cached_copies_that_go_away_fall_back_to_the_store() {
+    let _serial = serial();
     let server = s3::S3Server::start();
     let tmp = tempfile::tempdir().unwrap();
     let local = tmp.path().join("ds");
@@ -251,6 +262,7 @@ fn evicted_copies_without_a_descriptor_read_from_the_store() {
     if let Ok(spec) = std::env::var("ZRECORD_EVICT_CHILD") {
         return evicted_child(&spec);
     }
+    let _serial = serial();
     let server = s3::S3Server::start();
     let tmp = tempfile::tempdir().unwrap();
     let local = tmp.path().join("ds");
