@@ -55,6 +55,22 @@ fn check_all(ds: &Dataset, n: u64) {
     }
 }
 
+/// The dataset a child process opens from its spec `CACHE|URL|ENDPOINT`, with a 1 GiB cache.
+fn open_child(spec: &str) -> (Dataset, PathBuf) {
+    let mut parts = spec.split('|');
+    let (cache, url, endpoint) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
+    let remote = RemoteConfig::default()
+        .store(s3::options_for(endpoint))
+        .cache_dir(cache)
+        .cache_bytes(1 << 30);
+    let ds = Dataset::open_with(url, ReadConfig::default().with_remote(remote)).unwrap();
+    (ds, PathBuf::from(cache))
+}
+
 /// The cached chunk files (complete ones, not temporary files).
 fn cached(cache: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -192,17 +208,7 @@ fn child_reads_from_the_shared_cache() {
     let Ok(spec) = std::env::var("ZRECORD_CACHE_CHILD") else {
         return;
     };
-    let mut parts = spec.split('|');
-    let (cache, url, endpoint) = (
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-    );
-    let remote = RemoteConfig::default()
-        .store(s3::options_for(endpoint))
-        .cache_dir(cache)
-        .cache_bytes(1 << 30);
-    let ds = Dataset::open_with(url, ReadConfig::default().with_remote(remote)).unwrap();
+    let (ds, _) = open_child(&spec);
     let before = stats().requests;
     check_all(&ds, 3000);
     println!("child: {} requests", stats().requests - before);
@@ -285,7 +291,7 @@ fn evicted_copies_without_a_descriptor_read_from_the_store() {
     )
     .unwrap();
     let cache = tmp.path().join("cache");
-    check_n(&open(&server, &url, &cache, 1 << 30), 1500);
+    check_all(&open(&server, &url, &cache, 1 << 30), 1500);
     wait_for("every chunk to be cached", || {
         cached(&cache).len() == chunks
     });
@@ -315,32 +321,14 @@ fn evicted_copies_without_a_descriptor_read_from_the_store() {
     );
 }
 
-fn check_n(ds: &Dataset, n: u64) {
-    let all: Vec<u64> = (0..n).collect();
-    let b = ds.gather_blocking(&all).unwrap();
-    for (r, &i) in all.iter().enumerate() {
-        assert_eq!(b.get(r, 0).unwrap(), record(i).as_slice(), "record {i}");
-    }
-}
-
 fn evicted_child(spec: &str) {
-    let mut parts = spec.split('|');
-    let (cache, url, endpoint) = (
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-    );
-    let remote = RemoteConfig::default()
-        .store(s3::options_for(endpoint))
-        .cache_dir(cache)
-        .cache_bytes(1 << 30);
-    let ds = Dataset::open_with(url, ReadConfig::default().with_remote(remote)).unwrap();
+    let (ds, cache) = open_child(spec);
     let before = stats().requests;
     // Every copy evicted (by another process, say) after the snapshot opened them.
-    for f in cached(Path::new(cache)) {
+    for f in cached(&cache) {
         std::fs::remove_file(f).unwrap();
     }
-    check_n(&ds, 1500);
+    check_all(&ds, 1500);
     assert!(stats().requests > before, "nothing was read from the store");
     println!("child: evicted copies read");
 }
