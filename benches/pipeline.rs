@@ -100,5 +100,52 @@ fn loader(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, resume_deep, loader);
+/// The index side alone: one batch of 256 shuffled indices over 2M records (sampler → shard
+/// 1/1 → batch), and the whole loader over a source whose gather reads nothing (the pipeline's
+/// own cost per batch: index computation, queues, wake-ups).
+fn index_side(c: &mut Criterion) {
+    use zrecord::pipeline::{BatchConfig, Sampler, ShardConfig, Stage};
+    let mut chain = Sampler::new(2_000_000, shuffled())
+        .unwrap()
+        .shard(ShardConfig::new(1, 0))
+        .unwrap()
+        .batch(BatchConfig::new(256))
+        .unwrap();
+    let mut group = c.benchmark_group("index_side");
+    group.throughput(Throughput::Elements(256));
+    let mut k = 0u64;
+    group.bench_function("batch256_shuffled_2m", |b| {
+        b.iter(|| {
+            k = (k + 1) % 7000;
+            chain.get(0, k).unwrap().samples.len()
+        })
+    });
+    struct Small;
+    impl Source for Small {
+        type Batch = usize;
+        fn len(&self) -> u64 {
+            2_000_000
+        }
+        fn item_len(&self, _index: u64) -> zrecord::Result<u64> {
+            Ok(1)
+        }
+        fn gather(&self, indices: &[u64]) -> zrecord::Result<usize> {
+            Ok(indices.len())
+        }
+    }
+    for workers in [1usize, 2] {
+        let mut loader = LoaderBuilder::new(Arc::new(Small))
+            .sampler(shuffled())
+            .batch_size(256)
+            .num_workers(workers)
+            .build()
+            .unwrap();
+        group.bench_function(BenchmarkId::new("loader_no_data", workers), |b| {
+            b.iter(|| block_on(loader.next()).unwrap().unwrap().data)
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, resume_deep, loader, index_side);
 criterion_main!(benches);

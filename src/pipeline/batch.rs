@@ -143,9 +143,13 @@ impl<S: Stage<Item = Sample>> Stage for Batch<S> {
         let end = start
             .saturating_add(self.config.batch_size)
             .min(self.upstream.epoch_len());
-        let samples = (start..end)
-            .map(|p| self.upstream.get(epoch, p))
-            .collect::<Result<Vec<_>>>()?;
+        let mut samples = Vec::new();
+        let count =
+            usize::try_from(end.saturating_sub(start)).map_err(|_| Error::InvalidConfig {
+                reason: format!("batch of {} samples does not fit in memory", end - start),
+            })?;
+        self.upstream
+            .get_strided(epoch, start, 1, count, &mut samples)?;
         Ok(IndexBatch {
             epoch,
             position,

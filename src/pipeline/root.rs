@@ -49,6 +49,21 @@ impl Stage for Root {
         }
     }
 
+    fn get_strided(
+        &mut self,
+        epoch: u64,
+        start: u64,
+        step: u64,
+        count: usize,
+        out: &mut Vec<Sample>,
+    ) -> Result<()> {
+        match self {
+            Self::Sampler(s) => s.get_strided(epoch, start, step, count, out),
+            Self::Mix(m) => m.get_strided(epoch, start, step, count, out),
+            Self::Residual(r) => r.get_strided(epoch, start, step, count, out),
+        }
+    }
+
     fn describe(&self, out: &mut String) {
         match self {
             Self::Sampler(s) => s.describe(out),

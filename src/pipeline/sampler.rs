@@ -209,6 +209,64 @@ impl Stage for Sampler {
         })
     }
 
+    fn get_strided(
+        &mut self,
+        epoch: u64,
+        start: u64,
+        step: u64,
+        count: usize,
+        out: &mut Vec<Sample>,
+    ) -> Result<()> {
+        if let Some(e) = self.config.epochs.filter(|&e| epoch >= e) {
+            return Err(Error::IndexOutOfRange {
+                index: epoch,
+                len: e,
+            });
+        }
+        if count == 0 {
+            return Ok(());
+        }
+        // Every position is checked up front, so the loops below cannot fail.
+        let last = ((count - 1) as u64)
+            .checked_mul(step)
+            .and_then(|d| d.checked_add(start))
+            .filter(|&l| l < self.epoch_len)
+            .ok_or(Error::IndexOutOfRange {
+                index: start.saturating_add(((count - 1) as u64).saturating_mul(step)),
+                len: self.epoch_len,
+            })?;
+        let _ = last;
+        let n = self.len;
+        let first = out.len();
+        out.extend((0..count as u64).map(|k| Sample {
+            epoch,
+            position: start + k * step,
+            index: start + k * step,
+            padded: false,
+        }));
+        let samples = &mut out[first..];
+        match self.config.mode {
+            SamplerMode::Sequential => {}
+            SamplerMode::SequentialWrap { .. } => {
+                for s in samples {
+                    s.index = self.index_at(epoch, s.position)?;
+                }
+            }
+            SamplerMode::Shuffled => {
+                let key = hash(&[self.config.seed, epoch, 0x5348_5546]);
+                Feistel::new(n, key).permute_many(samples);
+            }
+            SamplerMode::Random => {
+                // `hash(&[seed, epoch, position, tag])`, with the first two words folded once.
+                let prefix = fold(fold(HASH_START, self.config.seed), epoch);
+                for s in samples {
+                    s.index = reduce(fold(fold(prefix, s.position), 0x0052_4e44), n);
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn describe(&self, out: &mut String) {
         let c = &self.config;
         out.push_str(&format!(
@@ -226,10 +284,15 @@ pub(crate) fn mix(mut z: u64) -> u64 {
 }
 
 /// A keyed hash of several words (order-sensitive).
+const HASH_START: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// One step of [`hash`]: folds `w` into `acc`.
+fn fold(acc: u64, w: u64) -> u64 {
+    mix(acc.wrapping_add(0x9e37_79b9_7f4a_7c15) ^ mix(w))
+}
+
 pub(crate) fn hash(words: &[u64]) -> u64 {
-    words.iter().fold(0x9e37_79b9_7f4a_7c15_u64, |acc, &w| {
-        mix(acc.wrapping_add(0x9e37_79b9_7f4a_7c15) ^ mix(w))
-    })
+    words.iter().fold(HASH_START, |acc, &w| fold(acc, w))
 }
 
 /// Maps a uniform 64-bit value to `[0, n)` (Lemire's multiply-shift; `n > 0`).
@@ -247,6 +310,85 @@ const ROUNDS: u64 = 6;
 /// permutation of `[0, 2^(2h))`; cycle-walking (re-applying it until the value lands below `n`)
 /// restricts it to a permutation of `[0, n)`. As `2^(2h) < 4n`, the expected walk is under four
 /// steps. Requires `position < n`.
+/// The Feistel network of [`permute`] for one `(n, key)`, its round keys computed once.
+struct Feistel {
+    n: u64,
+    half: u32,
+    mask: u64,
+    round_keys: [u64; ROUNDS as usize],
+}
+
+impl Feistel {
+    fn new(n: u64, key: u64) -> Self {
+        let bits = 64 - n.saturating_sub(1).leading_zeros();
+        let half = bits.div_ceil(2);
+        let mask = if half >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << half) - 1
+        };
+        let mut round_keys = [0u64; ROUNDS as usize];
+        for (round, k) in (0..ROUNDS).zip(round_keys.iter_mut()) {
+            *k = key ^ (round + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+        Self {
+            n,
+            half,
+            mask,
+            round_keys,
+        }
+    }
+
+    /// One pass of the network (no cycle-walking).
+    #[inline(always)]
+    fn encrypt(&self, x: u64) -> u64 {
+        let mut left = x >> self.half;
+        let mut right = x & self.mask;
+        for &rk in &self.round_keys {
+            let f = mix(right ^ rk) & self.mask;
+            let next = left ^ f;
+            left = right;
+            right = next;
+        }
+        (left << self.half) | right
+    }
+
+    /// Replaces every sample's `index` (its position on entry) with its permuted index: exactly
+    /// [`permute`] of each, computed pass by pass over the whole batch (every sample once, then
+    /// only those whose cycle-walk goes on), so independent samples overlap in the pipeline
+    /// instead of waiting on one unpredictable walk branch each.
+    fn permute_many(&self, samples: &mut [Sample]) {
+        if self.n <= 1 {
+            return;
+        }
+        let mut walking: Vec<u32> = Vec::with_capacity(samples.len());
+        for (k, s) in samples.iter_mut().enumerate() {
+            s.index = self.encrypt(s.index);
+            walking.push(k as u32);
+        }
+        let n = self.n;
+        // Keep those still out of range (without a branch per sample).
+        let keep = |walking: &mut Vec<u32>, samples: &[Sample]| {
+            let mut kept = 0;
+            for i in 0..walking.len() {
+                let k = walking[i];
+                walking[kept] = k;
+                kept += usize::from(samples.get(k as usize).is_some_and(|s| s.index >= n));
+            }
+            walking.truncate(kept);
+        };
+        keep(&mut walking, samples);
+        while !walking.is_empty() {
+            for &k in &walking {
+                if let Some(s) = samples.get_mut(k as usize) {
+                    s.index = self.encrypt(s.index);
+                }
+            }
+            keep(&mut walking, samples);
+        }
+    }
+}
+
 pub(crate) fn permute(position: u64, n: u64, key: u64) -> u64 {
     if n <= 1 {
         return position;
@@ -297,6 +439,43 @@ mod tests {
                 .epochs(None),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn get_strided_is_get_at_every_position() {
+        let modes = [
+            SamplerMode::Sequential,
+            SamplerMode::SequentialWrap { window_len: 3 },
+            SamplerMode::Shuffled,
+            SamplerMode::Random,
+        ];
+        for n in [1u64, 2, 3, 5, 64, 1000, 2_000_000, (1 << 40) + 3] {
+            for mode in modes {
+                for seed in [0, 7] {
+                    let config = SamplerConfig::default().mode(mode).seed(seed).epochs(None);
+                    let mut s = Sampler::new(n, config).unwrap();
+                    let len = s.epoch_len();
+                    for (start, step, count) in
+                        [(0u64, 1u64, 300usize), (len / 3, 7, 40), (len - 1, 1, 1)]
+                    {
+                        let count = count.min(((len - start).div_ceil(step)) as usize);
+                        for e in [0, 3] {
+                            let mut got = Vec::new();
+                            s.get_strided(e, start, step, count, &mut got).unwrap();
+                            let want: Vec<Sample> = (0..count as u64)
+                                .map(|k| s.get(e, start + k * step).unwrap())
+                                .collect();
+                            assert_eq!(
+                                got, want,
+                                "n={n} {mode:?} seed={seed} start={start} step={step}"
+                            );
+                        }
+                    }
+                    let mut out = Vec::new();
+                    assert!(s.get_strided(0, len - 1, 1, 2, &mut out).is_err());
+                }
+            }
+        }
     }
 
     #[test]

@@ -261,6 +261,44 @@ impl<S: Stage<Item = Sample>> Stage for Shard<S> {
         }
     }
 
+    fn get_strided(
+        &mut self,
+        epoch: u64,
+        start: u64,
+        step: u64,
+        count: usize,
+        out: &mut Vec<Sample>,
+    ) -> Result<()> {
+        // The run of own positions maps to one strided run upstream; padding and anything
+        // unusual go one at a time.
+        let last = (count as u64)
+            .checked_sub(1)
+            .and_then(|k| k.checked_mul(step))
+            .and_then(|d| d.checked_add(start));
+        let upstream = match (last, self.config.mode) {
+            (Some(last), ShardMode::Interleaved) if last < self.own_len => start
+                .checked_mul(self.config.total)
+                .and_then(|p| p.checked_add(self.start))
+                .zip(step.checked_mul(self.config.total)),
+            (Some(last), ShardMode::Contiguous) if last < self.own_len => {
+                start.checked_add(self.start).map(|p| (p, step))
+            }
+            _ => None,
+        };
+        match upstream {
+            Some((first, stride)) => self.upstream.get_strided(epoch, first, stride, count, out),
+            None => {
+                out.reserve(count);
+                let mut position = start;
+                for _ in 0..count {
+                    out.push(self.get(epoch, position)?);
+                    position = position.saturating_add(step);
+                }
+                Ok(())
+            }
+        }
+    }
+
     fn describe(&self, out: &mut String) {
         self.upstream.describe(out);
         let c = &self.config;

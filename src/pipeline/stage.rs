@@ -70,6 +70,36 @@ pub trait Stage: Clone + Send + 'static {
     /// function returns for stages that call one.
     fn get(&mut self, epoch: u64, position: u64) -> Result<Self::Item>;
 
+    /// Appends the items at positions `start, start + step, …` (`count` of them) of `epoch` to
+    /// `out`: the same items as `count` calls of [`Stage::get`], which is what the default does.
+    /// Stages that can compute many items faster than one at a time (the shuffled sampler's
+    /// permutation, computed for a whole batch with no branch per item) override it; a batch
+    /// asks its upstream for all its samples with one call.
+    ///
+    /// # Errors
+    /// As [`Stage::get`] for the first position that fails; `out` may then hold some items.
+    fn get_strided(
+        &mut self,
+        epoch: u64,
+        start: u64,
+        step: u64,
+        count: usize,
+        out: &mut Vec<Self::Item>,
+    ) -> Result<()> {
+        out.reserve(count);
+        let mut position = start;
+        for k in 0..count {
+            out.push(self.get(epoch, position)?);
+            if k + 1 < count {
+                position = position.checked_add(step).ok_or(Error::IndexOutOfRange {
+                    index: u64::MAX,
+                    len: self.epoch_len_at(epoch),
+                })?;
+            }
+        }
+        Ok(())
+    }
+
     /// Appends a description of the configuration of this stage and everything upstream of it.
     /// Checkpoints record it so a resume against another configuration is refused.
     fn describe(&self, out: &mut String);

@@ -54,6 +54,10 @@ pub struct LoaderArgs {
     /// cache).
     #[arg(long, value_parser = crate::args::parse_size)]
     cache: Option<u64>,
+    /// Timed rounds, each a loader run and a raw-gather run (alternating which goes first,
+    /// after one untimed raw-gather warm-up); figures are medians over the rounds.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -358,6 +362,14 @@ fn run_gather(a: &GatherArgs) -> Result<GatherStats, Box<dyn std::error::Error>>
         evict(&a.dir)?;
     }
     let ds = std::sync::Arc::new(Dataset::open_with(&a.dir, opts)?);
+    gather_on(&ds, a)
+}
+
+/// Raw gathers on `a.threads` threads over an open dataset (the loader bench shares its own).
+fn gather_on(
+    ds: &std::sync::Arc<Dataset>,
+    a: &GatherArgs,
+) -> Result<GatherStats, Box<dyn std::error::Error>> {
     let remote_before = zrecord::remote::stats();
     let n = ds.len();
     if n == 0 || a.batch == 0 {
@@ -366,7 +378,7 @@ fn run_gather(a: &GatherArgs) -> Result<GatherStats, Box<dyn std::error::Error>>
     let start = Instant::now();
     let handles: Vec<_> = (0..a.threads.max(1))
         .map(|t| {
-            let ds = std::sync::Arc::clone(&ds);
+            let ds = std::sync::Arc::clone(ds);
             let job = ThreadJob {
                 batch: a.batch,
                 batches: a.batches,
@@ -628,17 +640,165 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 fn loader(a: &LoaderArgs) -> Res {
-    use zrecord::pipeline::{BucketConfig, DatasetSource, Loader, SamplerConfig, SamplerMode};
     let backend = Backend::from(a.backend);
     let config = ReadConfig::default().with_backend(backend).with_remote(
         zrecord::remote::RemoteConfig::default()
             .requests_in_flight(a.requests)
             .cache_bytes(a.cache.unwrap_or(0)),
     );
-    let ds = Dataset::open_with(&a.dir, config)?;
+    let ds = std::sync::Arc::new(Dataset::open_with(&a.dir, config)?);
     let remote_before = zrecord::remote::stats();
-    let source = std::sync::Arc::new(DatasetSource::new(&ds));
-    let mut builder = Loader::builder(std::sync::Arc::clone(&source))
+    let workers = a.workers.max(1);
+    // The same work as raw gathers, one thread per worker, on the same open dataset (the same
+    // mappings and descriptors as the loader's).
+    let raw = GatherArgs {
+        dir: a.dir.clone(),
+        batch: a.batch as usize,
+        batches: (a.batches / workers).max(1),
+        backend: a.backend,
+        threads: workers,
+        evict: false,
+        direct: false,
+        no_verify: false,
+        seed: 1,
+        pread_loop: false,
+        inflate_loop: false,
+        range_get_loop: false,
+        requests: a.requests,
+        cache: a.cache,
+        json: false,
+    };
+    // Untimed warm-up: the first touches of a mapping fault its pages in (page tables, not
+    // I/O), which would otherwise be charged to whichever run comes first.
+    if !a.no_compare && a.rounds > 0 {
+        gather_on(&ds, &raw)?;
+    }
+    // Timed rounds, alternating which runs first; each figure is the median over the rounds.
+    let mut rounds = Vec::new();
+    let mut last = None;
+    for round in 0..a.rounds.max(1) {
+        let loader_first = round % 2 == 0;
+        let mut gather = None;
+        let raw_run = |ds| -> Result<(f64, f64), Box<dyn std::error::Error>> {
+            let cpu = cpu_seconds();
+            let g = gather_on(ds, &raw)?;
+            let records = g.json["records"].as_f64().unwrap_or(0.0).max(1.0);
+            Ok((g.records_per_s, (cpu_seconds() - cpu) * 1e6 / records))
+        };
+        if !loader_first && !a.no_compare {
+            gather = Some(raw_run(&ds)?);
+        }
+        let cpu = cpu_seconds();
+        let run = loader_round(&ds, a)?;
+        let loader_cpu = (cpu_seconds() - cpu) * 1e6 / run.records.max(1) as f64;
+        if loader_first && !a.no_compare {
+            gather = Some(raw_run(&ds)?);
+        }
+        let gather_rps = gather.map(|g| g.0);
+        rounds.push(serde_json::json!({
+            "records_per_s": run.records_per_s,
+            "gather_records_per_s": gather_rps,
+            "ratio_to_gather": gather_rps.map(|g| run.records_per_s / g),
+            "cpu_us_per_record": loader_cpu,
+            "gather_cpu_us_per_record": gather.map(|g| g.1),
+            "loader_first": loader_first,
+        }));
+        last = Some((run, gather_rps));
+    }
+    let Some((run, _)) = last else {
+        return Err("no round ran".into());
+    };
+    let median = |key: &str| -> Option<f64> {
+        let mut v: Vec<f64> = rounds.iter().filter_map(|r| r[key].as_f64()).collect();
+        v.sort_by(f64::total_cmp);
+        (!v.is_empty()).then(|| v[v.len() / 2])
+    };
+    let loader_rps = median("records_per_s").unwrap_or(run.records_per_s);
+    let gather_rps = median("gather_records_per_s");
+    let ratio = median("ratio_to_gather");
+    // Chunk downloads into the cache started by this run finish before the process exits, so
+    // the next run finds them (not timed).
+    let settle = Instant::now();
+    while zrecord::remote::pending_fills() > 0 && settle.elapsed().as_secs() < 300 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let remote = remote_json(&remote_before);
+    let lat = &run.latencies_ms;
+    let (secs, bytes, state, state_ms) = (run.secs, run.bytes, &run.state, run.state_ms);
+    let out = serde_json::json!({
+        "records_per_s": loader_rps,
+        "bytes_per_s": bytes as f64 / secs,
+        "p50_next_ms": percentile(lat, 0.5),
+        "p99_next_ms": percentile(lat, 0.99),
+        "gather_records_per_s": gather_rps,
+        "ratio_to_gather": ratio,
+        "rounds": rounds,
+        "backend": ds.backend_name(),
+        "workers": workers,
+        "batch": a.batch,
+        "batches": lat.len(),
+        "bucket_buffer": a.bucket_buffer,
+        "state_bytes": state.len(),
+        "state_ms": state_ms,
+        "lookahead": a.lookahead,
+        "remote": remote,
+    });
+    if a.json {
+        println!("{out}");
+    } else {
+        println!(
+            "loader {:.0} records/s ({:.1} MB/s), next() p50 {:.3} ms p99 {:.3} ms; raw gather {}; \
+             state {} bytes ({} rounds, medians)",
+            loader_rps,
+            bytes as f64 / secs / 1e6,
+            percentile(lat, 0.5),
+            percentile(lat, 0.99),
+            gather_rps.map_or("not run".to_string(), |g| format!(
+                "{g:.0} records/s, ratio {:.3}",
+                ratio.unwrap_or(loader_rps / g)
+            )),
+            state.len(),
+            rounds.len()
+        );
+    }
+    Ok(())
+}
+
+/// CPU seconds this process has used, all threads (user + system), from `/proc/self/stat`;
+/// 0 where that cannot be read. Clock-tick resolution (10 ms): for runs of a second or more.
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command name (which is in parentheses and may hold spaces): utime and
+    // stime are the 12th and 13th.
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// One timed loader run.
+struct LoaderRun {
+    records_per_s: f64,
+    records: u64,
+    secs: f64,
+    bytes: u64,
+    latencies_ms: Vec<f64>,
+    state: Vec<u8>,
+    state_ms: f64,
+}
+
+/// Builds the loader over `ds` and consumes `a.batches` batches from it.
+fn loader_round(
+    ds: &std::sync::Arc<Dataset>,
+    a: &LoaderArgs,
+) -> Result<LoaderRun, Box<dyn std::error::Error>> {
+    use zrecord::pipeline::{BucketConfig, DatasetSource, Loader, SamplerConfig, SamplerMode};
+    let source = std::sync::Arc::new(DatasetSource::new(ds));
+    let mut builder = Loader::builder(source)
         .sampler(
             SamplerConfig::default()
                 .mode(SamplerMode::Shuffled)
@@ -676,72 +836,14 @@ fn loader(a: &LoaderArgs) -> Res {
     let state = serde_json::to_vec(&loader.state())?;
     let state_ms = state_start.elapsed().as_secs_f64() * 1e3;
     drop(loader);
-    // Chunk downloads into the cache started by this run finish before the process exits, so
-    // the next run finds them (not timed).
-    let settle = Instant::now();
-    while zrecord::remote::pending_fills() > 0 && settle.elapsed().as_secs() < 300 {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
     lat.sort_by(f64::total_cmp);
-    let loader_rps = records as f64 / secs;
-    let remote = remote_json(&remote_before);
-
-    // The same work as raw gathers, one thread per worker.
-    let gather_rps = if a.no_compare {
-        None
-    } else {
-        let g = GatherArgs {
-            dir: a.dir.clone(),
-            batch: a.batch as usize,
-            batches: a.batches / a.workers.max(1),
-            backend: a.backend,
-            threads: a.workers.max(1),
-            evict: false,
-            direct: false,
-            no_verify: false,
-            seed: 1,
-            pread_loop: false,
-            inflate_loop: false,
-            range_get_loop: false,
-            requests: a.requests,
-            cache: a.cache,
-            json: false,
-        };
-        Some(run_gather(&g)?.records_per_s)
-    };
-    let out = serde_json::json!({
-        "records_per_s": loader_rps,
-        "bytes_per_s": bytes as f64 / secs,
-        "p50_next_ms": percentile(&lat, 0.5),
-        "p99_next_ms": percentile(&lat, 0.99),
-        "gather_records_per_s": gather_rps,
-        "ratio_to_gather": gather_rps.map(|g| loader_rps / g),
-        "backend": ds.backend_name(),
-        "workers": a.workers.max(1),
-        "batch": a.batch,
-        "batches": lat.len(),
-        "bucket_buffer": a.bucket_buffer,
-        "state_bytes": state.len(),
-        "state_ms": state_ms,
-        "lookahead": a.lookahead,
-        "remote": remote,
-    });
-    if a.json {
-        println!("{out}");
-    } else {
-        println!(
-            "loader {:.0} records/s ({:.1} MB/s), next() p50 {:.3} ms p99 {:.3} ms; raw gather {}; \
-             state {} bytes",
-            loader_rps,
-            bytes as f64 / secs / 1e6,
-            percentile(&lat, 0.5),
-            percentile(&lat, 0.99),
-            gather_rps.map_or("not run".to_string(), |g| format!(
-                "{g:.0} records/s, ratio {:.3}",
-                loader_rps / g
-            )),
-            state.len()
-        );
-    }
-    Ok(())
+    Ok(LoaderRun {
+        records_per_s: records as f64 / secs,
+        records,
+        secs,
+        bytes,
+        latencies_ms: lat,
+        state,
+        state_ms,
+    })
 }
