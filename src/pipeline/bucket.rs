@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::sampler::{hash, mix, reduce};
+use super::sampler::{fold, hash, mix, reduce, HASH_START};
 use super::source::Source;
 use super::stage::{Sample, Stage};
 use crate::{Error, Result};
@@ -145,8 +145,44 @@ pub struct Bucket<S> {
     key: BucketKey,
     buffer_size: usize,
     pack_size: usize,
-    /// The most recently built buffer: `(epoch, buffer index, items)`.
-    cache: Option<(u64, u64, Vec<Sample>)>,
+    /// The most recently used buffer: `(epoch, buffer index, items)`.
+    cache: Option<(u64, u64, Arc<Vec<Sample>>)>,
+    /// Buffers built by any clone of this stage (a loader's workers each run a clone, and
+    /// neighbouring batches come from the same buffer): each is built once, by whichever clone
+    /// asks first, while the others wait for it.
+    shared: Arc<SharedBuffers>,
+}
+
+/// The buffers recently built by the clones of one [`Bucket`], the newest last.
+#[derive(Default)]
+struct SharedBuffers {
+    slots: std::sync::Mutex<Vec<(u64, u64, Arc<BufferSlot>)>>,
+}
+
+/// One buffer, built by the first clone that locks it.
+type BufferSlot = std::sync::Mutex<Option<Arc<Vec<Sample>>>>;
+
+/// Buffers kept by [`SharedBuffers`]: enough for every worker of a loader to be a buffer or two
+/// apart.
+const SHARED_BUFFERS: usize = 8;
+
+impl SharedBuffers {
+    /// The slot of buffer `(epoch, buffer)`, made (and the oldest dropped) if there is none.
+    fn slot(&self, epoch: u64, buffer: u64) -> Arc<BufferSlot> {
+        let mut slots = match self.slots.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some((_, _, slot)) = slots.iter().find(|(e, b, _)| *e == epoch && *b == buffer) {
+            return Arc::clone(slot);
+        }
+        if slots.len() >= SHARED_BUFFERS {
+            slots.remove(0);
+        }
+        let slot = Arc::new(BufferSlot::new(None));
+        slots.push((epoch, buffer, Arc::clone(&slot)));
+        slot
+    }
 }
 
 impl<S: fmt::Debug> fmt::Debug for Bucket<S> {
@@ -184,6 +220,7 @@ impl<S: Stage<Item = Sample>> Bucket<S> {
             config,
             key,
             cache: None,
+            shared: Arc::default(),
         })
     }
 
@@ -197,17 +234,26 @@ impl<S: Stage<Item = Sample>> Bucket<S> {
         let start = buffer * self.config.buffer_size;
         let end = start.saturating_add(self.config.buffer_size).min(len);
         let seed = self.config.seed;
-        let mut keyed = Vec::with_capacity(self.buffer_size);
-        for p in start..end {
-            let item = self.upstream.get(epoch, p)?;
+        let count = usize::try_from(end.saturating_sub(start)).unwrap_or(self.buffer_size);
+        let mut items = Vec::with_capacity(count);
+        self.upstream
+            .get_strided(epoch, start, 1, count, &mut items)?;
+        // `hash(&[seed, epoch, buffer, p, TAG])`, the first three words folded once.
+        let prefix = fold(fold(fold(HASH_START, seed), epoch), buffer);
+        let mut keyed = Vec::with_capacity(items.len());
+        for (p, item) in (start..end).zip(&items) {
             let key = self.key.key(item.index)?;
-            let tie = hash(&[seed, epoch, buffer, p, 0x0054_4945]);
-            keyed.push((key, tie, item));
+            let tie = fold(fold(prefix, p), 0x0054_4945);
+            keyed.push((key, tie, keyed.len() as u32));
         }
-        keyed.sort_unstable_by_key(|&(key, tie, _)| (key, tie));
+        keyed.sort_unstable();
         let mut packs: Vec<Vec<Sample>> = keyed
             .chunks(self.pack_size)
-            .map(|c| c.iter().map(|&(_, _, s)| s).collect())
+            .map(|c| {
+                c.iter()
+                    .filter_map(|&(_, _, k)| items.get(k as usize).copied())
+                    .collect()
+            })
             .collect();
         let mut rng = SplitMix(hash(&[seed, epoch, buffer, 0x5041_434b]));
         rng.shuffle(&mut packs);
@@ -241,7 +287,20 @@ impl<S: Stage<Item = Sample>> Stage for Bucket<S> {
         let offset = position % self.config.buffer_size;
         let hit = matches!(&self.cache, Some((e, b, _)) if *e == epoch && *b == buffer);
         if !hit {
-            let items = self.build(epoch, buffer)?;
+            let slot = self.shared.slot(epoch, buffer);
+            let mut built = match slot.lock() {
+                Ok(g) => g,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            let items = match &*built {
+                Some(items) => Arc::clone(items),
+                None => {
+                    let items = Arc::new(self.build(epoch, buffer)?);
+                    *built = Some(Arc::clone(&items));
+                    items
+                }
+            };
+            drop(built);
             self.cache = Some((epoch, buffer, items));
         }
         self.cache
@@ -310,6 +369,55 @@ mod tests {
             key,
         )
         .unwrap()
+    }
+
+    /// The order before buffers were shared and built from strided reads, as it was computed
+    /// then: checkpoints taken by older builds must resume on the same items.
+    fn reference_order(n: u64, buffer_size: u64, pack_size: u64, epoch: u64) -> Vec<u64> {
+        let mut b = bucket(n, buffer_size, pack_size);
+        let seed = 9;
+        let mut out = Vec::new();
+        for buffer in 0..n.div_ceil(buffer_size) {
+            let start = buffer * buffer_size;
+            let end = (start + buffer_size).min(n);
+            let mut keyed = Vec::new();
+            for p in start..end {
+                let item = b.upstream.get(epoch, p).unwrap();
+                let tie = hash(&[seed, epoch, buffer, p, 0x0054_4945]);
+                keyed.push((item.index % 5, tie, item));
+            }
+            keyed.sort_unstable_by_key(|&(key, tie, _)| (key, tie));
+            let mut packs: Vec<Vec<Sample>> = keyed
+                .chunks(pack_size as usize)
+                .map(|c| c.iter().map(|&(_, _, s)| s).collect())
+                .collect();
+            let mut rng = SplitMix(hash(&[seed, epoch, buffer, 0x5041_434b]));
+            rng.shuffle(&mut packs);
+            for pack in &mut packs {
+                rng.shuffle(pack);
+            }
+            out.extend(packs.into_iter().flatten().map(|s| s.index));
+        }
+        out
+    }
+
+    #[test]
+    fn the_order_is_the_one_older_builds_computed() {
+        for (n, buffer, pack) in [(103, 20, 4), (1000, 256, 32), (5000, 1024, 7)] {
+            let mut b = bucket(n, buffer, pack);
+            let mut other = b.clone();
+            for e in 0..2 {
+                let want = reference_order(n, buffer, pack, e);
+                let got: Vec<u64> = (0..n).map(|p| b.get(e, p).unwrap().index).collect();
+                assert_eq!(got, want, "n={n} buffer={buffer} pack={pack} epoch={e}");
+                // A clone reads the buffers the first one built, backwards too.
+                let back: Vec<u64> = (0..n)
+                    .rev()
+                    .map(|p| other.get(e, p).unwrap().index)
+                    .collect();
+                assert!(back.into_iter().rev().eq(want));
+            }
+        }
     }
 
     #[test]

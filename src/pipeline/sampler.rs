@@ -284,10 +284,10 @@ pub(crate) fn mix(mut z: u64) -> u64 {
 }
 
 /// A keyed hash of several words (order-sensitive).
-const HASH_START: u64 = 0x9e37_79b9_7f4a_7c15;
+pub(crate) const HASH_START: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// One step of [`hash`]: folds `w` into `acc`.
-fn fold(acc: u64, w: u64) -> u64 {
+pub(crate) fn fold(acc: u64, w: u64) -> u64 {
     mix(acc.wrapping_add(0x9e37_79b9_7f4a_7c15) ^ mix(w))
 }
 
