@@ -37,7 +37,13 @@ use crate::{Error, Result};
 pub struct BucketKey {
     name: String,
     key: Arc<dyn Fn(u64) -> Result<u64> + Send + Sync>,
+    /// The keys of many indices at once, appended in order, where the key can do better than
+    /// one call each.
+    keys: Option<Arc<KeysFn>>,
 }
+
+/// Appends the keys of many indices, in order.
+type KeysFn = dyn Fn(&[u64], &mut Vec<u64>) -> Result<()> + Send + Sync;
 
 impl BucketKey {
     /// A key computed by `key`, described as `name`.
@@ -48,15 +54,21 @@ impl BucketKey {
         Self {
             name: name.into(),
             key: Arc::new(key),
+            keys: None,
         }
     }
 
     /// The default key: [`Source::item_len`], the record length (no data read), named by
     /// [`Source::key_description`].
     pub fn item_len<S: Source>(source: Arc<S>) -> Self {
-        Self::new(source.key_description(), move |index| {
+        let many = Arc::clone(&source);
+        let mut key = Self::new(source.key_description(), move |index| {
             source.item_len(index)
-        })
+        });
+        key.keys = Some(Arc::new(move |indices: &[u64], out: &mut Vec<u64>| {
+            many.item_lens(indices, out)
+        }));
+        key
     }
 
     /// The key's name.
@@ -70,6 +82,35 @@ impl BucketKey {
     /// Whatever the key function returns.
     pub fn key(&self, index: u64) -> Result<u64> {
         (self.key)(index)
+    }
+
+    /// The keys of `indices`, appended to `out` in order.
+    ///
+    /// # Errors
+    /// Whatever the key function returns, for the first index that fails.
+    pub fn keys(&self, indices: &[u64], out: &mut Vec<u64>) -> Result<()> {
+        match &self.keys {
+            Some(keys) => {
+                let before = out.len();
+                keys(indices, out)?;
+                if out.len() != before + indices.len() {
+                    return Err(Error::internal(format!(
+                        "bucket key {:?} gave {} keys for {} indices",
+                        self.name,
+                        out.len() - before,
+                        indices.len()
+                    )));
+                }
+                Ok(())
+            }
+            None => {
+                out.reserve(indices.len());
+                for &index in indices {
+                    out.push((self.key)(index)?);
+                }
+                Ok(())
+            }
+        }
     }
 }
 
@@ -240,9 +281,11 @@ impl<S: Stage<Item = Sample>> Bucket<S> {
             .get_strided(epoch, start, 1, count, &mut items)?;
         // `hash(&[seed, epoch, buffer, p, TAG])`, the first three words folded once.
         let prefix = fold(fold(fold(HASH_START, seed), epoch), buffer);
+        let indices: Vec<u64> = items.iter().map(|s| s.index).collect();
+        let mut keys = Vec::with_capacity(indices.len());
+        self.key.keys(&indices, &mut keys)?;
         let mut keyed = Vec::with_capacity(items.len());
-        for (p, item) in (start..end).zip(&items) {
-            let key = self.key.key(item.index)?;
+        for (p, &key) in (start..end).zip(&keys) {
             let tie = fold(fold(prefix, p), 0x0054_4945);
             keyed.push((key, tie, keyed.len() as u32));
         }

@@ -27,6 +27,20 @@ pub trait Source: Send + Sync + 'static {
     /// (for a zrecord dataset it is the record length from the offset table).
     fn item_len(&self, index: u64) -> Result<u64>;
 
+    /// [`Source::item_len`] of every index, appended to `out` in order: a bucket asks for its
+    /// whole buffer's keys at once. The default calls `item_len` per index; a source that can
+    /// overlap the lookups (a dataset prefetches its table entries) overrides it.
+    ///
+    /// # Errors
+    /// As [`Source::item_len`] for the first index that fails.
+    fn item_lens(&self, indices: &[u64], out: &mut Vec<u64>) -> Result<()> {
+        out.reserve(indices.len());
+        for &index in indices {
+            out.push(self.item_len(index)?);
+        }
+        Ok(())
+    }
+
     /// What [`Source::item_len`] computes (which data, and how), as the name of the default
     /// bucket key. A bucketed loader's checkpoint records it, and resuming a bucketed loader
     /// whose key is described otherwise is refused; so two sources whose keys differ must
@@ -149,6 +163,17 @@ impl Source for Dataset {
         })
     }
 
+    fn item_lens(&self, indices: &[u64], out: &mut Vec<u64>) -> Result<()> {
+        let snap = self.snapshot();
+        let mut lens = Vec::new();
+        for f in 0..snap.meta().fields.len() {
+            snap.add_record_lens(f, indices, &mut lens)?;
+        }
+        lens.resize(indices.len(), 0);
+        out.extend(lens);
+        Ok(())
+    }
+
     /// `stored_len(all_fields)`: the sum of the record's stored field lengths.
     fn key_description(&self) -> String {
         "stored_len(all_fields)".to_string()
@@ -262,6 +287,14 @@ impl Source for DatasetSource {
 
     fn item_len(&self, index: u64) -> Result<u64> {
         self.snapshot.record_len(self.key_field, index)
+    }
+
+    fn item_lens(&self, indices: &[u64], out: &mut Vec<u64>) -> Result<()> {
+        let mut lens = Vec::new();
+        self.snapshot
+            .add_record_lens(self.key_field, indices, &mut lens)?;
+        out.extend(lens);
+        Ok(())
     }
 
     /// `stored_len(field=NAME)`: the stored length of the key field.
