@@ -244,7 +244,9 @@ impl Stage for Sampler {
             index: start + k * step,
             padded: false,
         }));
-        let samples = &mut out[first..];
+        let Some(samples) = out.get_mut(first..) else {
+            return Ok(());
+        };
         match self.config.mode {
             SamplerMode::Sequential => {}
             SamplerMode::SequentialWrap { .. } => {
@@ -371,8 +373,12 @@ impl Feistel {
         let keep = |walking: &mut Vec<u32>, samples: &[Sample]| {
             let mut kept = 0;
             for i in 0..walking.len() {
-                let k = walking[i];
-                walking[kept] = k;
+                let Some(k) = walking.get(i).copied() else {
+                    break;
+                };
+                if let Some(slot) = walking.get_mut(kept) {
+                    *slot = k;
+                }
                 kept += usize::from(samples.get(k as usize).is_some_and(|s| s.index >= n));
             }
             walking.truncate(kept);

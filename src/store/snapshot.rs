@@ -349,7 +349,12 @@ impl Snapshot {
     ///
     /// # Errors
     /// As [`Snapshot::record_len`], for the first index that fails.
-    pub fn add_record_lens(&self, field: usize, indices: &[u64], lens: &mut Vec<u64>) -> Result<()> {
+    pub fn add_record_lens(
+        &self,
+        field: usize,
+        indices: &[u64],
+        lens: &mut Vec<u64>,
+    ) -> Result<()> {
         /// Records ahead whose entries are prefetched.
         const AHEAD: usize = 16;
         if lens.len() < indices.len() {
@@ -360,7 +365,7 @@ impl Snapshot {
             table.prefetch(index);
         }
         for (k, (&index, len)) in indices.iter().zip(lens.iter_mut()).enumerate() {
-            if let Some(&ahead) = indices.get(k + AHEAD) {
+            if let Some(&ahead) = indices.get(k.saturating_add(AHEAD)) {
                 table.prefetch(ahead);
             }
             *len = len.saturating_add(u64::from(self.entry(field, index)?.logical_len));

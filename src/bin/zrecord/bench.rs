@@ -682,7 +682,12 @@ fn loader(a: &LoaderArgs) -> Res {
         let raw_run = |ds| -> Result<(f64, f64), Box<dyn std::error::Error>> {
             let cpu = cpu_seconds();
             let g = gather_on(ds, &raw)?;
-            let records = g.json["records"].as_f64().unwrap_or(0.0).max(1.0);
+            let records = g
+                .json
+                .get("records")
+                .and_then(serde_json::Value::as_f64)
+                .unwrap_or(0.0)
+                .max(1.0);
             Ok((g.records_per_s, (cpu_seconds() - cpu) * 1e6 / records))
         };
         if !loader_first && !a.no_compare {
@@ -709,9 +714,12 @@ fn loader(a: &LoaderArgs) -> Res {
         return Err("no round ran".into());
     };
     let median = |key: &str| -> Option<f64> {
-        let mut v: Vec<f64> = rounds.iter().filter_map(|r| r[key].as_f64()).collect();
+        let mut v: Vec<f64> = rounds
+            .iter()
+            .filter_map(|r| r.get(key).and_then(serde_json::Value::as_f64))
+            .collect();
         v.sort_by(f64::total_cmp);
-        (!v.is_empty()).then(|| v[v.len() / 2])
+        v.get(v.len() / 2).copied()
     };
     let loader_rps = median("records_per_s").unwrap_or(run.records_per_s);
     let gather_rps = median("gather_records_per_s");
