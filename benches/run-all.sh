@@ -27,7 +27,7 @@ run() { # name, args... (args start with a zrecord subcommand, or with `taskset 
   log "$name: $*"
   "$@" --json | tee -a "$out/results.jsonl" | sed "s/^/$name /" >> "$out/named.txt"
 }
-warm() { cat "$data/$1"/chunk/* > /dev/null; }  # the page cache may have dropped it since
+warm() { cat "$data/$1"/chunk/* "$data/$1"/*.offsets > /dev/null; }  # the page cache may have dropped it since (offset tables too: a gather reads an entry per record)
 # Warm 1 KiB: every backend, the plain pread loop, verification off, two threads.
 warm r1k
 for b in auto mmap uring psync; do
@@ -40,10 +40,13 @@ run "warm-1k-auto-t2" bench gather "$data/r1k" --backend auto --batches 10000 --
 # numpy.memmap of the same records (a flat copy beside the dataset, built once, untimed) over the
 # same indices. Back to back, then in the other order, so noise shows.
 numpy_1k() { run "$1" taskset -c 0 "$py" benches/baselines/numpy_memmap.py "$data/r1k" --flat "$data/r1k.flat" --zrecord "$z" --batches 20000; }
+# Warmed right before each zrecord run (the numpy script reads its copy through before timing):
+# this host drops file pages left unused for about a minute.
 warm r1k
 run "warm-1k-mmap-1core-a" taskset -c 0 $z bench gather "$data/r1k" --backend mmap --batches 20000
 numpy_1k "warm-1k-numpy-1core-a"
 numpy_1k "warm-1k-numpy-1core-b"
+warm r1k
 run "warm-1k-mmap-1core-b" taskset -c 0 $z bench gather "$data/r1k" --backend mmap --batches 20000
 run "loader-1k-w2" bench loader "$data/r1k" --workers 2 --batch 256 --batches 8000
 run "loader-1k-w2-bucket" bench loader "$data/r1k" --workers 2 --batch 256 --batches 4000 --bucket-buffer 16384
