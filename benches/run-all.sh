@@ -40,13 +40,16 @@ run "warm-1k-auto-t2" bench gather "$data/r1k" --backend auto --batches 10000 --
 # numpy.memmap of the same records (a flat copy beside the dataset, built once, untimed) over the
 # same indices. Back to back, then in the other order, so noise shows.
 numpy_1k() { run "$1" taskset -c 0 "$py" benches/baselines/numpy_memmap.py "$data/r1k" --flat "$data/r1k.flat" --zrecord "$z" --batches 20000; }
-# Warmed right before each zrecord run (the numpy script reads its copy through before timing):
-# this host drops file pages left unused for about a minute.
-warm r1k
+# Both sides warm in the same state, right before each run: pages dropped, then read through
+# (the numpy script does the same to its copy). How a file's pages got into the page cache
+# decides how many pages a fault maps: pages left from writing it, or partly reclaimed since
+# (this host reclaims file pages unused for about a minute), cost several times more faults.
+rewarm() { for f in "$data/$1"/chunk/* "$data/$1"/*.offsets; do dd if="$f" iflag=nocache count=0 status=none; done; warm "$1"; }
+rewarm r1k
 run "warm-1k-mmap-1core-a" taskset -c 0 $z bench gather "$data/r1k" --backend mmap --batches 20000
 numpy_1k "warm-1k-numpy-1core-a"
 numpy_1k "warm-1k-numpy-1core-b"
-warm r1k
+rewarm r1k
 run "warm-1k-mmap-1core-b" taskset -c 0 $z bench gather "$data/r1k" --backend mmap --batches 20000
 run "loader-1k-w2" bench loader "$data/r1k" --workers 2 --batch 256 --batches 8000
 run "loader-1k-w2-bucket" bench loader "$data/r1k" --workers 2 --batch 256 --batches 4000 --bucket-buffer 16384

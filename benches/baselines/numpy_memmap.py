@@ -19,9 +19,10 @@ the same xorshift64 generator with the same seeding, index = next() % n (src/bin
 
 Timed, per batch: `arr[idx]` on a `numpy.memmap` of the flat file, the way numpy users gather a
 batch: one fancy-indexing call copying the batch's rows into a new (batch, record_bytes) array.
-Nothing is checked (numpy has no checksums). The flat file is read through once before timing, so
-it is warm in the page cache, like the dataset `benches/run-all.sh` warms for zrecord. One thread:
-run it under `taskset -c 0` beside `taskset -c 0 zrecord bench gather`.
+Nothing is checked (numpy has no checksums). Before timing, the flat file's pages are dropped and
+the file read through, so it is warm in the page cache in the state `rewarm` in
+`benches/run-all.sh` leaves the dataset in. One thread: run it under `taskset -c 0` beside
+`taskset -c 0 zrecord bench gather`.
 
 Prints one JSON line shaped like `zrecord bench gather --json` (records_per_s, bytes_per_s,
 p50_batch_ms, p99_batch_ms, backend, batch, batches, threads, records, bytes, seconds, verify).
@@ -122,15 +123,6 @@ def build_flat(ds, meta, flat):
         del src
     out.flush()
     del out
-    # Written through a mapping, the copy's page cache is not what reading the file brings in
-    # (the dataset's warm pages come from `cat`): drop it, so the warm read below loads it
-    # the same way.
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
     os.replace(tmp, flat)
     return width
 
@@ -170,7 +162,13 @@ def main():
     idx = indices(a.seed, a.batches, a.batch, n)
     if a.zrecord:
         spot_check(a.zrecord, ds, arr, [0, n - 1, idx[0, 0], idx[-1, -1]])
-    with open(flat, "rb") as f:  # warm: the flat file read through, as `cat` warms the dataset
+    # Warm, from a known state: the flat file's pages dropped, then read through (as
+    # benches/run-all.sh's `rewarm` does to the dataset). How the page cache got a file's pages
+    # decides how many pages one fault maps: pages left from writing the file, or partly
+    # reclaimed since, cost several times more faults than pages read through at once.
+    with open(flat, "rb") as f:
+        os.fsync(f.fileno())  # dirty pages (a copy just built) are not dropped
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         while f.read(1 << 24):
             pass
 
