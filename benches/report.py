@@ -83,6 +83,8 @@ def tables(out):
         if bar:
             label, ratios, ref, goal = bar[:4]
             shown = ratio.split(" (")[0] if ratio != "-" else " / ".join(f"{q:.2f}×" for q in ratios)
+            if len(ratios) > 2:
+                shown = f"{min(ratios):.2f}–{max(ratios):.2f}× ({len(ratios)} pairs)"
             measured = bar[4] if len(bar) > 4 else figure
             bars.append({"label": label, "ratios": ratios, "detail": f"{measured} vs {ref}", "ratio": shown,
                          "goal": f"target {target}", "target": goal, "ok": ok})
