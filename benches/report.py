@@ -117,6 +117,11 @@ def tables(out):
         # The median batch, beside: on a shared host, preemption lands in a few batches of
         # either side and swings the means; the medians show the per-batch work.
         p50 = " / ".join(f"{n['p50_batch_ms'] / z['p50_batch_ms']:.2f}×" for z, n in pairs)
+        # And records per CPU second (user + system, both processes on the same records): what
+        # the code costs, whatever else ran on the core.
+        if all(z.get("cpu_seconds") and n.get("cpu_seconds") for z, n in pairs):
+            p50 += "; per CPU second: " + " / ".join(
+                f"{(z['records'] / z['cpu_seconds']) / (n['records'] / n['cpu_seconds']):.2f}×" for z, n in pairs)
         row("warm 1 KiB one core vs numpy memmap (target ≥ 1.2×)",
             "bench gather r1k --backend mmap (taskset -c 0)", f"{zs} rec/s",
             f"numpy memmap `arr[idx]`, same records and indices, {ns} rec/s",

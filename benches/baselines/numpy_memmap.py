@@ -25,7 +25,8 @@ the file read through, so it is warm in the page cache in the state `rewarm` in
 `taskset -c 0 zrecord bench gather`.
 
 Prints one JSON line shaped like `zrecord bench gather --json` (records_per_s, bytes_per_s,
-p50_batch_ms, p99_batch_ms, backend, batch, batches, threads, records, bytes, seconds, verify).
+p50_batch_ms, p99_batch_ms, backend, batch, batches, threads, records, bytes, seconds,
+cpu_seconds: the process's user + system time over the timed loop, verify).
 """
 import argparse
 import json
@@ -174,6 +175,7 @@ def main():
 
     lat = np.empty(a.batches)
     sink = 0
+    cpu = time.process_time()
     start = time.perf_counter()
     for b in range(a.batches):
         t0 = time.perf_counter()
@@ -181,6 +183,7 @@ def main():
         lat[b] = time.perf_counter() - t0
         sink ^= int(out[0, 0])
     secs = time.perf_counter() - start
+    cpu = time.process_time() - cpu
     records = a.batches * a.batch
     lat.sort()
 
@@ -200,6 +203,7 @@ def main():
         "records": records,
         "bytes": records * width,
         "seconds": secs,
+        "cpu_seconds": cpu,
         "verify": False,
         "seed": a.seed,
         "flat": str(flat),
