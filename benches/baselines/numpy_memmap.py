@@ -15,7 +15,7 @@ flat file holds the same bytes.
 
 The indices are those of `zrecord bench gather DIR --seed S` on its one thread (`--threads 1`):
 the same xorshift64 generator with the same seeding, index = next() % n (src/bin/zrecord/bench.rs,
-`run_gather` and `bench_thread`). They are drawn before timing starts.
+`gather_on` and `bench_thread`). They are drawn before timing starts.
 
 Timed, per batch: `arr[idx]` on a `numpy.memmap` of the flat file, the way numpy users gather a
 batch: one fancy-indexing call copying the batch's rows into a new (batch, record_bytes) array.

@@ -167,7 +167,7 @@ pub fn run(cmd: &BenchCmd) -> Res {
 }
 
 /// xorshift64. `benches/baselines/numpy_memmap.py` draws `bench gather`'s indices with the same
-/// generator and seeding (`run_gather`, `bench_thread`): change them together.
+/// generator and seeding (`gather_on`, `bench_thread`): change them together.
 struct Rng(u64);
 
 impl Rng {
