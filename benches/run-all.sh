@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 limits=benches/limits.sh
 z=target/release/zrecord
 cargo build --release --quiet --features cli
+py=$(bash benches/baselines/setup.sh)  # numpy in target/bench-venv, for the numpy baseline
 log() { echo "== $*" | tee -a "$out/log.txt"; }
 
 log "limits (before)"
@@ -26,7 +27,7 @@ run() { # name, args... (args start with a zrecord subcommand, or with `taskset 
   log "$name: $*"
   "$@" --json | tee -a "$out/results.jsonl" | sed "s/^/$name /" >> "$out/named.txt"
 }
-warm() { cat "$data/$1"/chunk/* > /dev/null; }  # the page cache may have dropped it since
+warm() { cat "$data/$1"/chunk/* "$data/$1"/*.offsets > /dev/null; }  # the page cache may have dropped it since (offset tables too: a gather reads an entry per record)
 # Warm 1 KiB: every backend, the plain pread loop, verification off, two threads.
 warm r1k
 for b in auto mmap uring psync; do
@@ -35,6 +36,21 @@ done
 run "warm-1k-pread-loop" bench gather "$data/r1k" --pread-loop --batches 5000
 run "warm-1k-auto-noverify" bench gather "$data/r1k" --backend auto --batches 20000 --no-verify
 run "warm-1k-auto-t2" bench gather "$data/r1k" --backend auto --batches 10000 --threads 2
+# One core, checksums on, against numpy: benches/baselines/numpy_memmap.py does `arr[idx]` on a
+# numpy.memmap of the same records (a flat copy beside the dataset, built once, untimed) over the
+# same indices. Back to back, then in the other order, so noise shows.
+numpy_1k() { run "$1" taskset -c 0 "$py" benches/baselines/numpy_memmap.py "$data/r1k" --flat "$data/r1k.flat" --zrecord "$z" --batches 20000; }
+# Both sides warm in the same state, right before each run: pages dropped, then read through
+# (the numpy script does the same to its copy). How a file's pages got into the page cache
+# decides how many pages a fault maps: pages left from writing it, or partly reclaimed since
+# (this host reclaims file pages unused for about a minute), cost several times more faults.
+rewarm() { for f in "$data/$1"/chunk/* "$data/$1"/*.offsets; do dd if="$f" iflag=nocache count=0 status=none; done; warm "$1"; }
+rewarm r1k
+run "warm-1k-mmap-1core-a" taskset -c 0 $z bench gather "$data/r1k" --backend mmap --batches 20000
+numpy_1k "warm-1k-numpy-1core-a"
+numpy_1k "warm-1k-numpy-1core-b"
+rewarm r1k
+run "warm-1k-mmap-1core-b" taskset -c 0 $z bench gather "$data/r1k" --backend mmap --batches 20000
 run "loader-1k-w2" bench loader "$data/r1k" --workers 2 --batch 256 --batches 8000
 run "loader-1k-w2-bucket" bench loader "$data/r1k" --workers 2 --batch 256 --batches 4000 --bucket-buffer 16384
 # Warm 64 KiB.

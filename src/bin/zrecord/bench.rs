@@ -166,6 +166,8 @@ pub fn run(cmd: &BenchCmd) -> Res {
     }
 }
 
+/// xorshift64. `benches/baselines/numpy_memmap.py` draws `bench gather`'s indices with the same
+/// generator and seeding (`gather_on`, `bench_thread`): change them together.
 struct Rng(u64);
 
 impl Rng {
@@ -376,6 +378,7 @@ fn gather_on(
         return Err("nothing to read: empty dataset or --batch 0".into());
     }
     let start = Instant::now();
+    let cpu = cpu_seconds();
     let handles: Vec<_> = (0..a.threads.max(1))
         .map(|t| {
             let ds = std::sync::Arc::clone(ds);
@@ -401,6 +404,7 @@ fn gather_on(
         sink ^= s;
     }
     let mut secs = start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu;
     if a.inflate_loop {
         // Only the inflating is timed: the threads' timed seconds, run side by side.
         secs = lat.iter().sum::<f64>() / 1e3 / a.threads.max(1) as f64;
@@ -432,6 +436,7 @@ fn gather_on(
         "records": records,
         "bytes": bytes,
         "seconds": secs,
+        "cpu_seconds": cpu,
         "verify": !a.no_verify,
         "direct": a.direct,
         "evicted": a.evict,
