@@ -44,6 +44,7 @@ use super::shard::{Shard, ShardConfig};
 use super::source::Source;
 use super::stage::{describe, fingerprint, Stage};
 use super::state::{describe_differences, shard_settings, LoaderState, LOADER_STATE_VERSION};
+use super::stats::LoaderStats;
 use crate::{Error, Result};
 
 /// Every option of a [`Loader`] but the bucket key and the transform (which are functions).
@@ -782,6 +783,30 @@ impl<S: Source, T> Loader<S, T> {
     /// Diagnostic: see [`Prefetch::max_observed_lead`].
     pub fn max_observed_lead(&self) -> u64 {
         self.prefetch.max_observed_lead()
+    }
+
+    /// A cheap snapshot of what the loader is doing: queue depths, gathers and records in
+    /// flight, the current lead, time per stage, the gather latency histogram, and the time the
+    /// consumer waited for batches (the loader is the bottleneck) against the time workers
+    /// waited for room (the consumer is). See [`LoaderStats`].
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use zrecord::pipeline::{Loader, MemorySource};
+    /// # futures::executor::block_on(async {
+    /// let source = Arc::new(MemorySource::new(vec![vec![1u8; 16]; 1000]));
+    /// let mut loader = Loader::builder(source).batch_size(100).build()?;
+    /// while let Some(batch) = loader.next().await {
+    ///     batch?;
+    /// }
+    /// let stats = loader.stats();
+    /// assert_eq!((stats.batches, stats.records), (10, 1000));
+    /// println!("waited {:?} for batches; p99 gather below {:?}", stats.consumer_wait, stats.gather_quantile(0.99));
+    /// # Ok::<(), zrecord::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn stats(&self) -> LoaderStats {
+        self.prefetch.stats()
     }
 
     /// Stops the workers and waits until every worker thread has exited and released the

@@ -72,6 +72,7 @@ pub mod shard;
 pub mod source;
 pub mod stage;
 pub mod state;
+pub mod stats;
 
 pub use batch::{Batch, BatchConfig, IndexBatch};
 pub use bucket::{Bucket, BucketConfig, BucketKey};
@@ -92,3 +93,4 @@ pub use shard::{Shard, ShardConfig, ShardMode};
 pub use source::{DatasetSource, MemorySource, Source};
 pub use stage::{describe, Cursor, CursorIter, CursorState, Sample, Stage};
 pub use state::{LoaderState, Position, PrefetchState, WorkerState, LOADER_STATE_VERSION};
+pub use stats::LoaderStats;

@@ -71,6 +71,7 @@ use super::queue::{self, Receiver, Sender};
 use super::source::Source;
 use super::stage::{Layout, Stage};
 use super::state::{Position, PrefetchState, WorkerState};
+use super::stats::{ConsumerCounters, Counters, LoaderStats};
 use crate::{Error, Result};
 
 /// How the items of the workers are merged into one stream.
@@ -470,6 +471,9 @@ pub struct Prefetch<T> {
     merge_done: bool,
     state: PrefetchState,
     max_observed_lead: u64,
+    /// What the workers count as they go, and what the consumer side counts.
+    counters: Arc<Counters>,
+    consumer: ConsumerCounters,
     /// Ends the source's lookahead session when the stream goes away.
     end_lookahead: Option<Box<dyn FnOnce() + Send + Sync>>,
 }
@@ -563,6 +567,7 @@ impl<T: Send + 'static> Prefetch<T> {
         let ender = Arc::clone(&source);
         let end_lookahead: Box<dyn FnOnce() + Send + Sync> =
             Box::new(move || ender.end_lookahead(session));
+        let counters = Arc::new(Counters::default());
         let mut workers = Vec::with_capacity(config.num_workers);
         for (w, &start_k) in consumed.iter().enumerate() {
             let (tx, rx) = queue::bounded(config.worker_queue_size);
@@ -580,6 +585,7 @@ impl<T: Send + 'static> Prefetch<T> {
                 k: start_k,
                 tx,
                 exit: exit_tx,
+                counters: Arc::clone(&counters),
             };
             std::thread::Builder::new()
                 .name(format!("zrecord-prefetch-{w}"))
@@ -620,6 +626,8 @@ impl<T: Send + 'static> Prefetch<T> {
             merge_done: false,
             state,
             max_observed_lead: 0,
+            counters,
+            consumer: ConsumerCounters::default(),
             end_lookahead: Some(end_lookahead),
         })
     }
@@ -747,6 +755,7 @@ struct WorkerJob<St, Src: Source, T> {
     k: u64,
     tx: Sender<WorkerItem<T>>,
     exit: oneshot::Sender<()>,
+    counters: Arc<Counters>,
 }
 
 impl<St, Src, T> WorkerJob<St, Src, T>
@@ -764,12 +773,24 @@ where
                 break;
             };
             let pos = self.split.position(g);
+            let span = tracing::trace_span!(
+                "zrecord.batch",
+                worker = self.w,
+                epoch = pos.epoch,
+                position = pos.position
+            );
+            let _entered = span.enter();
             self.announce();
             let result = self.produce_with_retries(pos);
+            if let Ok(b) = &result {
+                self.counters.produced(b.batch.samples.len());
+            }
             let item = WorkerItem { k: self.k, result };
+            let pushed = std::time::Instant::now();
             if self.tx.push(item).is_err() {
                 break;
             }
+            self.counters.blocked(pushed);
             // Past item u64::MAX there is no global position: the worker ends (its merge reports
             // it as exited) rather than producing the last item again.
             let Some(k) = self.k.checked_add(1) else {
@@ -803,6 +824,7 @@ where
                 Ok(Err(e)) => e,
                 Err(panic) => return Err(panicked(self.w, pos, panic.as_ref())),
             };
+            self.counters.failed_attempt();
             if tries >= self.retry.attempts {
                 return Err(error);
             }
@@ -814,7 +836,10 @@ where
                 error = %error,
                 "prefetch: retrying a failed batch"
             );
-            if self.tx.wait_closed(backoff) {
+            let slept = std::time::Instant::now();
+            let closed = self.tx.wait_closed(backoff);
+            self.counters.retry_wait(slept);
+            if closed {
                 return Err(error);
             }
             tries = tries.saturating_add(1);
@@ -842,7 +867,10 @@ where
             };
             let pos = self.split.position(g);
             // A batch that cannot be computed is not announced; producing it reports why.
-            let Ok(batch) = self.stage.get(pos.epoch, pos.position) else {
+            let start = std::time::Instant::now();
+            let computed = self.stage.get(pos.epoch, pos.position);
+            self.counters.index_time(start);
+            let Ok(batch) = computed else {
                 break;
             };
             if next > self.k {
@@ -865,10 +893,22 @@ where
             .map(|(_, b)| b.clone());
         let batch = match computed {
             Some(b) => b,
-            None => self.stage.get(pos.epoch, pos.position)?,
+            None => {
+                let start = std::time::Instant::now();
+                let b = self.stage.get(pos.epoch, pos.position)?;
+                self.counters.index_time(start);
+                b
+            }
         };
-        let gathered = self.source.gather(&batch.indices())?;
+        let indices = batch.indices();
+        let gathered = {
+            let _span = tracing::trace_span!("zrecord.gather", records = indices.len()).entered();
+            let _in_flight = self.counters.gather_started(indices.len());
+            self.source.gather(&indices)?
+        };
+        let start = std::time::Instant::now();
         let data = (self.transform)(gathered, &batch)?;
+        self.counters.transform_time(start);
         Ok(LoaderBatch { data, batch })
     }
 }
@@ -906,6 +946,33 @@ impl<T> Prefetch<T> {
     /// [`MergePolicy::BestEffort`] it never exceeds `max_lead`.
     pub fn max_observed_lead(&self) -> u64 {
         self.max_observed_lead
+    }
+
+    /// A snapshot of what the loader is doing: queue depths, gathers in flight, the lead, time
+    /// per stage, the gather latency histogram, and who waits for whom (see [`LoaderStats`]).
+    /// Cheap: a few atomic loads and one lock per worker queue.
+    pub fn stats(&self) -> LoaderStats {
+        let depths = self
+            .workers
+            .iter()
+            .map(|w| w.rx.as_ref().map_or(0, Receiver::len))
+            .collect();
+        let lead = self.min_unconsumed().map_or(0, |min| {
+            self.workers
+                .iter()
+                .zip(&self.state.workers)
+                .filter(|(w, _)| !w.dead)
+                .map(|(_, ws)| ws.consumed.saturating_sub(min))
+                .max()
+                .unwrap_or(0)
+        });
+        LoaderStats::new(
+            &self.counters,
+            &self.consumer,
+            depths,
+            self.ready.len(),
+            (lead, self.max_observed_lead),
+        )
     }
 
     /// Stops the workers and waits until every worker thread has exited and released the
@@ -1110,18 +1177,30 @@ impl<T> Stream for Prefetch<T> {
                 Poll::Pending => break,
             }
         }
-        match this.ready.pop_front() {
+        let polled = match this.ready.pop_front() {
             Some(m) if m.result.is_err() && this.on_error == OnError::Stop => {
                 this.stop();
                 Poll::Ready(Some(m.result))
             }
             Some(m) => {
                 this.consume(&m);
+                if let Ok(b) = &m.result {
+                    this.consumer.batches = this.consumer.batches.saturating_add(1);
+                    this.consumer.records = this
+                        .consumer
+                        .records
+                        .saturating_add(b.batch.samples.len() as u64);
+                }
                 Poll::Ready(Some(m.result))
             }
             None if this.merge_done => Poll::Ready(None),
             None => Poll::Pending,
+        };
+        match polled {
+            Poll::Pending => this.consumer.pending(),
+            Poll::Ready(_) => this.consumer.ready(),
         }
+        polled
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {

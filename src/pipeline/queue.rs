@@ -161,7 +161,6 @@ impl<T> Receiver<T> {
     }
 
     /// Number of queued items.
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.shared.lock().items.len()
     }

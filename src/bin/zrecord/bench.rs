@@ -54,6 +54,12 @@ pub struct LoaderArgs {
     /// cache).
     #[arg(long, value_parser = crate::args::parse_size)]
     cache: Option<u64>,
+    /// Batches each worker's queue holds.
+    #[arg(long, default_value_t = 2)]
+    worker_queue: usize,
+    /// Merged batches waiting for the consumer.
+    #[arg(long, default_value_t = 2)]
+    consumer_queue: usize,
     /// Timed rounds, each a loader run and a raw-gather run (alternating which goes first,
     /// after one untimed raw-gather warm-up); figures are medians over the rounds.
     #[arg(long, default_value_t = 3)]
@@ -754,6 +760,7 @@ fn loader(a: &LoaderArgs) -> Res {
         "state_bytes": state.len(),
         "state_ms": state_ms,
         "lookahead": a.lookahead,
+        "stats": run.stats,
         "remote": remote,
     });
     if a.json {
@@ -802,6 +809,8 @@ struct LoaderRun {
     latencies_ms: Vec<f64>,
     state: Vec<u8>,
     state_ms: f64,
+    /// `Loader::stats` at the end of the run.
+    stats: serde_json::Value,
 }
 
 /// Builds the loader over `ds` and consumes `a.batches` batches from it.
@@ -820,6 +829,8 @@ fn loader_round(
         )
         .batch_size(a.batch)
         .num_workers(a.workers.max(1))
+        .worker_queue_size(a.worker_queue)
+        .consumer_queue_size(a.consumer_queue)
         .lookahead(a.lookahead);
     if let Some(buffer_size) = a.bucket_buffer {
         builder = builder.bucket(
@@ -848,6 +859,7 @@ fn loader_round(
     let state_start = Instant::now();
     let state = serde_json::to_vec(&loader.state())?;
     let state_ms = state_start.elapsed().as_secs_f64() * 1e3;
+    let stats = stats_json(&loader.stats());
     drop(loader);
     lat.sort_by(f64::total_cmp);
     Ok(LoaderRun {
@@ -858,5 +870,27 @@ fn loader_round(
         latencies_ms: lat,
         state,
         state_ms,
+        stats,
+    })
+}
+
+/// The loader's own account of a run, in milliseconds and microseconds.
+fn stats_json(s: &zrecord::pipeline::LoaderStats) -> serde_json::Value {
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let us = |q: f64| s.gather_quantile(q).map(|d| d.as_secs_f64() * 1e6);
+    serde_json::json!({
+        "batches": s.batches,
+        "records": s.records,
+        "index_ms": ms(s.index_time),
+        "gather_ms": ms(s.gather_time),
+        "transform_ms": ms(s.transform_time),
+        "worker_blocked_ms": ms(s.worker_blocked),
+        "retry_wait_ms": ms(s.retry_wait),
+        "consumer_wait_ms": ms(s.consumer_wait),
+        "gather_p50_us_at_most": us(0.5),
+        "gather_p99_us_at_most": us(0.99),
+        "gather_latency_log2_us": s.gather_latency,
+        "failed_attempts": s.failed_attempts,
+        "max_lead": s.max_lead,
     })
 }

@@ -114,7 +114,10 @@ fn gather_part_once(
     engine: &Engine,
     zero_copy: bool,
 ) -> Result<(Values, FieldNames)> {
-    let res = resolve::resolve(snap, indices, fields)?;
+    let res = {
+        let _span = tracing::trace_span!("zrecord.resolve", records = indices.len()).entered();
+        resolve::resolve(snap, indices, fields)?
+    };
     let verify = engine.verify_checksums;
     let mapped = zero_copy
         && !engine.direct_io
@@ -124,12 +127,23 @@ fn gather_part_once(
             ZeroCopy::Never => false,
         };
     let zero_copy = match mapped {
-        true => mapped::gather(&res, &engine.pools.finish, verify)?,
+        true => {
+            let _span = tracing::trace_span!("zrecord.mapped", values = res.wants.len()).entered();
+            mapped::gather(&res, &engine.pools.finish, verify)?
+        }
         false => None,
     };
     let values = match zero_copy {
         Some(v) => v,
-        None => gather_io(&res, engine)?,
+        None => {
+            let _span = tracing::trace_span!(
+                "zrecord.read",
+                backend = engine.backend.name(),
+                values = res.wants.len()
+            )
+            .entered();
+            gather_io(&res, engine)?
+        }
     };
     Ok((values, Arc::clone(&res.fields)))
 }
