@@ -338,6 +338,13 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
         self
     }
 
+    /// Gathers each worker keeps in flight through [`Source::gather_async`] (see
+    /// [`PrefetchConfig::gathers_in_flight`]). Default 1: the blocking path.
+    pub fn gathers_in_flight(mut self, gathers: usize) -> Self {
+        self.config.prefetch.gathers_in_flight = gathers;
+        self
+    }
+
     /// The merge policy.
     pub fn merge(mut self, merge: MergePolicy) -> Self {
         self.config.prefetch.merge = merge;

@@ -90,7 +90,7 @@ pub use prefetch::{
 pub use root::Root;
 pub use sampler::{Sampler, SamplerConfig, SamplerMode};
 pub use shard::{Shard, ShardConfig, ShardMode};
-pub use source::{DatasetSource, MemorySource, Source};
+pub use source::{DatasetSource, GatherFuture, MemorySource, Source};
 pub use stage::{describe, Cursor, CursorIter, CursorState, Sample, Stage};
 pub use state::{LoaderState, Position, PrefetchState, WorkerState, LOADER_STATE_VERSION};
 pub use stats::LoaderStats;

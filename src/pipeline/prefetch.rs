@@ -220,10 +220,22 @@ pub struct PrefetchConfig {
     /// 20 ms of latency without it, and it cost throughput (docs/BENCHMARKS.md).
     #[serde(default = "default_lookahead")]
     pub lookahead: usize,
+    /// Gathers each worker keeps in flight, 1 to [`MAX_QUEUE_SIZE`]. Default: 1, the blocking
+    /// path: the worker calls [`Source::gather`] and waits. Above 1 the worker starts the
+    /// gathers of its next batches with [`Source::gather_async`] and takes their results in
+    /// order, so a source with latency (a dataset on an object store) has that many batches per
+    /// worker reading at once, on no more threads. Batches are delivered, merged and
+    /// checkpointed exactly as with 1: a resume redoes the gathers that were in flight.
+    #[serde(default = "default_gathers_in_flight")]
+    pub gathers_in_flight: usize,
 }
 
 fn default_lookahead() -> usize {
     0
+}
+
+fn default_gathers_in_flight() -> usize {
+    1
 }
 
 impl Default for PrefetchConfig {
@@ -238,6 +250,7 @@ impl Default for PrefetchConfig {
             retry: RetryPolicy::default(),
             on_error: OnError::Stop,
             lookahead: default_lookahead(),
+            gathers_in_flight: default_gathers_in_flight(),
         }
     }
 }
@@ -293,6 +306,13 @@ impl PrefetchConfig {
         self
     }
 
+    /// Sets the gathers each worker keeps in flight (1 to [`MAX_QUEUE_SIZE`]). Default 1.
+    #[must_use]
+    pub fn gathers_in_flight(mut self, gathers: usize) -> Self {
+        self.gathers_in_flight = gathers;
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         let bad = |reason: String| Err(Error::InvalidConfig { reason });
         if self.num_workers == 0 || self.num_workers > MAX_NUM_WORKERS {
@@ -306,6 +326,12 @@ impl PrefetchConfig {
             return bad(format!(
                 "prefetch: lookahead must be 0 to {MAX_QUEUE_SIZE} batches, not {}",
                 self.lookahead
+            ));
+        }
+        if !queue_ok(self.gathers_in_flight) {
+            return bad(format!(
+                "prefetch: gathers_in_flight must be 1 to {MAX_QUEUE_SIZE}, not {}",
+                self.gathers_in_flight
             ));
         }
         if !queue_ok(self.worker_queue_size) || !queue_ok(self.consumer_queue_size) {
@@ -586,6 +612,7 @@ impl<T: Send + 'static> Prefetch<T> {
                 tx,
                 exit: exit_tx,
                 counters: Arc::clone(&counters),
+                gathers_in_flight: config.gathers_in_flight,
             };
             std::thread::Builder::new()
                 .name(format!("zrecord-prefetch-{w}"))
@@ -756,6 +783,7 @@ struct WorkerJob<St, Src: Source, T> {
     tx: Sender<WorkerItem<T>>,
     exit: oneshot::Sender<()>,
     counters: Arc<Counters>,
+    gathers_in_flight: usize,
 }
 
 impl<St, Src, T> WorkerJob<St, Src, T>
@@ -765,6 +793,26 @@ where
     T: Send + 'static,
 {
     fn run(mut self) {
+        if self.gathers_in_flight > 1 {
+            self.run_async();
+        } else {
+            self.run_blocking();
+        }
+        let Self {
+            stage,
+            source,
+            transform,
+            tx,
+            exit,
+            ..
+        } = self;
+        // Release the source before announcing the exit: after `shutdown` resolves, the worker
+        // holds nothing.
+        drop((stage, source, transform, tx));
+        drop(exit);
+    }
+
+    fn run_blocking(&mut self) {
         loop {
             if self.tx.is_closed() || self.split.count(self.w).is_some_and(|c| self.k >= c) {
                 break;
@@ -798,18 +846,177 @@ where
             };
             self.k = k;
         }
-        let Self {
-            stage,
-            source,
-            transform,
-            tx,
-            exit,
-            ..
-        } = self;
-        // Release the source before announcing the exit: after `shutdown` resolves, the worker
-        // holds nothing.
-        drop((stage, source, transform, tx));
-        drop(exit);
+    }
+
+    /// The worker with up to `gathers_in_flight` gathers started ahead ([`Source::gather_async`]),
+    /// their results taken in order: the same items as [`WorkerJob::run_blocking`], each
+    /// retried in its place.
+    fn run_async(&mut self) {
+        let mut window: VecDeque<Pending<Src::Batch>> = VecDeque::new();
+        let mut issue = self.k;
+        loop {
+            if self.tx.is_closed() {
+                break;
+            }
+            while window.len() < self.gathers_in_flight {
+                if self.split.count(self.w).is_some_and(|c| issue >= c) {
+                    break;
+                }
+                let Some(g) = self.split.global(self.w, issue) else {
+                    break;
+                };
+                let pos = self.split.position(g);
+                let start = std::time::Instant::now();
+                let computed = self.stage.get(pos.epoch, pos.position);
+                self.counters.index_time(start);
+                let mut pending = Pending {
+                    pos,
+                    batch: None,
+                    future: None,
+                    result: None,
+                    tries: 0,
+                };
+                match computed {
+                    Ok(b) => {
+                        pending.batch = Some(b);
+                        self.start_gather(&mut pending);
+                    }
+                    // Produced in its place: what the blocking path reports for it.
+                    Err(e) => pending.result = Some(Err(e)),
+                }
+                window.push_back(pending);
+                let Some(next) = issue.checked_add(1) else {
+                    break;
+                };
+                issue = next;
+            }
+            if window.is_empty() {
+                break;
+            }
+            self.poll_window(&mut window);
+            let Some(head) = window.pop_front() else {
+                break;
+            };
+            let result = self.finish(head, &mut window);
+            if let Ok(b) = &result {
+                self.counters.produced(b.batch.samples.len());
+            }
+            let item = WorkerItem { k: self.k, result };
+            let pushed = std::time::Instant::now();
+            if self.tx.push(item).is_err() {
+                break;
+            }
+            self.counters.blocked(pushed);
+            let Some(k) = self.k.checked_add(1) else {
+                break;
+            };
+            self.k = k;
+        }
+    }
+
+    /// Starts (or starts again) the gather of `p`'s batch.
+    fn start_gather(&self, p: &mut Pending<Src::Batch>) {
+        p.tries = p.tries.saturating_add(1);
+        p.result = None;
+        p.future = p.batch.as_ref().map(|b| {
+            let indices = b.indices();
+            let in_flight = self.counters.gather_started(indices.len());
+            (Arc::clone(&self.source).gather_async(indices), in_flight)
+        });
+    }
+
+    /// Polls every gather of the window until the first one is done (the others make progress
+    /// meanwhile, whatever kind of future the source returns).
+    fn poll_window(&self, window: &mut VecDeque<Pending<Src::Batch>>) {
+        let w = self.w;
+        futures::executor::block_on(std::future::poll_fn(|cx| {
+            for p in window.iter_mut() {
+                let Some((future, _)) = &mut p.future else {
+                    continue;
+                };
+                let polled = catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx)));
+                let done = match polled {
+                    Ok(Poll::Pending) => continue,
+                    Ok(Poll::Ready(r)) => r,
+                    Err(panic) => Err(panicked(w, p.pos, panic.as_ref())),
+                };
+                p.result = Some(done);
+                p.future = None; // drops the in-flight guard: the latency is recorded
+            }
+            match window.front() {
+                Some(p) if p.future.is_some() => Poll::Pending,
+                _ => Poll::Ready(()),
+            }
+        }));
+    }
+
+    /// The item of the window's first batch: its transform, or its error once the retry
+    /// policy gives up (each retry waits, the other gathers of the window going on).
+    fn finish(
+        &mut self,
+        mut head: Pending<Src::Batch>,
+        window: &mut VecDeque<Pending<Src::Batch>>,
+    ) -> Result<LoaderBatch<T>> {
+        let mut backoff = self.retry.backoff.min(self.retry.max_backoff);
+        loop {
+            let outcome: std::result::Result<std::convert::Infallible, Error> =
+                match (&head.batch, head.result.take()) {
+                    (None, Some(Err(e))) => return Err(e),
+                    (_, None) | (None, Some(Ok(_))) => {
+                        Err(Error::internal("a gather finished with no result".into()))
+                    }
+                    (Some(batch), Some(Ok(gathered))) => {
+                        let start = std::time::Instant::now();
+                        let data =
+                            catch_unwind(AssertUnwindSafe(|| (self.transform)(gathered, batch)));
+                        self.counters.transform_time(start);
+                        match data {
+                            Ok(Ok(data)) => {
+                                return Ok(LoaderBatch {
+                                    data,
+                                    batch: batch.clone(),
+                                })
+                            }
+                            Ok(Err(e)) => Err(e),
+                            Err(panic) => return Err(panicked(self.w, head.pos, panic.as_ref())),
+                        }
+                    }
+                    (Some(_), Some(Err(e))) => Err(e),
+                };
+            let error = match outcome {
+                Err(e) => e,
+                Ok(never) => match never {},
+            };
+            if matches!(error, Error::WorkerPanicked { .. }) {
+                return Err(error);
+            }
+            self.counters.failed_attempt();
+            if head.tries >= self.retry.attempts {
+                return Err(error);
+            }
+            tracing::debug!(
+                worker = self.w,
+                epoch = head.pos.epoch,
+                position = head.pos.position,
+                tries = head.tries,
+                error = %error,
+                "prefetch: retrying a failed batch"
+            );
+            let slept = std::time::Instant::now();
+            let closed = self.tx.wait_closed(backoff);
+            self.counters.retry_wait(slept);
+            if closed {
+                return Err(error);
+            }
+            backoff = backoff.saturating_mul(2).min(self.retry.max_backoff);
+            self.start_gather(&mut head);
+            window.push_front(head);
+            self.poll_window(window);
+            match window.pop_front() {
+                Some(h) => head = h,
+                None => return Err(Error::internal("the window lost its first batch".into())),
+            }
+        }
     }
 
     /// Produces the item at `pos`, trying a failed gather or transform again as the retry
@@ -911,6 +1118,17 @@ where
         self.counters.transform_time(start);
         Ok(LoaderBatch { data, batch })
     }
+}
+
+/// One batch of an asynchronous worker's window: its index batch (or why it could not be
+/// computed), its gather in flight with the guard that counts it, its result once done.
+struct Pending<B> {
+    pos: Position,
+    /// `None` if it could not be computed (`result` says why).
+    batch: Option<IndexBatch>,
+    future: Option<(super::source::GatherFuture<B>, super::stats::InFlight)>,
+    result: Option<Result<B>>,
+    tries: u32,
 }
 
 fn panicked(w: u64, pos: Position, panic: &(dyn std::any::Any + Send)) -> Error {

@@ -2,9 +2,14 @@
 //! for a zrecord [`Dataset`] (and a pinned, field-selecting [`DatasetSource`]), and an in-memory
 //! [`MemorySource`] for tests.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use crate::{Dataset, Error, Result, Snapshot};
+
+/// What [`Source::gather_async`] returns: a boxed future of the batch, `Send + 'static`.
+pub type GatherFuture<B> = Pin<Box<dyn Future<Output = Result<B>> + Send + 'static>>;
 
 /// A random-access collection of `len()` records that the pipeline gathers batches from.
 ///
@@ -54,6 +59,23 @@ pub trait Source: Send + Sync + 'static {
 
     /// Reads the records at `indices`, in that order. Blocking; called on worker threads.
     fn gather(&self, indices: &[u64]) -> Result<Self::Batch>;
+
+    /// Reads the records at `indices`, in that order, as a future: what a prefetch worker
+    /// uses when it keeps several gathers in flight ([`super::PrefetchConfig::gathers_in_flight`]
+    /// above 1), so a source with latency (a dataset on an object store) has many batches'
+    /// reads running without a thread for each.
+    ///
+    /// The default runs [`Source::gather`] when first polled, blocking the thread that polls it
+    /// (a prefetch worker's own thread, never a runtime worker): correct, but with nothing in
+    /// flight at once. A zrecord [`Dataset`] or [`DatasetSource`] runs the gather on zrecord's
+    /// read threads; a source with a truly asynchronous client returns its future.
+    ///
+    /// # Cancel safety
+    /// The loader drops the future of a batch it no longer needs (a dropped or resumed loader);
+    /// dropping must lose nothing but that batch.
+    fn gather_async(self: Arc<Self>, indices: Vec<u64>) -> GatherFuture<Self::Batch> {
+        Box::pin(async move { self.gather(&indices) })
+    }
 
     /// The generation of the data this source serves (a dataset's commit generation). A
     /// checkpoint records it, and resuming against another generation is refused.
@@ -181,6 +203,10 @@ impl Source for Dataset {
 
     fn gather(&self, indices: &[u64]) -> Result<Self::Batch> {
         self.gather_blocking(indices)
+    }
+
+    fn gather_async(self: Arc<Self>, indices: Vec<u64>) -> GatherFuture<Self::Batch> {
+        Box::pin(Dataset::gather(&self, &indices))
     }
 
     fn generation(&self) -> u64 {
@@ -315,6 +341,17 @@ impl Source for DatasetSource {
                 .collect::<Result<Vec<_>>>()?,
         };
         self.snapshot.gather_engine(indices, &fields, engine)
+    }
+
+    fn gather_async(self: Arc<Self>, indices: Vec<u64>) -> GatherFuture<Self::Batch> {
+        let engine = match self.engine() {
+            Ok(e) => Arc::clone(e),
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        Box::pin(crate::store::dataset::GatherFuture::run_on(
+            &engine,
+            move || self.gather(&indices),
+        ))
     }
 
     fn generation(&self) -> u64 {

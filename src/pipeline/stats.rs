@@ -11,6 +11,7 @@
 //!   full: the consumer is the bottleneck, and the loader is keeping up.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -46,12 +47,12 @@ impl Counters {
     }
 
     /// A gather of `records` records starts; the returned guard ends it.
-    pub(crate) fn gather_started(&self, records: usize) -> InFlight<'_> {
+    pub(crate) fn gather_started(self: &Arc<Self>, records: usize) -> InFlight {
         let records = records as u64;
         self.gathers_in_flight.fetch_add(1, Ordering::Relaxed);
         self.records_in_flight.fetch_add(records, Ordering::Relaxed);
         InFlight {
-            counters: self,
+            counters: Arc::clone(self),
             records,
             start: Instant::now(),
         }
@@ -84,15 +85,15 @@ impl Counters {
 }
 
 /// A gather in progress; dropping it records its latency.
-pub(crate) struct InFlight<'a> {
-    counters: &'a Counters,
+pub(crate) struct InFlight {
+    counters: Arc<Counters>,
     records: u64,
     start: Instant,
 }
 
-impl Drop for InFlight<'_> {
+impl Drop for InFlight {
     fn drop(&mut self) {
-        let c = self.counters;
+        let c = &self.counters;
         let took = nanos(self.start.elapsed());
         c.gathers_in_flight.fetch_sub(1, Ordering::Relaxed);
         c.records_in_flight
@@ -237,7 +238,7 @@ mod tests {
 
     #[test]
     fn latency_lands_in_its_power_of_two_bucket() {
-        let c = Counters::default();
+        let c = Arc::new(Counters::default());
         drop(c.gather_started(3));
         let s = LoaderStats::new(&c, &ConsumerCounters::default(), vec![], 0, (0, 0));
         assert_eq!(s.gather_latency.iter().sum::<u64>(), 1);
@@ -249,7 +250,7 @@ mod tests {
 
     #[test]
     fn in_flight_counts_until_the_guard_drops() {
-        let c = Counters::default();
+        let c = Arc::new(Counters::default());
         let g = c.gather_started(256);
         let s = LoaderStats::new(&c, &ConsumerCounters::default(), vec![1, 2], 3, (1, 2));
         assert_eq!((s.gathers_in_flight, s.records_in_flight), (1, 256));

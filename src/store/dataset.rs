@@ -277,6 +277,21 @@ pub struct GatherFuture {
 }
 
 impl GatherFuture {
+    /// Runs `gather` on `engine`'s read workers; the future resolves to what it returns.
+    pub(crate) fn run_on(
+        engine: &Engine,
+        gather: impl FnOnce() -> Result<Batch> + Send + 'static,
+    ) -> GatherFuture {
+        let (tx, rx) = futures::channel::oneshot::channel();
+        engine.pools.workers.spawn(move || {
+            if tx.is_canceled() {
+                return;
+            }
+            let _ = tx.send(gather());
+        });
+        GatherFuture { rx }
+    }
+
     fn spawn(
         snap: Arc<Snapshot>,
         indices: Vec<u64>,

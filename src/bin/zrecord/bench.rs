@@ -57,6 +57,9 @@ pub struct LoaderArgs {
     /// Batches each worker's queue holds.
     #[arg(long, default_value_t = 2)]
     worker_queue: usize,
+    /// Gathers each worker keeps in flight (above 1: `Source::gather_async`).
+    #[arg(long, default_value_t = 1)]
+    gathers_in_flight: usize,
     /// Merged batches waiting for the consumer.
     #[arg(long, default_value_t = 2)]
     consumer_queue: usize,
@@ -830,6 +833,7 @@ fn loader_round(
         .batch_size(a.batch)
         .num_workers(a.workers.max(1))
         .worker_queue_size(a.worker_queue)
+        .gathers_in_flight(a.gathers_in_flight)
         .consumer_queue_size(a.consumer_queue)
         .lookahead(a.lookahead);
     if let Some(buffer_size) = a.bucket_buffer {
