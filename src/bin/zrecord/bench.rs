@@ -120,9 +120,13 @@ pub struct GatherArgs {
     /// Read with O_DIRECT.
     #[arg(long)]
     direct: bool,
-    /// Skip checksum verification (bytes are still consumed by a sum).
+    /// Skip checksum verification (bytes are still consumed by a sum, as with `--consume`).
     #[arg(long)]
     no_verify: bool,
+    /// Sum every byte of each batch after its gather, timed, with verification on too: a
+    /// reader of the records. Against `--no-verify`, the difference is the checksums alone.
+    #[arg(long)]
+    consume: bool,
     /// Seed of the random indices.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -370,7 +374,7 @@ fn run_gather(a: &GatherArgs) -> Result<GatherStats, Box<dyn std::error::Error>>
             let job = ThreadJob {
                 batch: a.batch,
                 batches: a.batches,
-                verify: !a.no_verify,
+                consume: a.consume || a.no_verify,
                 pread_loop: a.pread_loop,
                 inflate_loop: a.inflate_loop,
                 range_get_loop: a.range_get_loop.then_some(a.requests),
@@ -421,6 +425,7 @@ fn run_gather(a: &GatherArgs) -> Result<GatherStats, Box<dyn std::error::Error>>
         "bytes": bytes,
         "seconds": secs,
         "verify": !a.no_verify,
+        "consume": a.consume || a.no_verify,
         "direct": a.direct,
         "evicted": a.evict,
         "remote": remote_json(&remote_before),
@@ -455,7 +460,8 @@ fn remote_json(before: &zrecord::remote::RemoteStats) -> serde_json::Value {
 struct ThreadJob {
     batch: usize,
     batches: usize,
-    verify: bool,
+    /// Sum every byte of each gathered batch.
+    consume: bool,
     pread_loop: bool,
     inflate_loop: bool,
     /// The remote baseline, with its requests in flight.
@@ -527,7 +533,7 @@ fn bench_thread(
             records += idx.len() as u64;
         } else {
             let b = ds.gather_blocking(&idx)?;
-            if !job.verify {
+            if job.consume {
                 sink = sink.wrapping_add(consume(&b));
             }
             records += b.len() as u64;
@@ -699,6 +705,7 @@ fn loader(a: &LoaderArgs) -> Res {
             evict: false,
             direct: false,
             no_verify: false,
+            consume: false,
             seed: 1,
             pread_loop: false,
             inflate_loop: false,
