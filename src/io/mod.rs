@@ -38,3 +38,23 @@ pub(crate) fn prefetch(ptr: *const u8) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = ptr;
 }
+
+/// Hints the CPU to bring every cache line of the first `max` bytes of `bytes` into L1.
+#[inline(always)]
+pub(crate) fn prefetch_lines(bytes: &[u8], max: usize) {
+    const LINE: usize = 64;
+    let start = bytes.as_ptr();
+    let len = bytes.len().min(max);
+    if len == 0 {
+        return;
+    }
+    // Every line the span touches: from the one holding its first byte to the one holding its
+    // last, whatever the alignment.
+    let first = start as usize & !(LINE - 1);
+    let last = (start as usize).wrapping_add(len - 1);
+    let mut line = first;
+    while line <= last {
+        prefetch(start.wrapping_add(line.wrapping_sub(start as usize)));
+        line = line.wrapping_add(LINE);
+    }
+}

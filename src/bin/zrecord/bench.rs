@@ -133,9 +133,13 @@ pub struct GatherArgs {
     /// Read with O_DIRECT.
     #[arg(long)]
     direct: bool,
-    /// Skip checksum verification (bytes are still consumed by a sum).
+    /// Skip checksum verification (bytes are still consumed by a sum, as with `--consume`).
     #[arg(long)]
     no_verify: bool,
+    /// Sum every byte of each batch after its gather, timed, with verification on too: a
+    /// reader of the records. Against `--no-verify`, the difference is the checksums alone.
+    #[arg(long)]
+    consume: bool,
     /// Seed of the random indices.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -394,7 +398,7 @@ fn gather_on(
             let job = ThreadJob {
                 batch: a.batch,
                 batches: a.batches,
-                verify: !a.no_verify,
+                consume: a.consume || a.no_verify,
                 pread_loop: a.pread_loop,
                 inflate_loop: a.inflate_loop,
                 range_get_loop: a.range_get_loop.then_some(a.requests),
@@ -447,6 +451,7 @@ fn gather_on(
         "seconds": secs,
         "cpu_seconds": cpu,
         "verify": !a.no_verify,
+        "consume": a.consume || a.no_verify,
         "direct": a.direct,
         "evicted": a.evict,
         "remote": remote_json(&remote_before),
@@ -481,7 +486,8 @@ fn remote_json(before: &zrecord::remote::RemoteStats) -> serde_json::Value {
 struct ThreadJob {
     batch: usize,
     batches: usize,
-    verify: bool,
+    /// Sum every byte of each gathered batch.
+    consume: bool,
     pread_loop: bool,
     inflate_loop: bool,
     /// The remote baseline, with its requests in flight.
@@ -553,7 +559,7 @@ fn bench_thread(
             records += idx.len() as u64;
         } else {
             let b = ds.gather_blocking(&idx)?;
-            if !job.verify {
+            if job.consume {
                 sink = sink.wrapping_add(consume(&b));
             }
             records += b.len() as u64;
@@ -674,6 +680,7 @@ fn loader(a: &LoaderArgs) -> Res {
         evict: false,
         direct: false,
         no_verify: false,
+        consume: false,
         seed: 1,
         pread_loop: false,
         inflate_loop: false,
