@@ -830,21 +830,31 @@ where
             let _entered = span.enter();
             self.announce();
             let result = self.produce_with_retries(pos);
-            if let Ok(b) = &result {
-                self.counters.produced(b.batch.samples.len());
-            }
-            let item = WorkerItem { k: self.k, result };
-            let pushed = std::time::Instant::now();
-            if self.tx.push(item).is_err() {
+            if !self.deliver(result) {
                 break;
             }
-            self.counters.blocked(pushed);
-            // Past item u64::MAX there is no global position: the worker ends (its merge reports
-            // it as exited) rather than producing the last item again.
-            let Some(k) = self.k.checked_add(1) else {
-                break;
-            };
-            self.k = k;
+        }
+    }
+
+    /// Pushes the item of batch `k` and moves on to the next; false if the worker is done (the
+    /// stream was dropped, or past item `u64::MAX`, where there is no global position: the
+    /// merge then reports the worker as exited rather than seeing the last item twice).
+    fn deliver(&mut self, result: Result<LoaderBatch<T>>) -> bool {
+        if let Ok(b) = &result {
+            self.counters.produced(b.batch.samples.len());
+        }
+        let item = WorkerItem { k: self.k, result };
+        let pushed = std::time::Instant::now();
+        if self.tx.push(item).is_err() {
+            return false;
+        }
+        self.counters.blocked(pushed);
+        match self.k.checked_add(1) {
+            Some(k) => {
+                self.k = k;
+                true
+            }
+            None => false,
         }
     }
 
@@ -898,19 +908,9 @@ where
                 break;
             };
             let result = self.finish(head, &mut window);
-            if let Ok(b) = &result {
-                self.counters.produced(b.batch.samples.len());
-            }
-            let item = WorkerItem { k: self.k, result };
-            let pushed = std::time::Instant::now();
-            if self.tx.push(item).is_err() {
+            if !self.deliver(result) {
                 break;
             }
-            self.counters.blocked(pushed);
-            let Some(k) = self.k.checked_add(1) else {
-                break;
-            };
-            self.k = k;
         }
     }
 
