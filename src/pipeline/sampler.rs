@@ -306,6 +306,9 @@ pub(crate) fn reduce(h: u64, n: u64) -> u64 {
 /// permutation (Luby–Rackoff); six leave margin for the small domains used here.
 const ROUNDS: u64 = 6;
 
+/// Values [`Feistel::encrypt_lanes`] runs through the network side by side.
+const LANES: usize = 8;
+
 /// The position-`position` element of a keyed pseudo-random permutation of `[0, n)`.
 ///
 /// A balanced Feistel network over the smallest even number of bits `2h` with `2^(2h) >= n` is a
@@ -355,6 +358,50 @@ impl Feistel {
         (left << self.half) | right
     }
 
+    /// [`Feistel::encrypt`] of `L` values at once, the rounds in lockstep: `L` independent
+    /// dependency chains the core overlaps (one alone waits on each round's multiplies).
+    #[inline(always)]
+    fn encrypt_lanes<const L: usize>(&self, x: [u64; L]) -> [u64; L] {
+        let mut left = x.map(|v| v >> self.half);
+        let mut right = x.map(|v| v & self.mask);
+        for &rk in &self.round_keys {
+            for (l, r) in left.iter_mut().zip(right.iter_mut()) {
+                let f = mix(*r ^ rk) & self.mask;
+                let next = *l ^ f;
+                *l = *r;
+                *r = next;
+            }
+        }
+        let mut out = [0u64; L];
+        for ((o, l), r) in out.iter_mut().zip(left).zip(right) {
+            *o = (l << self.half) | r;
+        }
+        out
+    }
+
+    /// Encrypts the index of every sample `samples[k]` for `k` in `which`, [`LANES`] at a time.
+    fn encrypt_at(&self, samples: &mut [Sample], which: &[u32]) {
+        let mut quads = which.chunks_exact(LANES);
+        for q in &mut quads {
+            let lanes: [u64; LANES] = std::array::from_fn(|i| {
+                q.get(i)
+                    .and_then(|&k| samples.get(k as usize))
+                    .map_or(0, |s| s.index)
+            });
+            let out = self.encrypt_lanes(lanes);
+            for (&k, v) in q.iter().zip(out) {
+                if let Some(s) = samples.get_mut(k as usize) {
+                    s.index = v;
+                }
+            }
+        }
+        for &k in quads.remainder() {
+            if let Some(s) = samples.get_mut(k as usize) {
+                s.index = self.encrypt(s.index);
+            }
+        }
+    }
+
     /// Replaces every sample's `index` (its position on entry) with its permuted index: exactly
     /// [`permute`] of each, computed pass by pass over the whole batch (every sample once, then
     /// only those whose cycle-walk goes on), so independent samples overlap in the pipeline
@@ -363,11 +410,8 @@ impl Feistel {
         if self.n <= 1 {
             return;
         }
-        let mut walking: Vec<u32> = Vec::with_capacity(samples.len());
-        for (k, s) in samples.iter_mut().enumerate() {
-            s.index = self.encrypt(s.index);
-            walking.push(k as u32);
-        }
+        let mut walking: Vec<u32> = (0..samples.len() as u32).collect();
+        self.encrypt_at(samples, &walking);
         let n = self.n;
         // Keep those still out of range (without a branch per sample).
         let keep = |walking: &mut Vec<u32>, samples: &[Sample]| {
@@ -385,11 +429,7 @@ impl Feistel {
         };
         keep(&mut walking, samples);
         while !walking.is_empty() {
-            for &k in &walking {
-                if let Some(s) = samples.get_mut(k as usize) {
-                    s.index = self.encrypt(s.index);
-                }
-            }
+            self.encrypt_at(samples, &walking);
             keep(&mut walking, samples);
         }
     }
