@@ -54,6 +54,13 @@ pub struct LoaderArgs {
     /// cache).
     #[arg(long, value_parser = crate::args::parse_size)]
     cache: Option<u64>,
+    /// Drop the dataset's files from the page cache before the loader run, and again before
+    /// the raw-gather run (cold reads for both).
+    #[arg(long)]
+    evict: bool,
+    /// Read with O_DIRECT (the loader and the raw gathers alike).
+    #[arg(long)]
+    direct: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -630,11 +637,17 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 fn loader(a: &LoaderArgs) -> Res {
     use zrecord::pipeline::{BucketConfig, DatasetSource, Loader, SamplerConfig, SamplerMode};
     let backend = Backend::from(a.backend);
-    let config = ReadConfig::default().with_backend(backend).with_remote(
-        zrecord::remote::RemoteConfig::default()
-            .requests_in_flight(a.requests)
-            .cache_bytes(a.cache.unwrap_or(0)),
-    );
+    let config = ReadConfig::default()
+        .with_backend(backend)
+        .with_direct_io(a.direct)
+        .with_remote(
+            zrecord::remote::RemoteConfig::default()
+                .requests_in_flight(a.requests)
+                .cache_bytes(a.cache.unwrap_or(0)),
+        );
+    if a.evict {
+        evict(&a.dir)?;
+    }
     let ds = Dataset::open_with(&a.dir, config)?;
     let remote_before = zrecord::remote::stats();
     let source = std::sync::Arc::new(DatasetSource::new(&ds));
@@ -696,8 +709,9 @@ fn loader(a: &LoaderArgs) -> Res {
             batches: a.batches / a.workers.max(1),
             backend: a.backend,
             threads: a.workers.max(1),
-            evict: false,
-            direct: false,
+            // Evicted again: the loader's run left part of the dataset cached.
+            evict: a.evict,
+            direct: a.direct,
             no_verify: false,
             seed: 1,
             pread_loop: false,
@@ -724,6 +738,8 @@ fn loader(a: &LoaderArgs) -> Res {
         "state_bytes": state.len(),
         "state_ms": state_ms,
         "lookahead": a.lookahead,
+        "evicted": a.evict,
+        "direct": a.direct,
         "remote": remote,
     });
     if a.json {
