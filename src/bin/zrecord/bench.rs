@@ -61,6 +61,10 @@ pub struct LoaderArgs {
     /// Read with O_DIRECT (the loader and the raw gathers alike).
     #[arg(long)]
     direct: bool,
+    /// Seed of the loader's shuffle and of the raw gathers' indices (a fresh seed reads
+    /// records no earlier run read: no cache below the page cache serves them).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -655,7 +659,7 @@ fn loader(a: &LoaderArgs) -> Res {
         .sampler(
             SamplerConfig::default()
                 .mode(SamplerMode::Shuffled)
-                .seed(1)
+                .seed(a.seed)
                 .epochs(None),
         )
         .batch_size(a.batch)
@@ -713,7 +717,7 @@ fn loader(a: &LoaderArgs) -> Res {
             evict: a.evict,
             direct: a.direct,
             no_verify: false,
-            seed: 1,
+            seed: a.seed,
             pread_loop: false,
             inflate_loop: false,
             range_get_loop: false,

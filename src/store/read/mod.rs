@@ -23,6 +23,7 @@ mod finish;
 mod mapped;
 mod plan;
 mod resolve;
+mod window;
 
 pub use backend::{ReadBackend, ZeroCopy};
 pub use chunks::descriptor_budget;
@@ -236,13 +237,20 @@ pub(crate) fn lookahead(
     engine: &Engine,
     session: u64,
 ) -> Result<()> {
-    // Nothing to hide for local chunks (a remote dataset's cached ones included).
-    if !engine.backend.wants_lookahead() || !snap.chunks.any_remote() {
+    // A custom backend (an object store's) has nothing to hide for local chunks (a remote
+    // dataset's cached ones included); zrecord's own backends have the read window.
+    let local_window = engine.effective.is_some();
+    if !engine.backend.wants_lookahead() || !(local_window || snap.chunks.any_remote()) {
         return Ok(());
     }
     let per_part = (PART_VALUES / fields.len().max(1)).max(1);
     for part in indices.chunks(per_part) {
         let res = resolve::resolve(snap, part, fields)?;
+        // Warm data has nothing to hide: a batch whose sampled records are resident is left
+        // alone (the same probe the `auto` backend's zero-copy choice makes).
+        if local_window && !engine.direct_io && mapped::resident(&res)? {
+            continue;
+        }
         // Slots change where bytes land, not which reads are made.
         let plan = plan::plan(&extents(&res, engine, &[])?);
         for (range, _) in job_ranges(&plan.ops) {
