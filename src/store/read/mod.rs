@@ -245,12 +245,17 @@ pub(crate) fn lookahead(
     }
     let per_part = (PART_VALUES / fields.len().max(1)).max(1);
     for part in indices.chunks(per_part) {
-        let res = resolve::resolve(snap, part, fields)?;
         // Warm data has nothing to hide: a batch whose sampled records are resident is left
-        // alone (the same probe the `auto` backend's zero-copy choice makes).
-        if local_window && !engine.direct_io && mapped::resident(&res)? {
-            continue;
+        // alone (the probe the `auto` backend's zero-copy choice makes), for the price of
+        // resolving the sample only.
+        if local_window && !engine.direct_io {
+            let step = part.len().div_ceil(mapped::PROBES).max(1);
+            let sample: Vec<u64> = part.iter().step_by(step).copied().collect();
+            if mapped::resident(&resolve::resolve(snap, &sample, fields)?)? {
+                continue;
+            }
         }
+        let res = resolve::resolve(snap, part, fields)?;
         // Slots change where bytes land, not which reads are made.
         let plan = plan::plan(&extents(&res, engine, &[])?);
         for (range, _) in job_ranges(&plan.ops) {
