@@ -43,10 +43,11 @@ pub struct LoaderArgs {
     /// Skip the raw-gather comparison run.
     #[arg(long)]
     no_compare: bool,
-    /// Batches each worker announces ahead (lookahead: reads of a dataset on an object store
-    /// start early).
-    #[arg(long, default_value_t = 0)]
-    lookahead: usize,
+    /// Batches each worker announces ahead (lookahead: the read window starts a local
+    /// dataset's cold reads early; given, it also turns on range requests ahead for a dataset
+    /// on an object store, 64 MiB of them). Default: the library's (`PrefetchConfig`).
+    #[arg(long)]
+    lookahead: Option<usize>,
     /// Range requests in flight per batch, for a dataset on an object store.
     #[arg(long, default_value_t = 32)]
     requests: usize,
@@ -647,7 +648,8 @@ fn loader(a: &LoaderArgs) -> Res {
         .with_remote(
             zrecord::remote::RemoteConfig::default()
                 .requests_in_flight(a.requests)
-                .cache_bytes(a.cache.unwrap_or(0)),
+                .cache_bytes(a.cache.unwrap_or(0))
+                .lookahead_bytes(if a.lookahead.is_some() { 64 << 20 } else { 0 }),
         );
     if a.evict {
         evict(&a.dir)?;
@@ -663,8 +665,10 @@ fn loader(a: &LoaderArgs) -> Res {
                 .epochs(None),
         )
         .batch_size(a.batch)
-        .num_workers(a.workers.max(1))
-        .lookahead(a.lookahead);
+        .num_workers(a.workers.max(1));
+    if let Some(l) = a.lookahead {
+        builder = builder.lookahead(l);
+    }
     if let Some(buffer_size) = a.bucket_buffer {
         builder = builder.bucket(
             BucketConfig::default()
@@ -741,7 +745,7 @@ fn loader(a: &LoaderArgs) -> Res {
         "bucket_buffer": a.bucket_buffer,
         "state_bytes": state.len(),
         "state_ms": state_ms,
-        "lookahead": a.lookahead,
+        "lookahead": a.lookahead.unwrap_or(zrecord::pipeline::PrefetchConfig::default().lookahead),
         "evicted": a.evict,
         "direct": a.direct,
         "remote": remote,
