@@ -94,4 +94,10 @@ pub mod testing {
     pub fn read_window_held(ds: &crate::Dataset) -> usize {
         ds.engine().pools.window.settle()
     }
+
+    /// Reads the read window of `ds`'s engine has queued so far (readahead ranges and
+    /// `O_DIRECT` reads), whatever became of them.
+    pub fn read_window_announced(ds: &crate::Dataset) -> u64 {
+        ds.engine().pools.window.announced()
+    }
 }

@@ -32,7 +32,10 @@ fn a_damaged_record_through_the_window_is_a_checksum_error() {
     let data = std::fs::read(&chunk).unwrap();
     let bad = record(BAD);
     let at = data.windows(bad.len()).position(|w| w == &bad[..]).unwrap() as u64;
-    let f = std::fs::OpenOptions::new().write(true).open(&chunk).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&chunk)
+        .unwrap();
     f.write_all_at(&[data[at as usize + 4321] ^ 0x40], at + 4321)
         .unwrap();
     drop(f);
@@ -45,6 +48,7 @@ fn a_damaged_record_through_the_window_is_a_checksum_error() {
             let ds = Dataset::open_with(&dir, cfg).unwrap();
             // Cold: the window reads ahead (the damaged byte was written back first).
             zrecord::evict_page_cache(&chunk).unwrap();
+            let before = zrecord::testing::read_window_announced(&ds);
             let mut loader = Loader::builder(Arc::new(DatasetSource::new(&ds)))
                 .sampler(
                     SamplerConfig::default()
@@ -75,6 +79,10 @@ fn a_damaged_record_through_the_window_is_a_checksum_error() {
                 loader.shutdown().await;
             });
             let what = format!("{backend} direct={direct}");
+            assert!(
+                zrecord::testing::read_window_announced(&ds) > before,
+                "{what}: the window started nothing"
+            );
             assert_eq!(errors.len(), 1, "{what}: {errors:?}");
             match &errors[0] {
                 Error::ChecksumMismatch { path, index, .. } => {

@@ -83,21 +83,27 @@ fn lookahead_yields_the_batches_of_no_lookahead_on_every_backend() {
             let cfg = ReadConfig::default()
                 .with_backend(backend)
                 .with_direct_io(direct);
-            let ds = Dataset::open_with(&dir, cfg).unwrap();
             for lookahead in [1, 4] {
-                // Cold pages: the window has reads to start (warm batches are left alone).
+                // Cold pages: the window has reads to start (warm batches are left alone). A
+                // fresh dataset each time: pages an earlier one mapped cannot be evicted.
                 evict(&dir);
+                let ds = Dataset::open_with(&dir, cfg.clone()).unwrap();
+                let before = zrecord::testing::read_window_announced(&ds);
                 let got = epoch(&ds, lookahead);
+                assert!(
+                    zrecord::testing::read_window_announced(&ds) > before,
+                    "{backend} direct={direct} lookahead={lookahead}: the window started nothing"
+                );
                 assert!(
                     got == expected,
                     "{backend} direct={direct} lookahead={lookahead}: different batches"
                 );
+                assert_eq!(
+                    zrecord::testing::read_window_held(&ds),
+                    0,
+                    "{backend} direct={direct}: the window still holds bytes"
+                );
             }
-            assert_eq!(
-                zrecord::testing::read_window_held(&ds),
-                0,
-                "{backend} direct={direct}: the window still holds bytes"
-            );
         }
     }
 }

@@ -82,6 +82,8 @@ struct State {
     running: usize,
     /// Sessions that ended: their announcements are ignored.
     ended: HashSet<u64>,
+    /// Reads queued so far (for the tests: the window had something to do).
+    announced: u64,
 }
 
 #[derive(Debug)]
@@ -148,6 +150,12 @@ impl Window {
         st.held
     }
 
+    /// Reads queued so far, since the window started.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) fn announced(&self) -> u64 {
+        lock(&self.shared.state).announced
+    }
+
     fn start_helpers(&self) {
         self.started.get_or_init(|| {
             for i in 0..self.helpers {
@@ -178,10 +186,7 @@ impl Window {
             let len = job.op_len(op);
             if !file.direct {
                 buffered.push((i, len));
-            } else if !st
-                .kept
-                .contains_key(&(file.path.clone(), op.offset, len))
-            {
+            } else if !st.kept.contains_key(&(file.path.clone(), op.offset, len)) {
                 direct.push((i, len));
             }
         }
@@ -199,6 +204,7 @@ impl Window {
         };
         let buffered = fits(buffered);
         let direct = fits(direct);
+        st.announced += (buffered.len() + direct.len()) as u64;
         let mut queued = false;
         if !buffered.is_empty() {
             let (sub, bytes) = subjob(job, &buffered, false);
