@@ -220,13 +220,13 @@ pub struct PrefetchConfig {
     /// on an object store starts range requests only if
     /// [`RemoteConfig::lookahead_bytes`](crate::remote::RemoteConfig::lookahead_bytes) is set
     /// (off by default: on the measured store they cost throughput, docs/BENCHMARKS.md).
-    /// Default: 4 (cold 4 KiB and 64 KiB records on a local disk: docs/BENCHMARKS.md).
+    /// Default: 8 (cold 4 KiB and 64 KiB records on a local disk: docs/BENCHMARKS.md).
     #[serde(default = "default_lookahead")]
     pub lookahead: usize,
 }
 
 fn default_lookahead() -> usize {
-    4
+    8
 }
 
 impl Default for PrefetchConfig {
@@ -289,7 +289,7 @@ impl PrefetchConfig {
         self
     }
 
-    /// Sets the batches each worker announces ahead of the one it gathers. Default 4.
+    /// Sets the batches each worker announces ahead of the one it gathers. Default 8.
     #[must_use]
     pub fn lookahead(mut self, batches: usize) -> Self {
         self.lookahead = batches;
