@@ -15,7 +15,7 @@ use bytes::Bytes;
 /// Records probed with `mincore` per batch under [`ZeroCopy::WhenResident`].
 ///
 /// [`ZeroCopy::WhenResident`]: super::backend::ZeroCopy::WhenResident
-pub(crate) const PROBES: usize = 8;
+const PROBES: usize = 8;
 
 /// True if a sample of the batch's records is in the page cache: the batch is served from the
 /// mappings. One cold record among them sends the whole batch to the I/O backend.
