@@ -1,6 +1,7 @@
 //! A loader's read window is released with it: dropped mid-epoch, or stopped and resumed from
 //! its checkpoint, it leaves nothing held (the window's counter returns to zero), and the
-//! resumed loader still yields exactly the batches of an uninterrupted one.
+//! resumed loader still yields exactly the batches of an uninterrupted one; batches that ask
+//! for a record twice release what they held too.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use std::sync::Arc;
@@ -110,4 +111,35 @@ fn a_dropped_or_resumed_loader_releases_its_buffered_window() {
 #[test]
 fn a_dropped_or_resumed_loader_releases_its_direct_window() {
     dropped_and_resumed(true, 5 << 20);
+}
+
+#[test]
+fn announced_batches_with_repeated_records_release_what_they_hold() {
+    use zrecord::pipeline::Source;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ds");
+    build(&dir);
+    let cfg = ReadConfig::default()
+        .with_direct_io(true)
+        .with_max_bytes_in_flight(7 << 20);
+    let ds = Dataset::open_with(&dir, cfg).unwrap();
+    let src = DatasetSource::new(&ds);
+    let session = u64::MAX - 7;
+    let batches: [&[u64]; 3] = [&[5, 5, 5, 0, 5], &[9, 8, 9], &[700, 1, 700, 700]];
+    for b in batches {
+        src.lookahead(session, b);
+    }
+    // Gathered in order: each takes what was read ahead for it, or reads it itself.
+    for b in batches {
+        let got = src.gather(b).unwrap();
+        for (r, &i) in b.iter().enumerate() {
+            assert_eq!(got.get(r, 0).unwrap(), &record(i)[..]);
+        }
+    }
+    src.end_lookahead(session);
+    assert_eq!(zrecord::testing::read_window_held(&ds), 0);
+    // Announced and never gathered, then ended.
+    src.lookahead(session + 1, &[3, 3, 4]);
+    src.end_lookahead(session + 1);
+    assert_eq!(zrecord::testing::read_window_held(&ds), 0);
 }

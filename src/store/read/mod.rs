@@ -7,13 +7,14 @@
 //! backend.rs   the ReadBackend trait: a backend executes the reads
 //! finish.rs    CRC32C, inflate, copy into the slab, on the caller and the finishing pool
 //! engine.rs    zrecord's backends (io_uring, pread pool, mmap, auto) and their pools
+//! window.rs    the read window: reads of a loader's announced batches, started ahead
 //! chunks.rs    chunk files opened lazily, closed LRU under the descriptor budget
 //! config.rs    ReadConfig, Backend, ZRECORD_IO
 //! ```
 //!
 //! No two files import each other: `mod.rs` drives the others; `mapped` uses `finish` and
 //! `resolve`; `finish` uses `resolve`; `resolve` uses `chunks`; `engine` uses `backend`,
-//! `config` and `finish`; `config` uses `backend`.
+//! `config`, `finish` and `window`; `window` uses `backend` and `plan`; `config` uses `backend`.
 
 mod backend;
 pub(crate) mod chunks;

@@ -242,15 +242,17 @@ impl Window {
             });
             for (op, (key, bytes)) in keys.into_iter().enumerate() {
                 st.held += bytes;
-                st.kept.insert(
-                    key,
-                    Kept {
-                        ahead: Arc::clone(&ahead),
-                        op,
-                        bytes,
-                        session,
-                    },
-                );
+                let kept = Kept {
+                    ahead: Arc::clone(&ahead),
+                    op,
+                    bytes,
+                    session,
+                };
+                // The plan merges overlapping `O_DIRECT` spans (a record asked for twice), so
+                // no two ops of a job share a range; if they did, one is kept.
+                if let Some(twin) = st.kept.insert(key, kept) {
+                    st.held = st.held.saturating_sub(twin.bytes);
+                }
             }
             self.shared.kept.store(st.kept.len(), Ordering::Release);
             st.queue.push_back(ahead);
