@@ -87,4 +87,17 @@ pub mod testing {
     pub use crate::io::vfs::{Prefix, StdFile, StdFs, Vfs, VfsFile, VfsLock};
     #[cfg(feature = "remote")]
     pub use crate::remote::proxy::{FaultConfig, FaultCounts, FaultProxy};
+
+    /// Bytes the read window of `ds`'s engine holds for announced batches no gather took
+    /// (queued and running readahead, kept `O_DIRECT` reads), once no read of the window is
+    /// running. Datasets opened with the same budgets share one window.
+    pub fn read_window_held(ds: &crate::Dataset) -> usize {
+        ds.engine().pools.window.settle()
+    }
+
+    /// Reads the read window of `ds`'s engine has queued so far (readahead ranges and
+    /// `O_DIRECT` reads), whatever became of them.
+    pub fn read_window_announced(ds: &crate::Dataset) -> u64 {
+        ds.engine().pools.window.announced()
+    }
 }

@@ -57,6 +57,7 @@ fn lookahead_serves_gathers_exactly_and_cancels_with_its_loader() {
     )
     .unwrap();
     let remote = RemoteConfig::default()
+        .lookahead_bytes(64 << 20)
         .store(server.options())
         .cache_dir(tmp.path().join("cache"));
     let ds = Dataset::open_with(&url, ReadConfig::default().with_remote(remote)).unwrap();

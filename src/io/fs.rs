@@ -113,6 +113,19 @@ pub fn advise_sequential(file: &File, offset: u64, len: u64) {
     }
 }
 
+/// `posix_fadvise(POSIX_FADV_WILLNEED)` on `len` bytes at `offset`: the kernel starts reading
+/// them into the page cache and returns without waiting (it may block while the device's queue
+/// is full). The read window's readahead of a batch's ranges. A hint: failure changes only
+/// speed.
+pub fn advise_willneed(file: &File, offset: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(off), Ok(n)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return;
+    };
+    // SAFETY: posix_fadvise only reads its integer arguments; `file` is open for the call.
+    let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), off, n, libc::POSIX_FADV_WILLNEED) };
+}
+
 /// Starts writeback of `len` bytes at `offset` (`sync_file_range(SYNC_FILE_RANGE_WRITE)`) without
 /// waiting for it: the disk writes a chunk's bytes while later ones are still being appended, so
 /// the commit's `fdatasync` finds little left to do. Not a durability point (only `fdatasync`

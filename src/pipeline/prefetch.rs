@@ -214,10 +214,14 @@ pub struct PrefetchConfig {
     #[serde(default)]
     pub on_error: OnError,
     /// Batches each worker announces ahead of the one it gathers ([`Source::lookahead`]), so a
-    /// source with latency to hide (a dataset on an object store) has their reads in flight
-    /// while earlier batches are gathered and consumed; 0 to [`MAX_QUEUE_SIZE`]. Local sources
-    /// ignore it. Default: 0 (off): on the measured store, workers × requests in flight hid
-    /// 20 ms of latency without it, and it cost throughput (docs/BENCHMARKS.md).
+    /// source with latency to hide has their reads in flight while earlier batches are
+    /// gathered and consumed; 0 to [`MAX_QUEUE_SIZE`], 0 announces nothing. Each backend
+    /// decides what to do with them: a local dataset's read window starts the reads of cold
+    /// batches (warm ones are left alone; docs/ARCHITECTURE.md, *The read window*); a dataset
+    /// on an object store starts range requests only if
+    /// [`RemoteConfig::lookahead_bytes`](crate::remote::RemoteConfig::lookahead_bytes) is set
+    /// (off by default: on the measured store they cost throughput, docs/BENCHMARKS.md).
+    /// Default: 8 (cold 4 KiB and 64 KiB records on a local disk: docs/BENCHMARKS.md).
     #[serde(default = "default_lookahead")]
     pub lookahead: usize,
     /// Gathers each worker keeps in flight, 1 to [`MAX_QUEUE_SIZE`]. Default: 1, the blocking
@@ -231,7 +235,7 @@ pub struct PrefetchConfig {
 }
 
 fn default_lookahead() -> usize {
-    0
+    8
 }
 
 fn default_gathers_in_flight() -> usize {
@@ -299,7 +303,7 @@ impl PrefetchConfig {
         self
     }
 
-    /// Sets the batches each worker announces ahead of the one it gathers. Default 0 (off).
+    /// Sets the batches each worker announces ahead of the one it gathers. Default 8.
     #[must_use]
     pub fn lookahead(mut self, batches: usize) -> Self {
         self.lookahead = batches;

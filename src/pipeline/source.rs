@@ -85,7 +85,8 @@ pub trait Source: Send + Sync + 'static {
     }
 
     /// Announces that `indices` will be gathered soon, so a source with latency to hide (a
-    /// dataset on an object store) can start reading them now. The loader's workers announce
+    /// dataset on an object store, or on a local disk with cold pages) can start reading them
+    /// now. The loader's workers announce
     /// their next batches ([`super::PrefetchConfig::lookahead`]); `session` groups one
     /// loader's announcements. Must not block. Default: nothing.
     fn lookahead(&self, session: u64, indices: &[u64]) {

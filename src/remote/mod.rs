@@ -53,7 +53,9 @@ pub struct RemoteConfig {
     pub cache_bytes: u64,
     /// Bytes of range requests lookahead may have started ahead of the reads that will take
     /// them (the loader announces its next batches; see
-    /// [`crate::pipeline::PrefetchConfig::lookahead`]); 0 turns lookahead off. Default: 64 MiB.
+    /// [`crate::pipeline::PrefetchConfig::lookahead`]); 0 turns lookahead off. Default: 0 (off:
+    /// on the measured store, workers × requests in flight hid 20 ms of latency without it,
+    /// and it cost throughput; docs/BENCHMARKS.md). 64 MiB is a sensible value to turn it on.
     pub lookahead_bytes: u64,
     /// Lookahead range requests in flight at once, across every loader of the dataset. Hiding
     /// latency L at a rate of R requests per second needs R × L of them (Little's law: 256
@@ -76,7 +78,7 @@ impl Default for RemoteConfig {
                 .ok()
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(0),
-            lookahead_bytes: 64 << 20,
+            lookahead_bytes: 0,
             lookahead_requests: 256,
         }
     }
@@ -125,7 +127,7 @@ impl RemoteConfig {
         self
     }
 
-    /// Sets the bytes lookahead may have in flight or waiting; 0 turns it off. Default 64 MiB.
+    /// Sets the bytes lookahead may have in flight or waiting; 0 turns it off. Default 0.
     #[must_use]
     pub fn lookahead_bytes(mut self, bytes: u64) -> Self {
         self.lookahead_bytes = bytes;

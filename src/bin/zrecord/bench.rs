@@ -43,10 +43,11 @@ pub struct LoaderArgs {
     /// Skip the raw-gather comparison run.
     #[arg(long)]
     no_compare: bool,
-    /// Batches each worker announces ahead (lookahead: reads of a dataset on an object store
-    /// start early).
-    #[arg(long, default_value_t = 0)]
-    lookahead: usize,
+    /// Batches each worker announces ahead (lookahead: the read window starts a local
+    /// dataset's cold reads early; given, it also turns on range requests ahead for a dataset
+    /// on an object store, 64 MiB of them). Default: the library's (`PrefetchConfig`).
+    #[arg(long)]
+    lookahead: Option<usize>,
     /// Range requests in flight per batch, for a dataset on an object store.
     #[arg(long, default_value_t = 32)]
     requests: usize,
@@ -67,6 +68,17 @@ pub struct LoaderArgs {
     /// after one untimed raw-gather warm-up); figures are medians over the rounds.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
+    /// Drop the dataset's files from the page cache before the loader run, and again before
+    /// the raw-gather run (cold reads for both).
+    #[arg(long)]
+    evict: bool,
+    /// Read with O_DIRECT (the loader and the raw gathers alike).
+    #[arg(long)]
+    direct: bool,
+    /// Seed of the loader's shuffle and of the raw gathers' indices (a fresh seed reads
+    /// records no earlier run read: no cache below the page cache serves them).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -661,16 +673,31 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 fn loader(a: &LoaderArgs) -> Res {
     let backend = Backend::from(a.backend);
-    let config = ReadConfig::default().with_backend(backend).with_remote(
-        zrecord::remote::RemoteConfig::default()
-            .requests_in_flight(a.requests)
-            .cache_bytes(a.cache.unwrap_or(0)),
-    );
-    let ds = std::sync::Arc::new(Dataset::open_with(&a.dir, config)?);
+    let config = ReadConfig::default()
+        .with_backend(backend)
+        .with_direct_io(a.direct)
+        .with_remote(
+            zrecord::remote::RemoteConfig::default()
+                .requests_in_flight(a.requests)
+                .cache_bytes(a.cache.unwrap_or(0))
+                .lookahead_bytes(if a.lookahead.is_some() { 64 << 20 } else { 0 }),
+        );
+    // Warm: one open dataset for every run (the same mappings and descriptors). Cold: each run
+    // evicts the files and opens the dataset afresh (pages mapped by an open dataset cannot be
+    // evicted).
+    let open = |shared: Option<&std::sync::Arc<Dataset>>| -> Result<std::sync::Arc<Dataset>, Box<dyn std::error::Error>> {
+        if let (Some(ds), false) = (shared, a.evict) {
+            return Ok(std::sync::Arc::clone(ds));
+        }
+        if a.evict {
+            evict(&a.dir)?;
+        }
+        Ok(std::sync::Arc::new(Dataset::open_with(&a.dir, config.clone())?))
+    };
+    let shared = if a.evict { None } else { Some(open(None)?) };
     let remote_before = zrecord::remote::stats();
     let workers = a.workers.max(1);
-    // The same work as raw gathers, one thread per worker, on the same open dataset (the same
-    // mappings and descriptors as the loader's).
+    // The same work as raw gathers, one thread per worker, reading the same way.
     let raw = GatherArgs {
         dir: a.dir.clone(),
         batch: a.batch as usize,
@@ -678,10 +705,10 @@ fn loader(a: &LoaderArgs) -> Res {
         backend: a.backend,
         threads: workers,
         evict: false,
-        direct: false,
+        direct: a.direct,
         no_verify: false,
         consume: false,
-        seed: 1,
+        seed: a.seed,
         pread_loop: false,
         inflate_loop: false,
         range_get_loop: false,
@@ -689,20 +716,22 @@ fn loader(a: &LoaderArgs) -> Res {
         cache: a.cache,
         json: false,
     };
-    // Untimed warm-up: the first touches of a mapping fault its pages in (page tables, not
-    // I/O), which would otherwise be charged to whichever run comes first.
-    if !a.no_compare && a.rounds > 0 {
-        gather_on(&ds, &raw)?;
+    // Untimed warm-up (warm runs only): the first touches of a mapping fault its pages in
+    // (page tables, not I/O), which would otherwise be charged to whichever run comes first.
+    if let (Some(ds), false) = (&shared, a.no_compare) {
+        gather_on(ds, &raw)?;
     }
     // Timed rounds, alternating which runs first; each figure is the median over the rounds.
     let mut rounds = Vec::new();
     let mut last = None;
+    let mut backend_name = String::new();
     for round in 0..a.rounds.max(1) {
         let loader_first = round % 2 == 0;
         let mut gather = None;
-        let raw_run = |ds| -> Result<(f64, f64), Box<dyn std::error::Error>> {
+        let raw_run = || -> Result<(f64, f64), Box<dyn std::error::Error>> {
+            let ds = open(shared.as_ref())?;
             let cpu = cpu_seconds();
-            let g = gather_on(ds, &raw)?;
+            let g = gather_on(&ds, &raw)?;
             let records = g
                 .json
                 .get("records")
@@ -712,13 +741,16 @@ fn loader(a: &LoaderArgs) -> Res {
             Ok((g.records_per_s, (cpu_seconds() - cpu) * 1e6 / records))
         };
         if !loader_first && !a.no_compare {
-            gather = Some(raw_run(&ds)?);
+            gather = Some(raw_run()?);
         }
+        let loader_ds = open(shared.as_ref())?;
         let cpu = cpu_seconds();
-        let run = loader_round(&ds, a)?;
+        let run = loader_round(&loader_ds, a)?;
+        backend_name = loader_ds.backend_name().to_string();
+        drop(loader_ds);
         let loader_cpu = (cpu_seconds() - cpu) * 1e6 / run.records.max(1) as f64;
         if loader_first && !a.no_compare {
-            gather = Some(raw_run(&ds)?);
+            gather = Some(raw_run()?);
         }
         let gather_rps = gather.map(|g| g.0);
         rounds.push(serde_json::json!({
@@ -762,14 +794,17 @@ fn loader(a: &LoaderArgs) -> Res {
         "gather_records_per_s": gather_rps,
         "ratio_to_gather": ratio,
         "rounds": rounds,
-        "backend": ds.backend_name(),
+        "backend": backend_name,
         "workers": workers,
         "batch": a.batch,
         "batches": lat.len(),
         "bucket_buffer": a.bucket_buffer,
         "state_bytes": state.len(),
         "state_ms": state_ms,
-        "lookahead": a.lookahead,
+        "lookahead": a.lookahead.unwrap_or(zrecord::pipeline::PrefetchConfig::default().lookahead),
+        "evicted": a.evict,
+        "direct": a.direct,
+        "seed": a.seed,
         "stats": run.stats,
         "remote": remote,
     });
@@ -834,15 +869,17 @@ fn loader_round(
         .sampler(
             SamplerConfig::default()
                 .mode(SamplerMode::Shuffled)
-                .seed(1)
+                .seed(a.seed)
                 .epochs(None),
         )
         .batch_size(a.batch)
         .num_workers(a.workers.max(1))
         .worker_queue_size(a.worker_queue)
         .gathers_in_flight(a.gathers_in_flight)
-        .consumer_queue_size(a.consumer_queue)
-        .lookahead(a.lookahead);
+        .consumer_queue_size(a.consumer_queue);
+    if let Some(l) = a.lookahead {
+        builder = builder.lookahead(l);
+    }
     if let Some(buffer_size) = a.bucket_buffer {
         builder = builder.bucket(
             BucketConfig::default()

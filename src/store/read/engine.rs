@@ -3,6 +3,7 @@
 
 use super::backend::{ReadBackend, ZeroCopy};
 use super::config::{forced_backend, Backend, ReadConfig};
+use super::window::{Window, Windowed};
 use crate::error::{Error, Result};
 use crate::io::job::ReadJob;
 use crate::io::pool::WorkerPool;
@@ -65,6 +66,18 @@ impl ReadBackend for Mapped {
     fn zero_copy(&self) -> ZeroCopy {
         self.policy
     }
+
+    fn wants_lookahead(&self) -> bool {
+        self.io.wants_lookahead()
+    }
+
+    fn lookahead(&self, session: u64, job: &ReadJob) {
+        self.io.lookahead(session, job);
+    }
+
+    fn end_lookahead(&self, session: u64) {
+        self.io.end_lookahead(session);
+    }
 }
 
 /// The threads of one set of budgets (queue depth, bytes in flight, thread budget), shared by
@@ -78,6 +91,8 @@ pub(crate) struct Pools {
     psync: OnceLock<std::result::Result<Arc<PsyncPool>, String>>,
     pub(crate) finish: super::finish::Finisher,
     pub(crate) workers: WorkerPool,
+    /// The read window of the loaders' announced batches, within the bytes-in-flight budget.
+    pub(crate) window: Arc<Window>,
 }
 
 /// Cores the engine may keep busy: `available_parallelism` (cgroups and the affinity mask:
@@ -101,6 +116,7 @@ impl Pools {
             psync: OnceLock::new(),
             finish: super::finish::Finisher::new(finishers),
             workers: WorkerPool::new((2 * cores()).clamp(2, threads)),
+            window: Arc::new(Window::new(bytes, (threads / 4).clamp(1, 4))),
         }
     }
 
@@ -181,6 +197,14 @@ impl Pools {
             pool: self.psync()?,
         }))
     }
+
+    /// [`Pools::io`] behind the read window.
+    fn windowed(&self, backend: Backend) -> Result<Arc<dyn ReadBackend>> {
+        Ok(Arc::new(Windowed {
+            io: self.io(backend)?,
+            window: Arc::clone(&self.window),
+        }))
+    }
 }
 
 /// What a dataset reads with: its backend, the pools, and the options of its [`ReadConfig`].
@@ -204,7 +228,7 @@ impl Engine {
             Some(b) => (Arc::clone(b), None),
             None => {
                 let want = forced_backend()?.unwrap_or(cfg.backend);
-                let io = pools.io(want)?;
+                let io = pools.windowed(want)?;
                 let effective = match want {
                     Backend::Uring if io.name() != "uring" => Backend::Psync,
                     b => b,
