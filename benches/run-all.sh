@@ -82,6 +82,10 @@ done
 for args in "--backend uring" "--backend uring --threads 2" "--backend uring --direct --threads 2"; do
   run "cold-64k-$(echo $args | tr -d ' -')" bench gather "$data/r64k" $args --batches 40 --evict
 done
+# The loader on cold data: every run evicts the files, opens the dataset afresh and reads records
+# no earlier run of the process read (a seed per run); the raw gathers on as many threads too.
+run "loader-4k-cold" bench loader "$data/r4k" --workers 2 --batch 256 --batches 600 --evict --rounds 2 --seed 101
+run "loader-64k-cold" bench loader "$data/r64k" --workers 2 --batch 256 --batches 60 --evict --rounds 2 --seed 201
 
 log "criterion: write, pipeline"
 ZRECORD_BENCH_DIR="$data" cargo bench --quiet --bench write 2>&1 | grep -E "^[a-z0-9_]+/|time:|thrpt:" | tee "$out/criterion-write.txt"

@@ -123,7 +123,7 @@ enum Content {
     Text,
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 pub struct GatherArgs {
     /// The dataset directory, or its URL on an object store (s3://bucket/prefix).
     dir: PathBuf,
@@ -728,9 +728,19 @@ fn loader(a: &LoaderArgs) -> Res {
     for round in 0..a.rounds.max(1) {
         let loader_first = round % 2 == 0;
         let mut gather = None;
+        // Cold runs read records no earlier run of this process read (a seed per run): a cache
+        // below the guest's page cache (the host's) must not serve them.
+        let seed = |phase: u64| match a.evict {
+            true => a.seed.wrapping_add(2 * round as u64 + phase),
+            false => a.seed,
+        };
         let raw_run = || -> Result<(f64, f64), Box<dyn std::error::Error>> {
             let ds = open(shared.as_ref())?;
             let cpu = cpu_seconds();
+            let raw = GatherArgs {
+                seed: seed(1),
+                ..raw.clone()
+            };
             let g = gather_on(&ds, &raw)?;
             let records = g
                 .json
@@ -745,7 +755,7 @@ fn loader(a: &LoaderArgs) -> Res {
         }
         let loader_ds = open(shared.as_ref())?;
         let cpu = cpu_seconds();
-        let run = loader_round(&loader_ds, a)?;
+        let run = loader_round(&loader_ds, a, seed(0))?;
         backend_name = loader_ds.backend_name().to_string();
         drop(loader_ds);
         let loader_cpu = (cpu_seconds() - cpu) * 1e6 / run.records.max(1) as f64;
@@ -862,6 +872,7 @@ struct LoaderRun {
 fn loader_round(
     ds: &std::sync::Arc<Dataset>,
     a: &LoaderArgs,
+    seed: u64,
 ) -> Result<LoaderRun, Box<dyn std::error::Error>> {
     use zrecord::pipeline::{BucketConfig, DatasetSource, Loader, SamplerConfig, SamplerMode};
     let source = std::sync::Arc::new(DatasetSource::new(ds));
@@ -869,7 +880,7 @@ fn loader_round(
         .sampler(
             SamplerConfig::default()
                 .mode(SamplerMode::Shuffled)
-                .seed(a.seed)
+                .seed(seed)
                 .epochs(None),
         )
         .batch_size(a.batch)
