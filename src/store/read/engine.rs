@@ -216,9 +216,37 @@ pub(crate) struct Engine {
     pub(crate) pools: Arc<Pools>,
     pub(crate) verify_checksums: bool,
     pub(crate) direct_io: bool,
+    /// The read window's residency probes: announced batches found resident in a row, and
+    /// announcements seen (see [`Engine::probe_lookahead`]).
+    warm_streak: std::sync::atomic::AtomicU32,
+    announced: std::sync::atomic::AtomicU64,
 }
 
 impl Engine {
+    /// Whether the read window should probe this announced batch for residency: every batch
+    /// while batches turn out cold, then (after a run of warm ones) one in 2, 4, … up to 64,
+    /// so warm data costs one atomic add per announced batch. A batch not probed is taken as
+    /// warm: when data goes cold after a warm run, up to 63 batches are read without a window
+    /// before a probe sees it.
+    pub(crate) fn probe_lookahead(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let streak = self.warm_streak.load(Relaxed);
+        let n = self.announced.fetch_add(1, Relaxed);
+        streak == 0 || n.is_multiple_of(1u64 << streak.min(6))
+    }
+
+    /// What a probe found: resident (the warm run grows) or not (probe every batch again).
+    pub(crate) fn probed(&self, resident: bool) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if resident {
+            let _ = self
+                .warm_streak
+                .fetch_update(Relaxed, Relaxed, |s| Some(s.saturating_add(1)));
+        } else {
+            self.warm_streak.store(0, Relaxed);
+        }
+    }
+
     /// The engine for `cfg`: its custom backend, or the zrecord backend it names after
     /// `ZRECORD_IO` (an unknown value is an error), with `Uring` on the pread pool where
     /// io_uring is unavailable.
@@ -255,6 +283,8 @@ impl Engine {
             pools,
             verify_checksums: cfg.verify_checksums,
             direct_io: cfg.direct_io,
+            warm_streak: Default::default(),
+            announced: Default::default(),
         })
     }
 }

@@ -268,10 +268,16 @@ pub(crate) fn lookahead(
         // probes, as `auto`'s zero-copy choice makes, cost warm 1 KiB loaders ~13% more CPU).
         // A wrong guess costs either a readahead of resident pages or a batch read as without
         // lookahead.
+        // After a run of warm batches only some are probed (`Engine::probe_lookahead`).
         if local_window && !engine.direct_io {
+            if !engine.probe_lookahead() {
+                continue;
+            }
             let step = part.len().div_ceil(LOOKAHEAD_PROBES).max(1);
             let sample: Vec<u64> = part.iter().step_by(step).copied().collect();
-            if mapped::resident(&resolve::resolve(snap, &sample, fields)?)? {
+            let resident = mapped::resident(&resolve::resolve(snap, &sample, fields)?)?;
+            engine.probed(resident);
+            if resident {
                 continue;
             }
         }
