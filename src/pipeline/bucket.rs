@@ -307,6 +307,27 @@ impl<S: Stage<Item = Sample>> Bucket<S> {
     }
 }
 
+impl<S: Stage<Item = Sample>> Bucket<S> {
+    /// Builds buffer `buffer` of `epoch` into the shared slots if it exists and no clone has
+    /// built or is building it. An error is not kept: the clone that needs the buffer builds
+    /// it again and reports it.
+    fn build_ahead(&mut self, epoch: u64, buffer: u64) {
+        let start = buffer.saturating_mul(self.config.buffer_size);
+        if start >= self.upstream.epoch_len() {
+            return;
+        }
+        let slot = self.shared.slot(epoch, buffer);
+        let Ok(mut built) = slot.try_lock() else {
+            return;
+        };
+        if built.is_none() {
+            if let Ok(items) = self.build(epoch, buffer) {
+                *built = Some(Arc::new(items));
+            }
+        }
+    }
+}
+
 impl<S: Stage<Item = Sample>> Stage for Bucket<S> {
     type Item = Sample;
 
@@ -345,6 +366,12 @@ impl<S: Stage<Item = Sample>> Stage for Bucket<S> {
             };
             drop(built);
             self.cache = Some((epoch, buffer, items));
+        }
+        // Halfway through a buffer, the clone that asks for that item builds the next buffer,
+        // so the others go on with this one's second half meanwhile instead of all waiting for
+        // the next one at its first item.
+        if offset == self.config.buffer_size / 2 && offset > 0 {
+            self.build_ahead(epoch, buffer.saturating_add(1));
         }
         self.cache
             .as_ref()

@@ -354,8 +354,9 @@ impl Snapshot {
 
     /// Adds the logical length of record `indices[k]` of `field` to `lens[k]`, for every `k`
     /// (`lens` is extended with zeros to the length of `indices` first): [`Snapshot::record_len`]
-    /// for many records, their table entries prefetched a few records ahead (for random
-    /// indices each is a cache miss).
+    /// for many records. For random indices every table entry is a cache miss and often a TLB
+    /// miss: the entries of a window of records are prefetched in one tight loop, so their
+    /// misses and page walks overlap, then decoded (as resolving a gather does).
     ///
     /// # Errors
     /// As [`Snapshot::record_len`], for the first index that fails.
@@ -365,20 +366,19 @@ impl Snapshot {
         indices: &[u64],
         lens: &mut Vec<u64>,
     ) -> Result<()> {
-        /// Records ahead whose entries are prefetched.
-        const AHEAD: usize = 16;
+        /// Records whose entries are prefetched in one burst.
+        const WINDOW: usize = 256;
         if lens.len() < indices.len() {
             lens.resize(indices.len(), 0);
         }
         let table = self.table(field)?;
-        for &index in indices.iter().take(AHEAD) {
-            table.prefetch(index);
-        }
-        for (k, (&index, len)) in indices.iter().zip(lens.iter_mut()).enumerate() {
-            if let Some(&ahead) = indices.get(k.saturating_add(AHEAD)) {
-                table.prefetch(ahead);
+        for (window, lens) in indices.chunks(WINDOW).zip(lens.chunks_mut(WINDOW)) {
+            for &index in window {
+                table.prefetch(index);
             }
-            *len = len.saturating_add(u64::from(self.entry(field, index)?.logical_len));
+            for (&index, len) in window.iter().zip(lens.iter_mut()) {
+                *len = len.saturating_add(u64::from(self.entry(field, index)?.logical_len));
+            }
         }
         Ok(())
     }
