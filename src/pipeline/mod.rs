@@ -71,6 +71,7 @@ pub mod sampler;
 pub mod shard;
 pub mod source;
 pub mod stage;
+pub mod stage_ext;
 pub mod state;
 pub mod stats;
 
@@ -92,5 +93,6 @@ pub use sampler::{Sampler, SamplerConfig, SamplerMode};
 pub use shard::{Shard, ShardConfig, ShardMode};
 pub use source::{DatasetSource, GatherFuture, MemorySource, Source};
 pub use stage::{describe, Cursor, CursorIter, CursorState, Sample, Stage};
+pub use stage_ext::StageExt;
 pub use state::{LoaderState, Position, PrefetchState, WorkerState, LOADER_STATE_VERSION};
 pub use stats::LoaderStats;
