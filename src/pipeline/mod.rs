@@ -74,6 +74,7 @@ pub mod stage;
 pub mod stage_ext;
 pub mod state;
 pub mod stats;
+pub mod stream;
 
 pub use batch::{Batch, BatchConfig, IndexBatch};
 pub use bucket::{Bucket, BucketConfig, BucketKey};
@@ -96,3 +97,4 @@ pub use stage::{describe, Cursor, CursorIter, CursorState, Sample, Stage};
 pub use stage_ext::StageExt;
 pub use state::{LoaderState, Position, PrefetchState, WorkerState, LOADER_STATE_VERSION};
 pub use stats::LoaderStats;
+pub use stream::{Checkpoint, CheckpointExt};

@@ -279,7 +279,18 @@ impl<S: Stage> Cursor<S> {
     /// [`Error::ResumeMismatch`] if `state` was taken over another configuration or names a
     /// position the stage does not have.
     pub fn resume(stage: S, state: &CursorState) -> Result<Self> {
-        let config = describe(&stage);
+        let mut cursor = Self::new(stage);
+        cursor.seek(state)?;
+        Ok(cursor)
+    }
+
+    /// Moves the cursor to `state`: the next item is the one at `(epoch, position)`. O(1).
+    ///
+    /// # Errors
+    /// As [`Cursor::resume`]; the cursor does not move.
+    pub fn seek(&mut self, state: &CursorState) -> Result<()> {
+        let stage = &self.stage;
+        let config = describe(stage);
         if config != state.config {
             return Err(Error::ResumeMismatch {
                 reason: format!(
@@ -288,7 +299,7 @@ impl<S: Stage> Cursor<S> {
                 ),
             });
         }
-        let layout = Layout::of(&stage);
+        let layout = Layout::of(stage);
         let pos = Position {
             epoch: state.epoch,
             position: state.position,
@@ -301,7 +312,9 @@ impl<S: Stage> Cursor<S> {
                 stage.epoch_len_at(state.epoch)
             ),
         })?;
-        Ok(Self { stage, layout, g })
+        self.layout = layout;
+        self.g = g;
+        Ok(())
     }
 
     /// The position of the next item; resuming from it continues exactly here.
