@@ -130,3 +130,36 @@ where
 
 // Nothing in a `BatchStream` is structurally pinned.
 impl<S: Checkpoint + Unpin> Unpin for BatchStream<S> {}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+    use super::super::testing::{every_split, sampler};
+    use super::super::CheckpointExt;
+    use super::*;
+    use crate::pipeline::{Stage, StageExt};
+
+    #[test]
+    fn equals_the_seekable_batch_and_resumes_everywhere() {
+        for (n, size, drop_last) in [(10, 3, false), (10, 3, true), (9, 3, false), (0, 2, false)]
+        {
+            let config = BatchConfig::new(size).drop_last(drop_last);
+            let got = every_split(|| sampler(n, 3).cursor().batch(config).unwrap(), |b| b);
+            let expected: Vec<IndexBatch> = sampler(n, 3)
+                .batch(config)
+                .unwrap()
+                .cursor()
+                .into_iter()
+                .map(|b| b.unwrap())
+                .collect();
+            assert_eq!(got, expected, "{n} items, batches of {size}, drop_last {drop_last}");
+        }
+    }
+
+    #[test]
+    fn a_zero_batch_size_is_refused() {
+        let r = sampler(3, 1).cursor().batch(BatchConfig::new(0));
+        assert!(matches!(r, Err(Error::InvalidConfig { .. })));
+    }
+}

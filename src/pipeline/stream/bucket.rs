@@ -216,3 +216,68 @@ where
 
 // Nothing in a `BucketStream` is structurally pinned.
 impl<S: Checkpoint + Unpin> Unpin for BucketStream<S> {}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+    use futures::executor::block_on;
+    use futures::StreamExt;
+
+    use super::super::testing::{every_split, sampler};
+    use super::super::CheckpointExt;
+    use super::*;
+    use crate::pipeline::{Stage, StageExt};
+
+    fn key() -> BucketKey {
+        BucketKey::new("mod5", |i| Ok(i % 5))
+    }
+
+    #[test]
+    fn equals_the_seekable_bucket_and_resumes_everywhere() {
+        for (n, buffer, pack) in [(23, 8, 3), (23, 5, 5), (16, 4, 2), (7, 20, 2)] {
+            let config = BucketConfig::default()
+                .buffer_size(buffer)
+                .pack_size(pack)
+                .seed(3);
+            let got = every_split(
+                || sampler(n, 2).cursor().bucket(config, key()).unwrap(),
+                |s| s,
+            );
+            let expected: Vec<Sample> = sampler(n, 2)
+                .bucket(config, key())
+                .unwrap()
+                .cursor()
+                .into_iter()
+                .map(|s| s.unwrap())
+                .collect();
+            assert_eq!(got, expected, "{n} items, buffers of {buffer}, packs of {pack}");
+        }
+    }
+
+    #[test]
+    fn a_key_error_keeps_the_checkpoint_at_the_buffer_start() {
+        let config = BucketConfig::default().buffer_size(4).pack_size(2);
+        let failing = BucketKey::new("fails", |i| {
+            if i == 0 {
+                Err(Error::IndexOutOfRange { index: i, len: 0 })
+            } else {
+                Ok(i)
+            }
+        });
+        let mut s = sampler(8, 1).cursor().bucket(config, failing).unwrap();
+        let before = s.checkpoint();
+        let mut errors = 0;
+        while let Some(r) = block_on(s.next()) {
+            if r.is_err() {
+                errors += 1;
+                assert_eq!(s.checkpoint().served, 0);
+                break;
+            }
+        }
+        assert_eq!(errors, 1);
+        // The failed buffer is the first or the second: the checkpoint is at its start.
+        let after = s.checkpoint();
+        assert!(after == before || after.start.count.seen == 4, "{after:?}");
+    }
+}

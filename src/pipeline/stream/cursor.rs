@@ -19,3 +19,24 @@ impl<S: Stage + Unpin> Checkpoint for Cursor<S> {
         self.seek(&state)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+    use super::super::testing::{every_split, sampler};
+    use super::*;
+    use crate::Error;
+
+    #[test]
+    fn resumes_everywhere_and_refuses_another_configuration() {
+        let got = every_split(|| sampler(6, 2).cursor(), |s| s);
+        assert_eq!(got.len(), 12);
+        let state = sampler(6, 2).cursor().checkpoint();
+        let mut other = sampler(7, 2).cursor();
+        assert!(matches!(
+            other.restore(state),
+            Err(Error::ResumeMismatch { .. })
+        ));
+    }
+}

@@ -92,3 +92,22 @@ where
         self.input.restore(state)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+    use super::super::testing::{every_split, sampler};
+    use super::super::CheckpointExt;
+    use crate::pipeline::Stage;
+
+    #[test]
+    fn keeps_what_the_predicate_accepts_and_resumes_everywhere() {
+        let got = every_split(
+            || sampler(12, 2).cursor().filter_items(|s| s.index % 3 != 0),
+            |s| s.index,
+        );
+        assert_eq!(got.len(), 16);
+        assert!(got.iter().all(|i| i % 3 != 0));
+    }
+}

@@ -86,3 +86,22 @@ where
         self.input.restore(state)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+    use super::super::testing::{every_split, sampler};
+    use super::super::CheckpointExt;
+    use crate::pipeline::Stage;
+
+    #[test]
+    fn maps_every_item_and_resumes_everywhere() {
+        let got = every_split(
+            || sampler(9, 2).cursor().map_items(|s| Ok(s.index * 10)),
+            |x| x,
+        );
+        assert_eq!(got.len(), 18);
+        assert!(got.iter().all(|x| x % 10 == 0));
+    }
+}

@@ -439,3 +439,149 @@ fn produce<Src: Source, T>(
 
 // Nothing in a `PrefetchStream` is structurally pinned.
 impl<S: Checkpoint + Unpin, T> Unpin for PrefetchStream<S, T> {}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+    use futures::executor::block_on;
+    use futures::StreamExt;
+
+    use super::super::testing::{all, every_split, sampler};
+    use super::super::CheckpointExt;
+    use super::*;
+    use crate::pipeline::{BatchConfig, MemorySource, Stage, StageExt};
+
+    fn source(n: u64) -> Arc<MemorySource> {
+        Arc::new(MemorySource::new((0..n).map(|i| vec![i as u8; 2]).collect()))
+    }
+
+    type Item = (u64, u64, Vec<u64>, Vec<Vec<u8>>);
+
+    fn item(b: LoaderBatch<Vec<Vec<u8>>>) -> Item {
+        (b.epoch(), b.position(), b.indices(), b.data)
+    }
+
+    #[test]
+    fn equals_the_seekable_prefetch_and_resumes_everywhere() {
+        let src = source(17);
+        for workers in [1, 2, 3] {
+            let config = PrefetchConfig::default()
+                .num_workers(workers)
+                .worker_queue_size(1);
+            let batches = BatchConfig::new(4);
+            let got = every_split(
+                || {
+                    sampler(17, 2)
+                        .cursor()
+                        .batch(batches)
+                        .unwrap()
+                        .prefetch(Arc::clone(&src), config)
+                        .unwrap()
+                },
+                item,
+            );
+            let seekable = sampler(17, 2)
+                .batch(batches)
+                .unwrap()
+                .prefetch(Arc::clone(&src), config)
+                .unwrap();
+            let expected: Vec<Item> = block_on(seekable.map(|b| item(b.unwrap())).collect());
+            assert_eq!(got, expected, "{workers} workers");
+        }
+    }
+
+    /// Fails every gather that includes record 5.
+    struct Failing(MemorySource);
+
+    impl Source for Failing {
+        type Batch = Vec<Vec<u8>>;
+
+        fn len(&self) -> u64 {
+            self.0.len()
+        }
+
+        fn item_len(&self, index: u64) -> Result<u64> {
+            self.0.item_len(index)
+        }
+
+        fn gather(&self, indices: &[u64]) -> Result<Self::Batch> {
+            if indices.contains(&5) {
+                return Err(Error::IndexOutOfRange { index: 5, len: 0 });
+            }
+            self.0.gather(indices)
+        }
+    }
+
+    #[test]
+    fn a_failed_batch_stops_the_stream_and_is_not_consumed() {
+        let src = Arc::new(Failing(MemorySource::new(vec![vec![1]; 12])));
+        let config = PrefetchConfig::default()
+            .num_workers(2)
+            .retry(RetryPolicy::none());
+        let make = || {
+            sampler(12, 1)
+                .cursor()
+                .batch(BatchConfig::new(2))
+                .unwrap()
+                .prefetch(Arc::clone(&src), config)
+                .unwrap()
+        };
+        let mut s = make();
+        let mut ok = 0;
+        let failed = loop {
+            match block_on(s.next()).unwrap() {
+                Ok(_) => ok += 1,
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(failed, Error::IndexOutOfRange { index: 5, .. }));
+        assert!(block_on(s.next()).is_none());
+        let state = s.checkpoint();
+        let mut again = make();
+        again.restore(state.clone()).unwrap();
+        // The failed batch comes first again, in a fresh stream and in the stopped one.
+        assert!(block_on(again.next()).unwrap().is_err());
+        s.restore(state).unwrap();
+        assert!(block_on(s.next()).unwrap().is_err());
+        let skipping = sampler(12, 1)
+            .cursor()
+            .batch(BatchConfig::new(2))
+            .unwrap()
+            .prefetch(Arc::clone(&src), config.on_error(OnError::Skip))
+            .unwrap();
+        let results: Vec<bool> = block_on(skipping.map(|r| r.is_ok()).collect());
+        assert_eq!(results.len(), 6);
+        assert_eq!(results.iter().filter(|ok| !**ok).count(), 1);
+        assert_eq!(results.iter().take_while(|ok| **ok).count(), ok);
+    }
+
+    #[test]
+    fn best_effort_and_lookahead_are_refused() {
+        let src = source(4);
+        let batches = || sampler(4, 1).cursor().batch(BatchConfig::new(2)).unwrap();
+        let best_effort = PrefetchConfig::default().merge(MergePolicy::BestEffort {
+            max_lead: 2,
+            max_skips_per_round: 1,
+        });
+        assert!(matches!(
+            batches().prefetch(Arc::clone(&src), best_effort),
+            Err(Error::InvalidConfig { .. })
+        ));
+        let lookahead = PrefetchConfig::default().lookahead(2);
+        assert!(matches!(
+            batches().prefetch(Arc::clone(&src), lookahead),
+            Err(Error::InvalidConfig { .. })
+        ));
+        assert_eq!(
+            all(
+                batches()
+                    .prefetch(src, PrefetchConfig::default())
+                    .unwrap(),
+                item
+            )
+            .len(),
+            2
+        );
+    }
+}

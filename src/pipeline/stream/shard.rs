@@ -142,3 +142,46 @@ where
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+    use super::super::testing::{all, every_split, sampler};
+    use super::super::CheckpointExt;
+    use super::*;
+    use crate::pipeline::{Stage, StageExt};
+
+    #[test]
+    fn equals_the_interleaved_seekable_shard_and_resumes_everywhere() {
+        for (total, index) in [(1, 0), (3, 0), (3, 2), (4, 1)] {
+            let config = ShardConfig::new(total, index);
+            let got = every_split(
+                || sampler(14, 2).cursor().shard(config).unwrap(),
+                |s| s,
+            );
+            let seekable = sampler(14, 2).shard(config).unwrap().cursor();
+            let expected: Vec<Sample> = seekable.into_iter().map(|s| s.unwrap()).collect();
+            assert_eq!(got, expected, "shard {index} of {total}");
+        }
+    }
+
+    #[test]
+    fn refuses_the_modes_that_need_a_length() {
+        let bad = |c: ShardConfig| {
+            matches!(
+                sampler(5, 1).cursor().shard(c),
+                Err(Error::InvalidConfig { .. })
+            )
+        };
+        assert!(bad(ShardConfig::new(2, 0).mode(ShardMode::Contiguous)));
+        assert!(bad(ShardConfig::new(2, 0).pad_to_equal(true)));
+        assert!(bad(ShardConfig::new(2, 0).drop_remainder(true)));
+        assert!(bad(ShardConfig::new(2, 2)));
+        assert!(bad(ShardConfig::default().total(0)));
+        assert_eq!(
+            all(sampler(5, 1).cursor().shard(ShardConfig::new(2, 1)).unwrap(), |s| s).len(),
+            2
+        );
+    }
+}
