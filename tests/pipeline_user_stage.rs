@@ -124,7 +124,9 @@ where
         let json = serde_json::to_string(&chain.checkpoint()).unwrap();
         drop(chain);
         let mut resumed = make(case.resume_workers);
-        resumed.restore(serde_json::from_str(&json).unwrap()).unwrap();
+        resumed
+            .restore(serde_json::from_str(&json).unwrap())
+            .unwrap();
         let tail: Vec<Item> = block_on(resumed.map(item).collect());
         assert_eq!(tail[..], full[k..], "{case:?}: resumed after batch {k}");
     }
@@ -149,7 +151,11 @@ fn check(case: Case) {
     };
     let shard = ShardConfig::new(case.total, case.rank);
     let batch = BatchConfig::new(case.batch_size).drop_last(case.drop_last);
-    let prefetch = |w: usize| PrefetchConfig::default().num_workers(w).worker_queue_size(2);
+    let prefetch = |w: usize| {
+        PrefetchConfig::default()
+            .num_workers(w)
+            .worker_queue_size(2)
+    };
     match case.bucket {
         None => every_split(
             |w| {

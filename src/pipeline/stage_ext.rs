@@ -72,8 +72,8 @@ pub trait StageExt: Stage {
     /// Gathers the batches of this stage from `source` on worker threads; see [`Prefetch`].
     ///
     /// # Errors
-    /// [`crate::Error::InvalidConfig`] for an invalid configuration; [`crate::Error::ThreadSpawn`] if a
-    /// worker thread cannot be spawned.
+    /// [`crate::Error::InvalidConfig`] for an invalid configuration;
+    /// [`crate::Error::ThreadSpawn`] if a worker thread cannot be spawned.
     fn prefetch<Src: Source>(
         self,
         source: Arc<Src>,

@@ -142,8 +142,7 @@ mod tests {
 
     #[test]
     fn equals_the_seekable_batch_and_resumes_everywhere() {
-        for (n, size, drop_last) in [(10, 3, false), (10, 3, true), (9, 3, false), (0, 2, false)]
-        {
+        for (n, size, drop_last) in [(10, 3, false), (10, 3, true), (9, 3, false), (0, 2, false)] {
             let config = BatchConfig::new(size).drop_last(drop_last);
             let got = every_split(|| sampler(n, 3).cursor().batch(config).unwrap(), |b| b);
             let expected: Vec<IndexBatch> = sampler(n, 3)
@@ -153,7 +152,10 @@ mod tests {
                 .into_iter()
                 .map(|b| b.unwrap())
                 .collect();
-            assert_eq!(got, expected, "{n} items, batches of {size}, drop_last {drop_last}");
+            assert_eq!(
+                got, expected,
+                "{n} items, batches of {size}, drop_last {drop_last}"
+            );
         }
     }
 

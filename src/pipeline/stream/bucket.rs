@@ -251,7 +251,10 @@ mod tests {
                 .into_iter()
                 .map(|s| s.unwrap())
                 .collect();
-            assert_eq!(got, expected, "{n} items, buffers of {buffer}, packs of {pack}");
+            assert_eq!(
+                got, expected,
+                "{n} items, buffers of {buffer}, packs of {pack}"
+            );
         }
     }
 

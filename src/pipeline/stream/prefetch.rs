@@ -453,7 +453,9 @@ mod tests {
     use crate::pipeline::{BatchConfig, MemorySource, Stage, StageExt};
 
     fn source(n: u64) -> Arc<MemorySource> {
-        Arc::new(MemorySource::new((0..n).map(|i| vec![i as u8; 2]).collect()))
+        Arc::new(MemorySource::new(
+            (0..n).map(|i| vec![i as u8; 2]).collect(),
+        ))
     }
 
     type Item = (u64, u64, Vec<u64>, Vec<Vec<u8>>);
@@ -575,9 +577,7 @@ mod tests {
         ));
         assert_eq!(
             all(
-                batches()
-                    .prefetch(src, PrefetchConfig::default())
-                    .unwrap(),
+                batches().prefetch(src, PrefetchConfig::default()).unwrap(),
                 item
             )
             .len(),

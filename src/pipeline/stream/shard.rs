@@ -156,10 +156,7 @@ mod tests {
     fn equals_the_interleaved_seekable_shard_and_resumes_everywhere() {
         for (total, index) in [(1, 0), (3, 0), (3, 2), (4, 1)] {
             let config = ShardConfig::new(total, index);
-            let got = every_split(
-                || sampler(14, 2).cursor().shard(config).unwrap(),
-                |s| s,
-            );
+            let got = every_split(|| sampler(14, 2).cursor().shard(config).unwrap(), |s| s);
             let seekable = sampler(14, 2).shard(config).unwrap().cursor();
             let expected: Vec<Sample> = seekable.into_iter().map(|s| s.unwrap()).collect();
             assert_eq!(got, expected, "shard {index} of {total}");
@@ -180,7 +177,14 @@ mod tests {
         assert!(bad(ShardConfig::new(2, 2)));
         assert!(bad(ShardConfig::default().total(0)));
         assert_eq!(
-            all(sampler(5, 1).cursor().shard(ShardConfig::new(2, 1)).unwrap(), |s| s).len(),
+            all(
+                sampler(5, 1)
+                    .cursor()
+                    .shard(ShardConfig::new(2, 1))
+                    .unwrap(),
+                |s| s
+            )
+            .len(),
             2
         );
     }
