@@ -1,37 +1,5 @@
 //! [`PrefetchStream`]: gathers the batches of a checkpointable stream of [`IndexBatch`]es on
 //! worker threads, in order.
-//!
-//! # Work split
-//!
-//! The input is pulled on the consumer's side, in [`Stream::poll_next`] (computing index
-//! batches is cheap). Each batch pulled goes to the next worker thread in turn, which gathers it
-//! from the [`Source`] (with the [`RetryPolicy`] of the configuration), applies the transform,
-//! and pushes the result into its own bounded queue. At most
-//! `num_workers · worker_queue_size` batches are in flight; the results are handed to the
-//! consumer strictly in input order. Unlike the seekable [`super::super::Prefetch`], the
-//! workers share one input, so the consumer side hands out the work; it accepts any stage.
-//!
-//! # Checkpoint
-//!
-//! The state is the input's state taken just after the last *consumed* batch was pulled, so
-//! batches in flight at a checkpoint are gathered again after a restore, and nothing is lost
-//! or repeated. A failed batch (an `Err` from the input, or a gather or transform that failed
-//! on every try) under [`OnError::Stop`] ends the stream without being consumed: the checkpoint
-//! still points before it. Under [`OnError::Skip`] it counts as consumed.
-//!
-//! # Configuration
-//!
-//! [`PrefetchConfig::num_workers`], [`PrefetchConfig::worker_queue_size`],
-//! [`PrefetchConfig::retry`] and [`PrefetchConfig::on_error`] apply. The merge is always
-//! strict (a [`MergePolicy::BestEffort`] configuration is refused) and a non-zero
-//! [`PrefetchConfig::lookahead`] is refused (the workers do not know their next batches);
-//! `consumer_queue_size` is not used, results go from the workers' queues to the consumer.
-//!
-//! # Shutdown
-//!
-//! Dropping the stream closes the queues: a worker waiting for work or blocked on a full queue
-//! exits at once, a worker in the middle of a gather when the gather returns.
-//! [`PrefetchStream::shutdown`] waits for that.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -86,7 +54,39 @@ struct InFlight<St> {
     state: St,
 }
 
-/// The stream of [`super::CheckpointExt::prefetch`]; see the [module documentation](self).
+/// The stream of [`super::CheckpointExt::prefetch`].
+///
+/// # Work split
+///
+/// The input is pulled on the consumer's side, in [`Stream::poll_next`] (computing index
+/// batches is cheap). Each batch pulled goes to the next worker thread in turn, which gathers it
+/// from the [`Source`] (with the [`RetryPolicy`] of the configuration), applies the transform,
+/// and pushes the result into its own bounded queue. At most
+/// `num_workers · worker_queue_size` batches are in flight; the results are handed to the
+/// consumer strictly in input order. Unlike the seekable [`super::super::Prefetch`], the
+/// workers share one input, so the consumer side hands out the work; it accepts any stage.
+///
+/// # Checkpoint
+///
+/// The state is the input's state taken just after the last *consumed* batch was pulled, so
+/// batches in flight at a checkpoint are gathered again after a restore, and nothing is lost
+/// or repeated. A failed batch (an `Err` from the input, or a gather or transform that failed
+/// on every try) under [`OnError::Stop`] ends the stream without being consumed: the checkpoint
+/// still points before it. Under [`OnError::Skip`] it counts as consumed.
+///
+/// # Configuration
+///
+/// [`PrefetchConfig::num_workers`], [`PrefetchConfig::worker_queue_size`],
+/// [`PrefetchConfig::retry`] and [`PrefetchConfig::on_error`] apply. The merge is always
+/// strict (a [`MergePolicy::BestEffort`] configuration is refused) and a non-zero
+/// [`PrefetchConfig::lookahead`] is refused (the workers do not know their next batches);
+/// `consumer_queue_size` is not used, results go from the workers' queues to the consumer.
+///
+/// # Shutdown
+///
+/// Dropping the stream closes the queues: a worker waiting for work or blocked on a full queue
+/// exits at once, a worker in the middle of a gather when the gather returns.
+/// [`PrefetchStream::shutdown`] waits for that.
 #[must_use = "streams do nothing unless polled"]
 pub struct PrefetchStream<S: Checkpoint, T> {
     input: S,
