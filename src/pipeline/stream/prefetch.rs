@@ -78,8 +78,10 @@ struct InFlight<St> {
 ///
 /// [`PrefetchConfig::num_workers`], [`PrefetchConfig::worker_queue_size`],
 /// [`PrefetchConfig::retry`] and [`PrefetchConfig::on_error`] apply. The merge is always
-/// strict (a [`MergePolicy::BestEffort`] configuration is refused) and a non-zero
-/// [`PrefetchConfig::lookahead`] is refused (the workers do not know their next batches);
+/// strict (a [`MergePolicy::BestEffort`] configuration is refused), a non-zero
+/// [`PrefetchConfig::lookahead`] is refused (the workers do not know their next batches), and
+/// so is a [`PrefetchConfig::gathers_in_flight`] above 1 (each worker gathers one batch at a
+/// time with [`Source::gather`]);
 /// `consumer_queue_size` is not used, results go from the workers' queues to the consumer.
 ///
 /// # Shutdown
@@ -123,8 +125,8 @@ where
     /// `transform` on the worker threads. The threads start at the first poll.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for an invalid `config`, a best-effort merge or a non-zero
-    /// lookahead.
+    /// [`Error::InvalidConfig`] for an invalid `config`, a best-effort merge, a non-zero
+    /// lookahead or more than one gather in flight.
     pub fn new<Src: Source>(
         input: S,
         source: Arc<Src>,
@@ -145,6 +147,16 @@ where
                     "prefetch over a stream: lookahead must be 0, not {} (the workers do not \
                      know their next batches); use the seekable Prefetch for lookahead",
                     config.lookahead
+                ),
+            });
+        }
+        if config.gathers_in_flight != 1 {
+            return Err(Error::InvalidConfig {
+                reason: format!(
+                    "prefetch over a stream: gathers_in_flight must be 1, not {} (each worker \
+                     gathers one batch at a time, with worker_queue_size batches queued for it); \
+                     use the seekable Prefetch for asynchronous gathers",
+                    config.gathers_in_flight
                 ),
             });
         }
@@ -559,7 +571,7 @@ mod tests {
     }
 
     #[test]
-    fn best_effort_and_lookahead_are_refused() {
+    fn best_effort_lookahead_and_async_gathers_are_refused() {
         let src = source(4);
         let batches = || sampler(4, 1).cursor().batch(BatchConfig::new(2)).unwrap();
         let best_effort = PrefetchConfig::default().merge(MergePolicy::BestEffort {
@@ -573,6 +585,11 @@ mod tests {
         let lookahead = PrefetchConfig::default().lookahead(2);
         assert!(matches!(
             batches().prefetch(Arc::clone(&src), lookahead),
+            Err(Error::InvalidConfig { .. })
+        ));
+        let window = PrefetchConfig::default().gathers_in_flight(2);
+        assert!(matches!(
+            batches().prefetch(Arc::clone(&src), window),
             Err(Error::InvalidConfig { .. })
         ));
         assert_eq!(
