@@ -57,8 +57,8 @@ pub trait CheckpointExt: Checkpoint {
     /// Gathers every batch from `source` on worker threads, in order; see [`PrefetchStream`].
     ///
     /// # Errors
-    /// [`crate::Error::InvalidConfig`] for an invalid configuration, a best-effort merge, a
-    /// non-zero lookahead or more than one gather in flight.
+    /// [`crate::Error::InvalidConfig`] for an invalid configuration, a best-effort merge or more
+    /// than one gather in flight.
     fn prefetch<Src: Source>(
         self,
         source: Arc<Src>,

@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::task::{Context, Poll};
 
@@ -44,6 +45,13 @@ struct Worker<T> {
 /// Starts worker `w`.
 type Spawn<T> = Arc<dyn Fn(usize) -> Result<Worker<T>> + Send + Sync>;
 
+/// [`Source::lookahead`] (`Some(indices)`) and [`Source::end_lookahead`] (`None`) of the source.
+type Announce = Arc<dyn Fn(u64, Option<&[u64]>) + Send + Sync>;
+
+/// Lookahead sessions of the stream prefetches (a range of their own, apart from the seekable
+/// prefetch's).
+static SESSIONS: AtomicU64 = AtomicU64::new(1 << 63);
+
 /// A batch pulled from the input and not consumed yet.
 struct InFlight<St> {
     seq: u64,
@@ -78,10 +86,11 @@ struct InFlight<St> {
 ///
 /// [`PrefetchConfig::num_workers`], [`PrefetchConfig::worker_queue_size`],
 /// [`PrefetchConfig::retry`] and [`PrefetchConfig::on_error`] apply. The merge is always
-/// strict (a [`MergePolicy::BestEffort`] configuration is refused), a non-zero
-/// [`PrefetchConfig::lookahead`] is refused (the workers do not know their next batches), and
-/// so is a [`PrefetchConfig::gathers_in_flight`] above 1 (each worker gathers one batch at a
-/// time with [`Source::gather`]);
+/// strict (a [`MergePolicy::BestEffort`] configuration is refused), and a
+/// [`PrefetchConfig::gathers_in_flight`] above 1 is refused (each worker gathers one batch at a
+/// time with [`Source::gather`]). With a non-zero [`PrefetchConfig::lookahead`], every batch is
+/// announced ([`Source::lookahead`]) when it is pulled and handed to a worker, so the window of
+/// announced batches is the batches in flight, not `lookahead` batches per worker;
 /// `consumer_queue_size` is not used, results go from the workers' queues to the consumer.
 ///
 /// # Shutdown
@@ -94,6 +103,10 @@ pub struct PrefetchStream<S: Checkpoint, T> {
     input: S,
     input_done: bool,
     spawn: Spawn<T>,
+    /// Announces a batch to the source (`Some(indices)`) or ends the session (`None`); `None`
+    /// without lookahead.
+    announce: Option<Announce>,
+    session: u64,
     num_workers: usize,
     capacity: usize,
     on_error: OnError,
@@ -125,8 +138,8 @@ where
     /// `transform` on the worker threads. The threads start at the first poll.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for an invalid `config`, a best-effort merge, a non-zero
-    /// lookahead or more than one gather in flight.
+    /// [`Error::InvalidConfig`] for an invalid `config`, a best-effort merge or more than one
+    /// gather in flight.
     pub fn new<Src: Source>(
         input: S,
         source: Arc<Src>,
@@ -141,15 +154,6 @@ where
                     .into(),
             });
         }
-        if config.lookahead != 0 {
-            return Err(Error::InvalidConfig {
-                reason: format!(
-                    "prefetch over a stream: lookahead must be 0, not {} (the workers do not \
-                     know their next batches); use the seekable Prefetch for lookahead",
-                    config.lookahead
-                ),
-            });
-        }
         if config.gathers_in_flight != 1 {
             return Err(Error::InvalidConfig {
                 reason: format!(
@@ -162,6 +166,15 @@ where
         }
         let queue_size = config.worker_queue_size;
         let retry = config.retry;
+        let announce: Option<Announce> = (config.lookahead > 0).then(|| {
+            let source = Arc::clone(&source);
+            let announce: Announce =
+                Arc::new(move |session: u64, indices: Option<&[u64]>| match indices {
+                    Some(indices) => source.lookahead(session, indices),
+                    None => source.end_lookahead(session),
+                });
+            announce
+        });
         let spawn: Spawn<T> = Arc::new(move |w| {
             spawn_worker(
                 w,
@@ -176,6 +189,8 @@ where
             input,
             input_done: false,
             spawn,
+            announce,
+            session: SESSIONS.fetch_add(1, Ordering::Relaxed),
             num_workers: config.num_workers,
             capacity: config.num_workers.saturating_mul(config.worker_queue_size),
             on_error: config.on_error,
@@ -213,6 +228,13 @@ impl<S: Checkpoint, T> PrefetchStream<S, T> {
         }
     }
 
+    /// Drops whatever the source started for the batches announced and not gathered.
+    fn end_session(&self) {
+        if let Some(announce) = &self.announce {
+            announce(self.session, None);
+        }
+    }
+
     /// Ends the stream after a failed batch under [`OnError::Stop`]; the checkpoint stays.
     fn stop(&mut self) {
         self.stopped = true;
@@ -242,6 +264,9 @@ where
                 }
                 Poll::Ready(Some(Err(e))) => (None, Some(e)),
                 Poll::Ready(Some(Ok(batch))) => {
+                    if let Some(announce) = &self.announce {
+                        announce(self.session, Some(&batch.indices()));
+                    }
                     let w = self.next_worker;
                     self.next_worker = (w + 1) % self.num_workers.max(1);
                     let sent = self
@@ -352,6 +377,8 @@ where
     /// Restores the input and drops every batch in flight; the workers are started again at
     /// the next poll.
     fn restore(&mut self, state: Self::State) -> Result<()> {
+        self.end_session();
+        self.session = SESSIONS.fetch_add(1, Ordering::Relaxed);
         self.in_flight.clear();
         self.workers.clear();
         self.next_worker = 0;
@@ -446,6 +473,12 @@ fn produce<Src: Source, T>(
         }
         tries = tries.saturating_add(1);
         backoff = backoff.saturating_mul(2).min(retry.max_backoff);
+    }
+}
+
+impl<S: Checkpoint, T> Drop for PrefetchStream<S, T> {
+    fn drop(&mut self) {
+        self.end_session();
     }
 }
 
@@ -570,8 +603,64 @@ mod tests {
         assert_eq!(results.iter().take_while(|ok| **ok).count(), ok);
     }
 
+    /// Records the announcements and the sessions ended.
+    #[derive(Default)]
+    struct Announcing {
+        inner: MemorySource,
+        announced: std::sync::Mutex<Vec<(u64, Vec<u64>)>>,
+        ended: std::sync::Mutex<Vec<u64>>,
+    }
+
+    impl Source for Announcing {
+        type Batch = Vec<Vec<u8>>;
+
+        fn len(&self) -> u64 {
+            self.inner.len()
+        }
+
+        fn item_len(&self, index: u64) -> Result<u64> {
+            self.inner.item_len(index)
+        }
+
+        fn gather(&self, indices: &[u64]) -> Result<Self::Batch> {
+            self.inner.gather(indices)
+        }
+
+        fn lookahead(&self, session: u64, indices: &[u64]) {
+            self.announced
+                .lock()
+                .unwrap()
+                .push((session, indices.to_vec()));
+        }
+
+        fn end_lookahead(&self, session: u64) {
+            self.ended.lock().unwrap().push(session);
+        }
+    }
+
     #[test]
-    fn best_effort_lookahead_and_async_gathers_are_refused() {
+    fn with_lookahead_every_batch_is_announced_once_and_the_session_ends_on_drop() {
+        let src = Arc::new(Announcing {
+            inner: MemorySource::new(vec![vec![0]; 10]),
+            ..Announcing::default()
+        });
+        let s = sampler(10, 1)
+            .cursor()
+            .batch(BatchConfig::new(3))
+            .unwrap()
+            .prefetch(Arc::clone(&src), PrefetchConfig::default().lookahead(2))
+            .unwrap();
+        let batches = all(s, |b| b.indices());
+        let announced = src.announced.lock().unwrap().clone();
+        let sessions: Vec<u64> = announced.iter().map(|(s, _)| *s).collect();
+        let indices: Vec<Vec<u64>> = announced.into_iter().map(|(_, i)| i).collect();
+        assert_eq!(indices, batches);
+        assert!(sessions.windows(2).all(|w| w[0] == w[1]));
+        assert_eq!(*src.ended.lock().unwrap(), sessions[..1]);
+    }
+
+    #[test]
+    fn best_effort_and_async_gathers_are_refused() {
         let src = source(4);
         let batches = || sampler(4, 1).cursor().batch(BatchConfig::new(2)).unwrap();
         let best_effort = PrefetchConfig::default().merge(MergePolicy::BestEffort {
@@ -580,11 +669,6 @@ mod tests {
         });
         assert!(matches!(
             batches().prefetch(Arc::clone(&src), best_effort),
-            Err(Error::InvalidConfig { .. })
-        ));
-        let lookahead = PrefetchConfig::default().lookahead(2);
-        assert!(matches!(
-            batches().prefetch(Arc::clone(&src), lookahead),
             Err(Error::InvalidConfig { .. })
         ));
         let window = PrefetchConfig::default().gathers_in_flight(2);
