@@ -104,7 +104,7 @@ fn loader(c: &mut Criterion) {
 /// 1/1 → batch), and the whole loader over a source whose gather reads nothing (the pipeline's
 /// own cost per batch: index computation, queues, wake-ups).
 fn index_side(c: &mut Criterion) {
-    use zrecord::pipeline::{BatchConfig, Sampler, ShardConfig, Stage};
+    use zrecord::pipeline::{BatchConfig, Sampler, ShardConfig, Stage, StageExt};
     let mut chain = Sampler::new(2_000_000, shuffled())
         .unwrap()
         .shard(ShardConfig::new(1, 0))

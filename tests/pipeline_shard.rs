@@ -8,7 +8,8 @@ use std::sync::Arc;
 use futures::executor::block_on;
 use futures::StreamExt;
 use zrecord::pipeline::{
-    LoaderBuilder, MemorySource, Sampler, SamplerConfig, SamplerMode, ShardConfig, ShardMode, Stage,
+    LoaderBuilder, MemorySource, Sampler, SamplerConfig, SamplerMode, ShardConfig, ShardMode,
+    Stage, StageExt,
 };
 
 fn sampler(n: u64, mode: SamplerMode) -> Sampler {

@@ -246,17 +246,10 @@ impl<S: Stage<Item = Sample>> Bucket<S> {
     /// # Errors
     /// [`Error::InvalidConfig`] if `buffer_size` or `pack_size` is 0 or does not fit `usize`.
     pub fn new(upstream: S, config: BucketConfig, key: BucketKey) -> Result<Self> {
-        let size = |v: u64, name: &str| {
-            usize::try_from(v)
-                .ok()
-                .filter(|&v| v > 0)
-                .ok_or_else(|| Error::InvalidConfig {
-                    reason: format!("bucket: {name} must be at least 1 and fit in memory, got {v}"),
-                })
-        };
+        let (buffer_size, pack_size) = sizes(&config)?;
         Ok(Self {
-            buffer_size: size(config.buffer_size, "buffer_size")?,
-            pack_size: size(config.pack_size, "pack_size")?,
+            buffer_size,
+            pack_size,
             upstream,
             config,
             key,
@@ -279,31 +272,18 @@ impl<S: Stage<Item = Sample>> Bucket<S> {
         let mut items = Vec::with_capacity(count);
         self.upstream
             .get_strided(epoch, start, 1, count, &mut items)?;
-        // `hash(&[seed, epoch, buffer, p, TAG])`, the first three words folded once.
-        let prefix = fold(fold(fold(HASH_START, seed), epoch), buffer);
         let indices: Vec<u64> = items.iter().map(|s| s.index).collect();
         let mut keys = Vec::with_capacity(indices.len());
         self.key.keys(&indices, &mut keys)?;
-        let mut keyed = Vec::with_capacity(items.len());
-        for (p, &key) in (start..end).zip(&keys) {
-            let tie = fold(fold(prefix, p), 0x0054_4945);
-            keyed.push((key, tie, keyed.len() as u32));
-        }
-        keyed.sort_unstable();
-        let mut packs: Vec<Vec<Sample>> = keyed
-            .chunks(self.pack_size)
-            .map(|c| {
-                c.iter()
-                    .filter_map(|&(_, _, k)| items.get(k as usize).copied())
-                    .collect()
-            })
-            .collect();
-        let mut rng = SplitMix(hash(&[seed, epoch, buffer, 0x5041_434b]));
-        rng.shuffle(&mut packs);
-        for pack in &mut packs {
-            rng.shuffle(pack);
-        }
-        Ok(packs.into_iter().flatten().collect())
+        Ok(order(
+            &items,
+            &keys,
+            start,
+            self.pack_size,
+            seed,
+            epoch,
+            buffer,
+        ))
     }
 }
 
@@ -326,6 +306,62 @@ impl<S: Stage<Item = Sample>> Bucket<S> {
             }
         }
     }
+}
+
+/// The buffer and pack sizes of `config` as `usize`.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] if either is 0 or does not fit `usize`.
+pub(crate) fn sizes(config: &BucketConfig) -> Result<(usize, usize)> {
+    let size = |v: u64, name: &str| {
+        usize::try_from(v)
+            .ok()
+            .filter(|&v| v > 0)
+            .ok_or_else(|| Error::InvalidConfig {
+                reason: format!("bucket: {name} must be at least 1 and fit in memory, got {v}"),
+            })
+    };
+    Ok((
+        size(config.buffer_size, "buffer_size")?,
+        size(config.pack_size, "pack_size")?,
+    ))
+}
+
+/// The served order of buffer `buffer` of `epoch`: `items` (at epoch positions `start, start + 1,
+/// …`, with their `keys`) sorted by `(key, seeded tie-breaker)`, cut into packs of `pack_size`,
+/// the packs shuffled and the items within every pack shuffled, all from `(seed, epoch,
+/// buffer)`. The seekable [`Bucket`] and the stream bucket both serve this order.
+pub(crate) fn order(
+    items: &[Sample],
+    keys: &[u64],
+    start: u64,
+    pack_size: usize,
+    seed: u64,
+    epoch: u64,
+    buffer: u64,
+) -> Vec<Sample> {
+    // `hash(&[seed, epoch, buffer, p, TAG])`, the first three words folded once.
+    let prefix = fold(fold(fold(HASH_START, seed), epoch), buffer);
+    let mut keyed = Vec::with_capacity(items.len());
+    for (p, &key) in (start..).zip(keys.iter().take(items.len())) {
+        let tie = fold(fold(prefix, p), 0x0054_4945);
+        keyed.push((key, tie, keyed.len() as u32));
+    }
+    keyed.sort_unstable();
+    let mut packs: Vec<Vec<Sample>> = keyed
+        .chunks(pack_size.max(1))
+        .map(|c| {
+            c.iter()
+                .filter_map(|&(_, _, k)| items.get(k as usize).copied())
+                .collect()
+        })
+        .collect();
+    let mut rng = SplitMix(hash(&[seed, epoch, buffer, 0x5041_434b]));
+    rng.shuffle(&mut packs);
+    for pack in &mut packs {
+        rng.shuffle(pack);
+    }
+    packs.into_iter().flatten().collect()
 }
 
 impl<S: Stage<Item = Sample>> Stage for Bucket<S> {

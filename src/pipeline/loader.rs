@@ -42,10 +42,20 @@ use super::root::Root;
 use super::sampler::{Sampler, SamplerConfig};
 use super::shard::{Shard, ShardConfig};
 use super::source::Source;
-use super::stage::{describe, fingerprint, Stage};
+use super::stage::{describe, Stage};
 use super::state::{describe_differences, shard_settings, LoaderState, LOADER_STATE_VERSION};
 use super::stats::LoaderStats;
 use crate::{Error, Result};
+
+/// A portable 64-bit fingerprint of a description string (FNV-1a then a splitmix finaliser).
+pub(crate) fn fingerprint(description: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in description.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    super::sampler::mix(h)
+}
 
 /// Every option of a [`Loader`] but the bucket key and the transform (which are functions).
 ///

@@ -17,13 +17,23 @@
 //!
 //! Every index-side stage ([`Sampler`], [`Mix`], [`Shard`], [`Bucket`], [`Batch`]) implements
 //! [`Stage`]: a deterministic, seekable function from `(epoch, position)` to an item,
-//! composable by hand (`sampler.shard(..)?.bucket(..)?.batch(..)?.prefetch(..)?`). Because
-//! every stage is such a
+//! composable by hand with [`StageExt`]
+//! (`sampler.shard(..)?.bucket(..)?.batch(..)?.prefetch(..)?`). Because every stage is such a
 //! function — the bucket derives its sorted buffer from `(seed, epoch, buffer index)` and
 //! rebuilds it on demand — the state of a whole chain is a cursor, `(epoch, position)`: a
 //! [`Cursor`] streams any stage (a [`futures::Stream`], or an iterator through
 //! [`Cursor::into_iter`]) with a serde [`CursorState`], and seeking is O(1) (one bucket buffer
 //! at most).
+//!
+//! # Streams
+//!
+//! The same stages exist as [`futures::Stream`] adapters in [`stream`]: [`Checkpoint`] says
+//! what a checkpointable stream is, and [`CheckpointExt`] adds `.shard() .bucket() .batch()
+//! .prefetch() .map_items() .filter_items()` to any of them, so a stage of your own fits
+//! anywhere in a checkpointed chain (`sampler.cursor().filter_items(..).shard(..)?…`). The
+//! seekable chain above is the fast path (workers split the work without coordination, O(1)
+//! resume, every shard mode, best-effort merge); the stream chain accepts any stage. See
+//! [`stream`] for when to use which.
 //!
 //! # Mixing
 //!
@@ -71,8 +81,10 @@ pub mod sampler;
 pub mod shard;
 pub mod source;
 pub mod stage;
+pub mod stage_ext;
 pub mod state;
 pub mod stats;
+pub mod stream;
 
 pub use batch::{Batch, BatchConfig, IndexBatch};
 pub use bucket::{Bucket, BucketConfig, BucketKey};
@@ -92,5 +104,7 @@ pub use sampler::{Sampler, SamplerConfig, SamplerMode};
 pub use shard::{Shard, ShardConfig, ShardMode};
 pub use source::{DatasetSource, GatherFuture, MemorySource, Source};
 pub use stage::{describe, Cursor, CursorIter, CursorState, Sample, Stage};
+pub use stage_ext::StageExt;
 pub use state::{LoaderState, Position, PrefetchState, WorkerState, LOADER_STATE_VERSION};
 pub use stats::LoaderStats;
+pub use stream::{Checkpoint, CheckpointExt};

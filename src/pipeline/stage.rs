@@ -13,12 +13,6 @@ use std::task::{Context, Poll};
 use futures::stream::{FusedStream, Stream};
 use serde::{Deserialize, Serialize};
 
-use super::batch::{Batch, BatchConfig, IndexBatch};
-use super::bucket::{Bucket, BucketConfig, BucketKey};
-use super::prefetch::{identity, Prefetch, PrefetchConfig, Transform};
-use super::shard::{Shard, ShardConfig};
-use super::source::Source;
-use super::state::Position;
 use crate::{Error, Result};
 
 /// One sampled record index, as it flows through the index-side stages.
@@ -30,9 +24,18 @@ pub struct Sample {
     pub position: u64,
     /// The record index.
     pub index: u64,
-    /// True for an item repeated by [`ShardConfig::pad_to_equal`] to even out shard lengths:
+    /// True for an item repeated by [`super::ShardConfig::pad_to_equal`] to even out shard lengths:
     /// evaluation should drop it.
     pub padded: bool,
+}
+
+/// A place in a stage's item sequence: the `position`-th item of `epoch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Position {
+    /// The epoch.
+    pub epoch: u64,
+    /// The position within the epoch.
+    pub position: u64,
 }
 
 /// A deterministic, seekable index-side stage.
@@ -132,72 +135,6 @@ pub trait Stage: Clone + Send + 'static {
     {
         Cursor::new(self)
     }
-
-    /// Shards every epoch of this stage; see [`Shard`].
-    ///
-    /// # Errors
-    /// [`Error::InvalidConfig`] for an invalid configuration.
-    fn shard(self, config: ShardConfig) -> Result<Shard<Self>>
-    where
-        Self: Stage<Item = Sample> + Sized,
-    {
-        Shard::new(self, config)
-    }
-
-    /// Buffer-sorts (length-buckets) every epoch of this stage; see [`Bucket`].
-    ///
-    /// # Errors
-    /// [`Error::InvalidConfig`] for an invalid configuration.
-    fn bucket(self, config: BucketConfig, key: BucketKey) -> Result<Bucket<Self>>
-    where
-        Self: Stage<Item = Sample> + Sized,
-    {
-        Bucket::new(self, config, key)
-    }
-
-    /// Groups every epoch of this stage into batches of indices; see [`Batch`].
-    ///
-    /// # Errors
-    /// [`Error::InvalidConfig`] for an invalid configuration.
-    fn batch(self, config: BatchConfig) -> Result<Batch<Self>>
-    where
-        Self: Stage<Item = Sample> + Sized,
-    {
-        Batch::new(self, config)
-    }
-
-    /// Gathers the batches of this stage from `source` on worker threads; see [`Prefetch`].
-    ///
-    /// # Errors
-    /// [`Error::InvalidConfig`] for an invalid configuration; [`Error::Io`] if a worker thread
-    /// cannot be spawned.
-    fn prefetch<Src: Source>(
-        self,
-        source: Arc<Src>,
-        config: PrefetchConfig,
-    ) -> Result<Prefetch<Src::Batch>>
-    where
-        Self: Stage<Item = IndexBatch> + Sized,
-    {
-        Prefetch::new(self, source, identity(), config)
-    }
-
-    /// Like [`Stage::prefetch`], applying `transform` to every gathered batch on the worker
-    /// thread.
-    ///
-    /// # Errors
-    /// As [`Stage::prefetch`].
-    fn prefetch_with<Src: Source, T: Send + 'static>(
-        self,
-        source: Arc<Src>,
-        config: PrefetchConfig,
-        transform: Transform<Src::Batch, T>,
-    ) -> Result<Prefetch<T>>
-    where
-        Self: Stage<Item = IndexBatch> + Sized,
-    {
-        Prefetch::new(self, source, transform, config)
-    }
 }
 
 /// The description of a stage's configuration, as recorded in checkpoints.
@@ -205,16 +142,6 @@ pub fn describe<S: Stage>(stage: &S) -> String {
     let mut s = String::new();
     stage.describe(&mut s);
     s
-}
-
-/// A portable 64-bit fingerprint of a description string (FNV-1a then a splitmix finaliser).
-pub(crate) fn fingerprint(description: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in description.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    super::sampler::mix(h)
 }
 
 /// Where each global position of a stage falls: the items of every epoch numbered in order,
@@ -352,7 +279,18 @@ impl<S: Stage> Cursor<S> {
     /// [`Error::ResumeMismatch`] if `state` was taken over another configuration or names a
     /// position the stage does not have.
     pub fn resume(stage: S, state: &CursorState) -> Result<Self> {
-        let config = describe(&stage);
+        let mut cursor = Self::new(stage);
+        cursor.seek(state)?;
+        Ok(cursor)
+    }
+
+    /// Moves the cursor to `state`: the next item is the one at `(epoch, position)`. O(1).
+    ///
+    /// # Errors
+    /// As [`Cursor::resume`]; the cursor does not move.
+    pub fn seek(&mut self, state: &CursorState) -> Result<()> {
+        let stage = &self.stage;
+        let config = describe(stage);
         if config != state.config {
             return Err(Error::ResumeMismatch {
                 reason: format!(
@@ -361,7 +299,7 @@ impl<S: Stage> Cursor<S> {
                 ),
             });
         }
-        let layout = Layout::of(&stage);
+        let layout = Layout::of(stage);
         let pos = Position {
             epoch: state.epoch,
             position: state.position,
@@ -374,7 +312,9 @@ impl<S: Stage> Cursor<S> {
                 stage.epoch_len_at(state.epoch)
             ),
         })?;
-        Ok(Self { stage, layout, g })
+        self.layout = layout;
+        self.g = g;
+        Ok(())
     }
 
     /// The position of the next item; resuming from it continues exactly here.

@@ -9,14 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::elastic::ElasticState;
 use super::shard::{ShardConfig, ShardMode};
 
-/// A place in a stage's item sequence: the `position`-th item of `epoch`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Position {
-    /// The epoch.
-    pub epoch: u64,
-    /// The position within the epoch.
-    pub position: u64,
-}
+pub use super::stage::Position;
 
 /// One prefetch worker's part of a checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

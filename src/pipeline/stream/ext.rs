@@ -1,0 +1,111 @@
+//! [`CheckpointExt`]: the adapters of the stream chain, for every [`Checkpoint`] stream.
+
+use std::sync::Arc;
+
+use super::super::batch::{BatchConfig, IndexBatch};
+use super::super::bucket::{BucketConfig, BucketKey};
+use super::super::prefetch::{identity, PrefetchConfig, Transform};
+use super::super::shard::ShardConfig;
+use super::super::source::Source;
+use super::super::stage::Sample;
+use super::{
+    BatchStream, BucketStream, Checkpoint, FilterItems, MapItems, PrefetchStream, ShardStream,
+};
+use crate::Result;
+
+/// The adapters of the stream chain: `stream.shard(..)?.bucket(..)?.batch(..)?.prefetch(..)?`
+/// over any [`Checkpoint`] stream, a user's own stage included. Each adapter is itself a
+/// [`Checkpoint`] stream whose state holds its input's.
+///
+/// The names do not clash with [`futures::StreamExt`]'s (`map_items`, not `map`), so both
+/// traits can be in scope.
+pub trait CheckpointExt: Checkpoint {
+    /// Keeps this rank's share of every epoch, interleaved; see [`ShardStream`].
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidConfig`] for an invalid configuration or a mode that needs the
+    /// epoch's length (contiguous, `pad_to_equal`, `drop_remainder`).
+    fn shard(self, config: ShardConfig) -> Result<ShardStream<Self>>
+    where
+        Self: Checkpoint<Item = Result<Sample>> + Sized + Unpin,
+    {
+        ShardStream::new(self, config)
+    }
+
+    /// Length-buckets every epoch by `key`; see [`BucketStream`].
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidConfig`] for an invalid configuration.
+    fn bucket(self, config: BucketConfig, key: BucketKey) -> Result<BucketStream<Self>>
+    where
+        Self: Checkpoint<Item = Result<Sample>> + Sized + Unpin,
+    {
+        BucketStream::new(self, config, key)
+    }
+
+    /// Groups every epoch into batches of indices; see [`BatchStream`].
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidConfig`] for an invalid configuration.
+    fn batch(self, config: BatchConfig) -> Result<BatchStream<Self>>
+    where
+        Self: Checkpoint<Item = Result<Sample>> + Sized + Unpin,
+    {
+        BatchStream::new(self, config)
+    }
+
+    /// Gathers every batch from `source` on worker threads, in order; see [`PrefetchStream`].
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidConfig`] for an invalid configuration, a best-effort merge or more
+    /// than one gather in flight.
+    fn prefetch<Src: Source>(
+        self,
+        source: Arc<Src>,
+        config: PrefetchConfig,
+    ) -> Result<PrefetchStream<Self, Src::Batch>>
+    where
+        Self: Checkpoint<Item = Result<IndexBatch>> + Sized + Unpin,
+    {
+        PrefetchStream::new(self, source, identity(), config)
+    }
+
+    /// Like [`CheckpointExt::prefetch`], applying `transform` to every gathered batch on the
+    /// worker thread.
+    ///
+    /// # Errors
+    /// As [`CheckpointExt::prefetch`].
+    fn prefetch_with<Src: Source, T: Send + 'static>(
+        self,
+        source: Arc<Src>,
+        config: PrefetchConfig,
+        transform: Transform<Src::Batch, T>,
+    ) -> Result<PrefetchStream<Self, T>>
+    where
+        Self: Checkpoint<Item = Result<IndexBatch>> + Sized + Unpin,
+    {
+        PrefetchStream::new(self, source, transform, config)
+    }
+
+    /// Applies `f` to every `Ok` item; see [`MapItems`]. `f` should be a pure function of the
+    /// item.
+    fn map_items<T, U, F>(self, f: F) -> MapItems<Self, F>
+    where
+        Self: Checkpoint<Item = Result<T>> + Sized + Unpin,
+        F: FnMut(T) -> Result<U> + Unpin,
+    {
+        MapItems::new(self, f)
+    }
+
+    /// Keeps the `Ok` items `f` accepts; see [`FilterItems`]. `f` should be a pure function of
+    /// the item.
+    fn filter_items<T, F>(self, f: F) -> FilterItems<Self, F>
+    where
+        Self: Checkpoint<Item = Result<T>> + Sized + Unpin,
+        F: FnMut(&T) -> bool + Unpin,
+    {
+        FilterItems::new(self, f)
+    }
+}
+
+impl<S: Checkpoint + ?Sized> CheckpointExt for S {}
