@@ -1135,6 +1135,14 @@ struct Pending<B> {
     tries: u32,
 }
 
+/// Waits until every worker whose exit end is in `exits` has dropped its end (on exit).
+pub(crate) async fn wait_exits(exits: Vec<oneshot::Receiver<()>>) {
+    for exit in exits {
+        // `Canceled` is the expected outcome: the worker dropped its end on exit.
+        let _ = exit.await;
+    }
+}
+
 fn panicked(w: u64, pos: Position, panic: &(dyn std::any::Any + Send)) -> Error {
     let msg = panic
         .downcast_ref::<&str>()
@@ -1210,10 +1218,7 @@ impl<T> Prefetch<T> {
             .filter_map(|w| w.exit.take())
             .collect();
         drop(self);
-        for exit in exits {
-            // `Canceled` is the expected outcome: the worker dropped its end on exit.
-            let _ = exit.await;
-        }
+        wait_exits(exits).await;
     }
 
     fn merge_one(&mut self, cx: &mut Context<'_>) -> Poll<Option<Merged<T>>> {

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::super::batch::IndexBatch;
 use super::super::prefetch::{
-    LoaderBatch, MergePolicy, OnError, PrefetchConfig, RetryPolicy, Transform,
+    wait_exits, LoaderBatch, MergePolicy, OnError, PrefetchConfig, RetryPolicy, Transform,
 };
 use super::super::queue::{self, Receiver, Sender};
 use super::super::source::Source;
@@ -222,10 +222,7 @@ impl<S: Checkpoint, T> PrefetchStream<S, T> {
             .filter_map(|w| w.exit.take())
             .collect();
         drop(self);
-        for exit in exits {
-            // `Canceled` is the expected outcome: the worker dropped its end on exit.
-            let _ = exit.await;
-        }
+        wait_exits(exits).await;
     }
 
     /// Drops whatever the source started for the batches announced and not gathered.
