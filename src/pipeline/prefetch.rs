@@ -36,8 +36,8 @@
 //!   stops scanning and waits. Not deterministic.
 //!
 //! Merged items wait for the consumer in a buffer of `consumer_queue_size` items. Memory is
-//! bounded end to end: at most `N · (worker_queue_size + 1) + consumer_queue_size` batches exist
-//! at any time.
+//! bounded end to end: at most `N · (worker_queue_size + gathers_in_flight) +
+//! consumer_queue_size` batches exist at any time (`gathers_in_flight` is 1 unless set).
 //!
 //! # Checkpoint
 //!
@@ -864,7 +864,9 @@ where
 
     /// The worker with up to `gathers_in_flight` gathers started ahead ([`Source::gather_async`]),
     /// their results taken in order: the same items as [`WorkerJob::run_blocking`], each
-    /// retried in its place.
+    /// retried in its place (a failed index computation as well as a failed gather), a panic
+    /// reported as the batch's error. A dropped stream ends the worker at once, dropping the
+    /// futures in flight, even those that would never finish.
     fn run_async(&mut self) {
         let mut window: VecDeque<Pending<Src::Batch>> = VecDeque::new();
         let mut issue = self.k;
@@ -872,6 +874,7 @@ where
             if self.tx.is_closed() {
                 break;
             }
+            self.announce();
             while window.len() < self.gathers_in_flight {
                 if self.split.count(self.w).is_some_and(|c| issue >= c) {
                     break;
@@ -879,124 +882,169 @@ where
                 let Some(g) = self.split.global(self.w, issue) else {
                     break;
                 };
-                let pos = self.split.position(g);
-                let start = std::time::Instant::now();
-                let computed = self.stage.get(pos.epoch, pos.position);
-                self.counters.index_time(start);
                 let mut pending = Pending {
-                    pos,
+                    k: issue,
+                    pos: self.split.position(g),
                     batch: None,
                     future: None,
                     result: None,
                     tries: 0,
+                    pending_since: None,
                 };
-                match computed {
-                    Ok(b) => {
-                        pending.batch = Some(b);
-                        self.start_gather(&mut pending);
-                    }
-                    // Produced in its place: what the blocking path reports for it.
-                    Err(e) => pending.result = Some(Err(e)),
-                }
+                self.start(&mut pending);
                 window.push_back(pending);
                 let Some(next) = issue.checked_add(1) else {
                     break;
                 };
                 issue = next;
             }
-            if window.is_empty() {
+            if window.is_empty() || !self.poll_window(&mut window) {
                 break;
             }
-            self.poll_window(&mut window);
             let Some(head) = window.pop_front() else {
                 break;
             };
-            let result = self.finish(head, &mut window);
+            let Some(result) = self.finish(head, &mut window) else {
+                break;
+            };
             if !self.deliver(result) {
                 break;
             }
         }
     }
 
-    /// Starts (or starts again) the gather of `p`'s batch.
-    fn start_gather(&self, p: &mut Pending<Src::Batch>) {
+    /// Starts (or starts again) `p`: its index batch if it has none yet (from the lookahead's
+    /// if computed there), then its gather. A failure or a panic becomes `p`'s result.
+    fn start(&mut self, p: &mut Pending<Src::Batch>) {
         p.tries = p.tries.saturating_add(1);
         p.result = None;
-        p.future = p.batch.as_ref().map(|b| {
-            let indices = b.indices();
-            let in_flight = self.counters.gather_started(indices.len());
-            (Arc::clone(&self.source).gather_async(indices), in_flight)
-        });
+        p.future = None;
+        p.pending_since = None;
+        if p.batch.is_none() {
+            let ahead = self
+                .ahead
+                .iter()
+                .find(|(k, _)| *k == p.k)
+                .map(|(_, b)| b.clone());
+            let start = std::time::Instant::now();
+            let computed = match ahead {
+                Some(b) => Ok(Ok(b)),
+                None => catch_unwind(AssertUnwindSafe(|| {
+                    self.stage.get(p.pos.epoch, p.pos.position)
+                })),
+            };
+            self.counters.index_time(start);
+            match computed {
+                Ok(Ok(b)) => p.batch = Some(b),
+                Ok(Err(e)) => {
+                    p.result = Some(Err(e));
+                    return;
+                }
+                Err(panic) => {
+                    p.result = Some(Err(panicked(self.w, p.pos, panic.as_ref())));
+                    return;
+                }
+            }
+        }
+        let Some(batch) = &p.batch else {
+            return;
+        };
+        let indices = batch.indices();
+        let in_flight = self.counters.gather_started(indices.len());
+        let source = Arc::clone(&self.source);
+        match catch_unwind(AssertUnwindSafe(|| source.gather_async(indices))) {
+            Ok(future) => p.future = Some((future, in_flight, Arc::default())),
+            Err(panic) => p.result = Some(Err(panicked(self.w, p.pos, panic.as_ref()))),
+        }
     }
 
     /// Polls every gather of the window until the first one is done (the others make progress
-    /// meanwhile, whatever kind of future the source returns).
-    fn poll_window(&self, window: &mut VecDeque<Pending<Src::Batch>>) {
+    /// meanwhile, whatever kind of future the source returns); false if the stream was dropped
+    /// first.
+    fn poll_window(&self, window: &mut VecDeque<Pending<Src::Batch>>) -> bool {
         let w = self.w;
+        let tx = &self.tx;
         futures::executor::block_on(std::future::poll_fn(|cx| {
+            if tx.poll_closed(cx).is_ready() {
+                return Poll::Ready(false);
+            }
             for p in window.iter_mut() {
-                let Some((future, _)) = &mut p.future else {
+                let Some((future, _, signal)) = &mut p.future else {
                     continue;
                 };
-                let polled = catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx)));
+                // Each gather gets a waker of its own, which notes when it last woke the worker:
+                // the gather's end, even if the worker only sees it after a blocked push.
+                signal.outer.register(cx.waker());
+                let polled_at = std::time::Instant::now();
+                let waker = futures::task::waker_ref(signal);
+                let mut own = Context::from_waker(&waker);
+                let polled = catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut own)));
                 let done = match polled {
-                    Ok(Poll::Pending) => continue,
+                    Ok(Poll::Pending) => {
+                        p.pending_since = Some(polled_at);
+                        continue;
+                    }
                     Ok(Poll::Ready(r)) => r,
                     Err(panic) => Err(panicked(w, p.pos, panic.as_ref())),
                 };
+                if let Some((_, in_flight, signal)) = p.future.take() {
+                    // A wake-up after the last poll that found it pending is when it finished;
+                    // without one, it finished within this poll.
+                    let end = signal
+                        .last_wake()
+                        .filter(|&woke| p.pending_since.is_some_and(|since| woke >= since))
+                        .unwrap_or_else(std::time::Instant::now);
+                    in_flight.ended_at(end);
+                }
                 p.result = Some(done);
-                p.future = None; // drops the in-flight guard: the latency is recorded
             }
             match window.front() {
                 Some(p) if p.future.is_some() => Poll::Pending,
-                _ => Poll::Ready(()),
+                _ => Poll::Ready(true),
             }
-        }));
+        }))
     }
 
     /// The item of the window's first batch: its transform, or its error once the retry
-    /// policy gives up (each retry waits, the other gathers of the window going on).
+    /// policy gives up (each retry waits, the other gathers of the window going on); `None` if
+    /// the stream was dropped meanwhile.
     fn finish(
         &mut self,
         mut head: Pending<Src::Batch>,
         window: &mut VecDeque<Pending<Src::Batch>>,
-    ) -> Result<LoaderBatch<T>> {
+    ) -> Option<Result<LoaderBatch<T>>> {
         let mut backoff = self.retry.backoff.min(self.retry.max_backoff);
         loop {
-            let outcome: std::result::Result<std::convert::Infallible, Error> =
-                match (&head.batch, head.result.take()) {
-                    (None, Some(Err(e))) => return Err(e),
-                    (_, None) | (None, Some(Ok(_))) => {
-                        Err(Error::internal("a gather finished with no result".into()))
-                    }
-                    (Some(batch), Some(Ok(gathered))) => {
-                        let start = std::time::Instant::now();
-                        let data =
-                            catch_unwind(AssertUnwindSafe(|| (self.transform)(gathered, batch)));
-                        self.counters.transform_time(start);
-                        match data {
-                            Ok(Ok(data)) => {
-                                return Ok(LoaderBatch {
-                                    data,
-                                    batch: batch.clone(),
-                                })
-                            }
-                            Ok(Err(e)) => Err(e),
-                            Err(panic) => return Err(panicked(self.w, head.pos, panic.as_ref())),
+            let error = match (head.batch.take(), head.result.take()) {
+                (Some(batch), Some(Ok(gathered))) => {
+                    let start = std::time::Instant::now();
+                    let data =
+                        catch_unwind(AssertUnwindSafe(|| (self.transform)(gathered, &batch)));
+                    self.counters.transform_time(start);
+                    match data {
+                        Ok(Ok(data)) => return Some(Ok(LoaderBatch { data, batch })),
+                        Ok(Err(e)) => {
+                            head.batch = Some(batch);
+                            e
                         }
+                        Err(panic) => return Some(Err(panicked(self.w, head.pos, panic.as_ref()))),
                     }
-                    (Some(_), Some(Err(e))) => Err(e),
-                };
-            let error = match outcome {
-                Err(e) => e,
-                Ok(never) => match never {},
+                }
+                (batch, Some(Err(e))) => {
+                    head.batch = batch;
+                    e
+                }
+                (_, None) | (None, Some(Ok(_))) => {
+                    Error::internal("an asynchronous gather finished with no result".into())
+                }
             };
+            // A panic is not retried.
             if matches!(error, Error::WorkerPanicked { .. }) {
-                return Err(error);
+                return Some(Err(error));
             }
             self.counters.failed_attempt();
             if head.tries >= self.retry.attempts {
-                return Err(error);
+                return Some(Err(error));
             }
             tracing::debug!(
                 worker = self.w,
@@ -1010,16 +1058,15 @@ where
             let closed = self.tx.wait_closed(backoff);
             self.counters.retry_wait(slept);
             if closed {
-                return Err(error);
+                return Some(Err(error));
             }
             backoff = backoff.saturating_mul(2).min(self.retry.max_backoff);
-            self.start_gather(&mut head);
+            self.start(&mut head);
             window.push_front(head);
-            self.poll_window(window);
-            match window.pop_front() {
-                Some(h) => head = h,
-                None => return Err(Error::internal("the window lost its first batch".into())),
+            if !self.poll_window(window) {
+                return None;
             }
+            head = window.pop_front()?;
         }
     }
 
@@ -1079,9 +1126,11 @@ where
             let pos = self.split.position(g);
             // A batch that cannot be computed is not announced; producing it reports why.
             let start = std::time::Instant::now();
-            let computed = self.stage.get(pos.epoch, pos.position);
+            // A panic here is caught: producing the batch reports it.
+            let computed =
+                catch_unwind(AssertUnwindSafe(|| self.stage.get(pos.epoch, pos.position)));
             self.counters.index_time(start);
-            let Ok(batch) = computed else {
+            let Ok(Ok(batch)) = computed else {
                 break;
             };
             if next > self.k {
@@ -1127,12 +1176,20 @@ where
 /// One batch of an asynchronous worker's window: its index batch (or why it could not be
 /// computed), its gather in flight with the guard that counts it, its result once done.
 struct Pending<B> {
+    /// The worker's item number.
+    k: u64,
     pos: Position,
-    /// `None` if it could not be computed (`result` says why).
+    /// `None` until computed (`result` says why it could not be).
     batch: Option<IndexBatch>,
-    future: Option<(super::source::GatherFuture<B>, super::stats::InFlight)>,
+    future: Option<(
+        super::source::GatherFuture<B>,
+        super::stats::InFlight,
+        Arc<GatherSignal>,
+    )>,
     result: Option<Result<B>>,
     tries: u32,
+    /// When a poll last found its gather pending.
+    pending_since: Option<std::time::Instant>,
 }
 
 /// Waits until every worker whose exit end is in `exits` has dropped its end (on exit).
@@ -1140,6 +1197,34 @@ pub(crate) async fn wait_exits(exits: Vec<oneshot::Receiver<()>>) {
     for exit in exits {
         // `Canceled` is the expected outcome: the worker dropped its end on exit.
         let _ = exit.await;
+    }
+}
+
+/// The waker of one gather of an asynchronous worker's window: wakes the worker, and notes
+/// when it did last.
+#[derive(Default)]
+struct GatherSignal {
+    outer: futures::task::AtomicWaker,
+    last_wake: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl GatherSignal {
+    fn last_wake(&self) -> Option<std::time::Instant> {
+        match self.last_wake.lock() {
+            Ok(g) => *g,
+            Err(poisoned) => *poisoned.into_inner(),
+        }
+    }
+}
+
+impl futures::task::ArcWake for GatherSignal {
+    fn wake_by_ref(arc_self: &Arc<Self>) {
+        let now = std::time::Instant::now();
+        match arc_self.last_wake.lock() {
+            Ok(mut g) => *g = Some(now),
+            Err(poisoned) => *poisoned.into_inner() = Some(now),
+        }
+        arc_self.outer.wake();
     }
 }
 

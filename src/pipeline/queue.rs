@@ -29,6 +29,8 @@ struct Shared<T> {
     not_full: Condvar,
     /// The consumer's waker, woken when an item arrives or the sender finishes.
     waker: AtomicWaker,
+    /// Woken when the receiver goes away (a producer waiting on futures watches it).
+    close_waker: AtomicWaker,
     /// Mirror of `State::closed`, readable without the lock.
     closed: AtomicBool,
     capacity: usize,
@@ -65,6 +67,7 @@ pub(crate) fn bounded<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
         }),
         not_full: Condvar::new(),
         waker: AtomicWaker::new(),
+        close_waker: AtomicWaker::new(),
         closed: AtomicBool::new(false),
         capacity: capacity.max(1),
     });
@@ -99,6 +102,19 @@ impl<T> Sender<T> {
     /// True once the receiver is gone: the producer should stop.
     pub(crate) fn is_closed(&self) -> bool {
         self.shared.closed.load(Ordering::Acquire)
+    }
+
+    /// Ready once the receiver is gone; otherwise registers `cx` to be woken when it goes.
+    pub(crate) fn poll_closed(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.is_closed() {
+            return Poll::Ready(());
+        }
+        self.shared.close_waker.register(cx.waker());
+        if self.is_closed() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
     }
 
     /// Blocks the calling thread for `timeout`, or less if the receiver goes away first; true if
@@ -175,6 +191,7 @@ impl<T> Drop for Receiver<T> {
             std::mem::take(&mut state.items)
         };
         self.shared.not_full.notify_all();
+        self.shared.close_waker.wake();
         // Dropped outside the lock: an item's destructor may be arbitrary user code.
         drop(items);
     }

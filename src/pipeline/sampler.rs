@@ -217,25 +217,34 @@ impl Stage for Sampler {
         count: usize,
         out: &mut Vec<Sample>,
     ) -> Result<()> {
+        if count == 0 {
+            return Ok(());
+        }
         if let Some(e) = self.config.epochs.filter(|&e| epoch >= e) {
             return Err(Error::IndexOutOfRange {
                 index: epoch,
                 len: e,
             });
         }
-        if count == 0 {
-            return Ok(());
-        }
-        // Every position is checked up front, so the loops below cannot fail.
-        let last = ((count - 1) as u64)
+        // Every position is checked up front, so the loops below cannot fail; the error names
+        // the first position that `get` would refuse.
+        let fits = ((count - 1) as u64)
             .checked_mul(step)
             .and_then(|d| d.checked_add(start))
-            .filter(|&l| l < self.epoch_len)
-            .ok_or(Error::IndexOutOfRange {
-                index: start.saturating_add(((count - 1) as u64).saturating_mul(step)),
+            .is_some_and(|last| last < self.epoch_len);
+        if !fits {
+            let first_bad = if start >= self.epoch_len || step == 0 {
+                start
+            } else {
+                // The first k with start + k·step ≥ epoch_len.
+                let k = (self.epoch_len - start).div_ceil(step);
+                start.saturating_add(k.saturating_mul(step))
+            };
+            return Err(Error::IndexOutOfRange {
+                index: first_bad,
                 len: self.epoch_len,
-            })?;
-        let _ = last;
+            });
+        }
         let n = self.len;
         let first = out.len();
         out.extend((0..count as u64).map(|k| Sample {

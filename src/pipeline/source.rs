@@ -67,7 +67,8 @@ pub trait Source: Send + Sync + 'static {
     ///
     /// The default runs [`Source::gather`] when first polled, blocking the thread that polls it
     /// (a prefetch worker's own thread, never a runtime worker): correct, but with nothing in
-    /// flight at once. A zrecord [`Dataset`] or [`DatasetSource`] runs the gather on zrecord's
+    /// flight at once (a worker's window then runs its gathers one after another, and its
+    /// first batch waits for all of them). A zrecord [`Dataset`] or [`DatasetSource`] runs the gather on zrecord's
     /// read threads; a source with a truly asynchronous client returns its future.
     ///
     /// # Cancel safety
@@ -303,6 +304,17 @@ impl DatasetSource {
     pub fn snapshot(&self) -> &Arc<Snapshot> {
         &self.snapshot
     }
+
+    /// The snapshot's numbers of the fields this source gathers.
+    fn field_numbers(&self) -> Result<Vec<usize>> {
+        match &self.fields {
+            None => Ok((0..self.snapshot.meta().fields.len()).collect()),
+            Some(fields) => fields
+                .iter()
+                .map(|f| self.snapshot.field_index(f))
+                .collect(),
+        }
+    }
 }
 
 impl Source for DatasetSource {
@@ -334,24 +346,25 @@ impl Source for DatasetSource {
 
     fn gather(&self, indices: &[u64]) -> Result<Self::Batch> {
         let engine = self.engine()?;
-        let fields = match &self.fields {
-            None => (0..self.snapshot.meta().fields.len()).collect::<Vec<_>>(),
-            Some(fields) => fields
-                .iter()
-                .map(|f| self.snapshot.field_index(f))
-                .collect::<Result<Vec<_>>>()?,
-        };
-        self.snapshot.gather_engine(indices, &fields, engine)
+        self.snapshot
+            .gather_engine(indices, &self.field_numbers()?, engine)
     }
 
     fn gather_async(self: Arc<Self>, indices: Vec<u64>) -> GatherFuture<Self::Batch> {
-        let engine = match self.engine() {
-            Ok(e) => Arc::clone(e),
+        let parts = self
+            .engine()
+            .and_then(|e| Ok((Arc::clone(e), self.field_numbers()?)));
+        let (engine, fields) = match parts {
+            Ok(p) => p,
             Err(e) => return Box::pin(std::future::ready(Err(e))),
         };
+        // The task holds the snapshot and the engine, not the source: once the loader is shut
+        // down, nothing holds the source.
+        let snapshot = Arc::clone(&self.snapshot);
+        let on = Arc::clone(&engine);
         Box::pin(crate::store::dataset::GatherFuture::run_on(
-            &engine,
-            move || self.gather(&indices),
+            &on,
+            move || snapshot.gather_engine(&indices, &fields, &engine),
         ))
     }
 
@@ -404,8 +417,16 @@ impl<S: Source + ?Sized> Source for Arc<S> {
         S::key_description(self)
     }
 
+    fn item_lens(&self, indices: &[u64], out: &mut Vec<u64>) -> Result<()> {
+        S::item_lens(self, indices, out)
+    }
+
     fn gather(&self, indices: &[u64]) -> Result<Self::Batch> {
         S::gather(self, indices)
+    }
+
+    fn gather_async(self: Arc<Self>, indices: Vec<u64>) -> GatherFuture<Self::Batch> {
+        S::gather_async(Arc::clone(&*self), indices)
     }
 
     fn generation(&self) -> u64 {

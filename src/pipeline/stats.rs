@@ -55,6 +55,7 @@ impl Counters {
             counters: Arc::clone(self),
             records,
             start: Instant::now(),
+            end: None,
         }
     }
 
@@ -84,17 +85,28 @@ impl Counters {
     }
 }
 
-/// A gather in progress; dropping it records its latency.
+/// A gather in progress; dropping it records its latency, up to now or to the end set by
+/// [`InFlight::ended_at`].
 pub(crate) struct InFlight {
     counters: Arc<Counters>,
     records: u64,
     start: Instant,
+    end: Option<Instant>,
+}
+
+impl InFlight {
+    /// Records the gather as done at `at` (when it signalled completion, which the worker may
+    /// see later).
+    pub(crate) fn ended_at(mut self, at: Instant) {
+        self.end = Some(at);
+    }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
         let c = &self.counters;
-        let took = nanos(self.start.elapsed());
+        let end = self.end.unwrap_or_else(Instant::now);
+        let took = nanos(end.saturating_duration_since(self.start));
         c.gathers_in_flight.fetch_sub(1, Ordering::Relaxed);
         c.records_in_flight
             .fetch_sub(self.records, Ordering::Relaxed);
@@ -171,7 +183,9 @@ pub struct LoaderStats {
     /// Time the workers slept between attempts of a failing batch.
     pub retry_wait: Duration,
     /// Time the consumer waited for a batch that was not ready: the loader is slower than the
-    /// consumer.
+    /// consumer. Counted from a poll that found nothing ready to the next poll that returns
+    /// something; a `next()` future dropped while waiting (a `select!` that took another
+    /// branch) keeps the clock running until the stream is polled again.
     pub consumer_wait: Duration,
     /// Gather latency: `gather_latency[k]` gathers took less than `2^k` µs (and at least
     /// `2^(k-1)`); the last bucket holds everything slower. See [`LoaderStats::gather_quantile`].

@@ -125,7 +125,14 @@ fn gather_part_once(
         && !engine.direct_io
         && match engine.backend.zero_copy() {
             ZeroCopy::Always => true,
-            ZeroCopy::WhenResident => mapped::resident(&res)?,
+            ZeroCopy::WhenResident => {
+                let resident = mapped::resident(&res)?;
+                if !resident {
+                    // The read window probes every announced batch again.
+                    engine.probed(false);
+                }
+                resident
+            }
             ZeroCopy::Never => false,
         };
     let zero_copy = match mapped {
