@@ -564,6 +564,75 @@ mod tests {
         }
     }
 
+    /// Review: clones on many threads, each wandering over more buffers than are kept (so slots
+    /// are evicted while others wait on them), with a key that fails now and then, always read
+    /// the items a lone, unshared bucket computes.
+    #[test]
+    fn shared_clones_agree_under_eviction_and_errors() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let n = 2000u64;
+        let calls = Arc::new(AtomicU64::new(0));
+        let flaky = {
+            let calls = Arc::clone(&calls);
+            BucketKey::new("mod5", move |i| {
+                if calls.fetch_add(1, Ordering::Relaxed) % 997 == 0 {
+                    return Err(Error::internal("transient".into()));
+                }
+                Ok(i % 5)
+            })
+        };
+        let make = |key: BucketKey| {
+            let sampler = Sampler::new(
+                n,
+                SamplerConfig::default()
+                    .mode(SamplerMode::Shuffled)
+                    .seed(1)
+                    .epochs(Some(3)),
+            )
+            .unwrap();
+            Bucket::new(
+                sampler,
+                BucketConfig::default().buffer_size(16).pack_size(4).seed(9),
+                key,
+            )
+            .unwrap()
+        };
+        let mut lone = make(BucketKey::new("mod5", |i| Ok(i % 5)));
+        let want: Vec<Vec<Sample>> = (0..3)
+            .map(|e| (0..n).map(|p| lone.get(e, p).unwrap()).collect())
+            .collect();
+        let shared = make(flaky);
+        let want = Arc::new(want);
+        let threads: Vec<_> = (0..8u64)
+            .map(|t| {
+                let mut b = shared.clone();
+                let want = Arc::clone(&want);
+                std::thread::spawn(move || {
+                    let mut x = t.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+                    for _ in 0..20_000 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let e = x % 3;
+                        let p = (x >> 8) % n;
+                        loop {
+                            match b.get(e, p) {
+                                Ok(s) => {
+                                    assert_eq!(s, want[e as usize][p as usize]);
+                                    break;
+                                }
+                                Err(_) => continue,
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+
     #[test]
     fn zero_sizes_are_rejected() {
         let s = Sampler::new(3, SamplerConfig::default()).unwrap();

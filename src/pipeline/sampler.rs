@@ -533,6 +533,68 @@ mod tests {
         }
     }
 
+    /// Review: the batched Feistel equals `permute` at edge sizes (0, 1, 2, powers of two, 2^k+1,
+    /// near u64::MAX), over runs longer than a lane group and with remainders.
+    #[test]
+    fn permute_many_is_permute_at_edge_sizes() {
+        let mut sizes: Vec<u64> = vec![0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17];
+        for k in [5u32, 8, 13, 31, 32, 33, 47, 62, 63] {
+            sizes.extend([(1u64 << k) - 1, 1u64 << k, (1u64 << k) + 1]);
+        }
+        sizes.extend([u64::MAX - 2, u64::MAX - 1, u64::MAX]);
+        for n in sizes {
+            for key in [0u64, 0x1234_5678_9abc_def0, u64::MAX] {
+                for (start, count) in [(0u64, 37usize), (n.saturating_sub(19), 19)] {
+                    let count = count.min(n.saturating_sub(start) as usize);
+                    let mut samples: Vec<Sample> = (0..count as u64)
+                        .map(|k| Sample {
+                            epoch: 0,
+                            position: start + k,
+                            index: start + k,
+                            padded: false,
+                        })
+                        .collect();
+                    Feistel::new(n, key).permute_many(&mut samples);
+                    for s in &samples {
+                        assert_eq!(s.index, permute(s.position, n, key), "n={n} key={key}");
+                        if n > 0 {
+                            assert!(s.index < n);
+                        }
+                    }
+                }
+            }
+        }
+        // Random mode's folded prefix is hash(&[seed, epoch, position, TAG]).
+        for n in [1u64, 2, 1000, u64::MAX] {
+            let config = SamplerConfig::default()
+                .mode(SamplerMode::Random)
+                .seed(99)
+                .epochs(None);
+            let mut s = Sampler::new(n, config).unwrap();
+            let mut got = Vec::new();
+            let count = n.min(50) as usize;
+            s.get_strided(7, 0, 1, count, &mut got).unwrap();
+            for g in got {
+                let h = hash(&[99, 7, g.position, 0x0052_4e44]);
+                assert_eq!(g.index, reduce(h, n));
+            }
+        }
+    }
+
+    /// Review: `get_strided`'s errors are `get`'s for the first position that fails (its
+    /// documented contract, and what the default gives).
+    #[test]
+    fn get_strided_errors_name_the_first_failing_position() {
+        let config = SamplerConfig::default()
+            .mode(SamplerMode::Sequential)
+            .epochs(Some(1));
+        let mut s = Sampler::new(10, config).unwrap();
+        let mut out = Vec::new();
+        let err = s.get_strided(0, 8, 1, 5, &mut out).unwrap_err();
+        let want = s.get(0, 10).unwrap_err();
+        assert_eq!(format!("{err:?}"), format!("{want:?}"));
+    }
+
     #[test]
     fn shuffled_is_a_permutation_for_many_sizes() {
         let mut sizes: Vec<u64> = (0..=70).collect();

@@ -335,6 +335,84 @@ mod tests {
             .collect()
     }
 
+    /// Review: `get_strided` is `get` at every position for every mode, padding and dropping,
+    /// including runs that cross into the padding and past the end (same error).
+    #[test]
+    fn get_strided_is_get_everywhere() {
+        for n in [0u64, 1, 2, 5, 13, 14, 16, 101] {
+            for total in [1u64, 2, 3, 4, 7, 20] {
+                for index in 0..total {
+                    for mode in [ShardMode::Interleaved, ShardMode::Contiguous] {
+                        for (pad, drop) in [(false, false), (true, false), (false, true)] {
+                            let c = ShardConfig::new(total, index)
+                                .mode(mode)
+                                .pad_to_equal(pad)
+                                .drop_remainder(drop);
+                            let up = Sampler::new(
+                                n,
+                                SamplerConfig::default()
+                                    .mode(SamplerMode::Shuffled)
+                                    .seed(3)
+                                    .epochs(Some(2)),
+                            )
+                            .unwrap();
+                            let mut s = Shard::new(up, c).unwrap();
+                            let len = s.epoch_len();
+                            for e in [0u64, 1, 2] {
+                                for start in 0..=len + 1 {
+                                    for step in [0u64, 1, 2, 3, u64::MAX / 2] {
+                                        for count in [0usize, 1, 2, 3, 5, 40] {
+                                            let mut got = Vec::new();
+                                            let r = s.get_strided(e, start, step, count, &mut got);
+                                            let mut want = Vec::new();
+                                            let mut werr = None;
+                                            let mut p = start;
+                                            for k in 0..count {
+                                                match s.get(e, p) {
+                                                    Ok(x) => want.push(x),
+                                                    Err(er) => {
+                                                        werr = Some(er);
+                                                        break;
+                                                    }
+                                                }
+                                                if k + 1 < count {
+                                                    match p.checked_add(step) {
+                                                        Some(q) => p = q,
+                                                        None => {
+                                                            werr = Some(Error::IndexOutOfRange {
+                                                                index: u64::MAX,
+                                                                len,
+                                                            });
+                                                            break;
+                                                        }
+                                                    }
+                                                }
+                                            }
+                                            let what = format!(
+                                                "n={n} total={total} index={index} {mode:?} \
+                                                 pad={pad} drop={drop} e={e} start={start} \
+                                                 step={step} count={count}"
+                                            );
+                                            match (r, werr) {
+                                                (Ok(()), None) => assert_eq!(got, want, "{what}"),
+                                                (Err(a), Some(b)) => assert_eq!(
+                                                    format!("{a:?}"),
+                                                    format!("{b:?}"),
+                                                    "{what}"
+                                                ),
+                                                (a, b) => panic!("{what}: {a:?} vs {b:?}"),
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn empty_contiguous_shard_pads_with_the_last_item() {
         // 5 items in blocks of 2 over 4 shards: shard 3 owns nothing.
