@@ -575,7 +575,7 @@ mod tests {
         let flaky = {
             let calls = Arc::clone(&calls);
             BucketKey::new("mod5", move |i| {
-                if calls.fetch_add(1, Ordering::Relaxed) % 997 == 0 {
+                if calls.fetch_add(1, Ordering::Relaxed).is_multiple_of(997) {
                     return Err(Error::internal("transient".into()));
                 }
                 Ok(i % 5)
