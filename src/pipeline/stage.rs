@@ -6,6 +6,7 @@
 //! machine. That is what makes the whole chain's state a cursor, what makes seeking cheap, and
 //! what lets each prefetch worker run its own copy of the chain without coordination.
 
+use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -255,12 +256,32 @@ pub struct CursorState {
 /// A [`Stream`] (always ready: the index side never waits) with a serialisable [`CursorState`];
 /// [`Cursor::into_iter`] iterates it synchronously.
 #[must_use = "a cursor does nothing unless iterated"]
-#[derive(Debug, Clone)]
-pub struct Cursor<S> {
+#[derive(Clone)]
+pub struct Cursor<S: Stage> {
     stage: S,
     layout: Layout,
     /// Global position of the next item.
     g: u64,
+    /// The items at `g, g + 1, …` (within one epoch), computed together with
+    /// [`Stage::get_strided`]: a derived cache, emptied by a seek.
+    ahead: std::collections::VecDeque<S::Item>,
+}
+
+// Nothing in a cursor is structurally pinned.
+impl<S: Stage> Unpin for Cursor<S> {}
+
+/// Items a cursor computes at once (one [`Stage::get_strided`] call).
+const CURSOR_BLOCK: u64 = 256;
+
+impl<S: Stage + fmt::Debug> fmt::Debug for Cursor<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cursor")
+            .field("stage", &self.stage)
+            .field("layout", &self.layout)
+            .field("g", &self.g)
+            .field("ahead", &self.ahead.len())
+            .finish()
+    }
 }
 
 impl<S: Stage> Cursor<S> {
@@ -270,6 +291,7 @@ impl<S: Stage> Cursor<S> {
             layout: Layout::of(&stage),
             stage,
             g: 0,
+            ahead: std::collections::VecDeque::new(),
         }
     }
 
@@ -314,6 +336,7 @@ impl<S: Stage> Cursor<S> {
         })?;
         self.layout = layout;
         self.g = g;
+        self.ahead.clear();
         Ok(())
     }
 
@@ -347,14 +370,43 @@ impl<S: Stage> Cursor<S> {
         if self.finished() {
             return None;
         }
-        let pos = self.layout.position(self.g);
-        let item = self.stage.get(pos.epoch, pos.position);
+        let item = match self.ahead.pop_front() {
+            Some(item) => Ok(item),
+            None => self.compute(),
+        };
         // Below the total (not finished), or an infinite stage whose positions end with u64.
         match self.g.checked_add(1) {
             Some(g) => self.g = g,
             None => self.layout.total = Some(self.g),
         }
         Some(item)
+    }
+
+    /// The item at `g`, computing the next items of its epoch with it (up to
+    /// [`CURSOR_BLOCK`]); a block that fails is computed one item at a time instead, so the
+    /// error comes with the item that has it.
+    fn compute(&mut self) -> Result<S::Item> {
+        let pos = self.layout.position(self.g);
+        let in_epoch = self
+            .stage
+            .epoch_len_at(pos.epoch)
+            .saturating_sub(pos.position);
+        let count = in_epoch
+            .min(self.remaining().unwrap_or(u64::MAX))
+            .min(CURSOR_BLOCK);
+        if count > 1 {
+            let mut block = Vec::with_capacity(count as usize);
+            let got =
+                self.stage
+                    .get_strided(pos.epoch, pos.position, 1, count as usize, &mut block);
+            if got.is_ok() && block.len() == count as usize {
+                self.ahead.extend(block);
+                if let Some(item) = self.ahead.pop_front() {
+                    return Ok(item);
+                }
+            }
+        }
+        self.stage.get(pos.epoch, pos.position)
     }
 
     fn size(&self) -> (usize, Option<usize>) {
@@ -371,9 +423,9 @@ impl<S: Stage> Cursor<S> {
 /// A [`Cursor`] as a blocking [`Iterator`]; see [`Cursor::into_iter`].
 #[must_use = "iterators are lazy"]
 #[derive(Debug, Clone)]
-pub struct CursorIter<S>(Cursor<S>);
+pub struct CursorIter<S: Stage>(Cursor<S>);
 
-impl<S> CursorIter<S> {
+impl<S: Stage> CursorIter<S> {
     /// The cursor, for its [`Cursor::state`].
     pub fn cursor(&self) -> &Cursor<S> {
         &self.0
