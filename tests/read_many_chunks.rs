@@ -83,6 +83,15 @@ fn ten_thousand_chunks_read_under_64_descriptors() {
     );
 }
 
+/// What this process's descriptors name (`readlink` of `/proc/self/fd/*`).
+fn open_files() -> Vec<String> {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect()
+}
+
 /// The child: run by the test above under the limit; does nothing when run on its own.
 #[test]
 fn child_reads_every_backend() {
@@ -155,11 +164,45 @@ fn child_reads_every_backend() {
     let mut w = Writer::open(&small, WriterConfig::default()).unwrap();
     w.rebalance().unwrap();
     drop(w);
+    // A new writer removes the chunks the rebalance stopped naming: the old snapshot's
+    // descriptors are now the only way to their bytes.
+    drop(Writer::open(&small, WriterConfig::default()).unwrap());
+    let removed = || {
+        open_files()
+            .into_iter()
+            .filter(|p| p.contains("/small/chunk/") && p.ends_with(" (deleted)"))
+            .count()
+    };
+    assert!(
+        removed() > 0,
+        "the old snapshot holds no removed chunk open"
+    );
+    // The churn reads through the pread pool (no mapping), so the budget must close
+    // descriptors: those of the big dataset, never the removed chunks' ones.
+    let churn =
+        Dataset::open_with(dir, ReadConfig::default().with_backend(Backend::Psync)).unwrap();
+    let big = || {
+        let mut v: Vec<String> = open_files()
+            .into_iter()
+            .filter(|p| p.contains("/ds/chunk/"))
+            .collect();
+        v.sort();
+        v
+    };
     let mut r = Rng(9);
+    let mut seen = std::collections::HashSet::new();
     for _ in 0..20 {
         let idx: Vec<u64> = (0..256).map(|_| r.below(RECORDS)).collect();
-        ds.gather_blocking(&idx).unwrap();
+        churn.gather_blocking(&idx).unwrap();
+        seen.extend(big());
     }
+    let budget = zrecord::store::read::descriptor_budget();
+    assert!(
+        seen.len() > 2 * budget,
+        "the churn held only {} chunk files over its batches: nothing was closed",
+        seen.len()
+    );
+    assert!(big().len() <= budget, "{} chunk files open", big().len());
     for cfg in [
         ReadConfig::default().with_backend(Backend::Psync),
         ReadConfig::default().with_backend(Backend::Mmap),

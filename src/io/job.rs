@@ -10,6 +10,30 @@ use std::ops::Range;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::SystemTime;
+
+/// What makes a file the one a commit named: its device and inode, and its birth time (a
+/// reused inode number comes with a new one). While a descriptor of a file is open, no other
+/// file on its device can have its inode number, so the identity of a file some job holds open
+/// names that file alone, even where the file system records no birth time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct FileId {
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+    pub(crate) born: Option<SystemTime>,
+}
+
+impl FileId {
+    /// The identity of the file `m` describes.
+    pub(crate) fn of(m: &std::fs::Metadata) -> FileId {
+        use std::os::unix::fs::MetadataExt;
+        FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+            born: m.created().ok(),
+        }
+    }
+}
 
 /// A file a job reads from: an open local file, or an object on a store. Its path (the
 /// object's URL for an object) names it in error messages.
@@ -23,16 +47,20 @@ pub(crate) struct ReadFile {
     pub(crate) direct: bool,
     /// The object's key under its dataset's prefix, for an object on a store.
     pub(crate) object: Option<String>,
+    /// The identity of the local file (checked against its commit's when opened); `None` for
+    /// an object on a store.
+    pub(crate) id: Option<FileId>,
 }
 
 impl ReadFile {
-    /// A local file.
-    pub(crate) fn local_file(file: File, path: PathBuf, direct: bool) -> ReadFile {
+    /// A local file, whose identity is `id`.
+    pub(crate) fn local_file(file: File, path: PathBuf, direct: bool, id: FileId) -> ReadFile {
         ReadFile {
             file: Some(file),
             path,
             direct,
             object: None,
+            id: Some(id),
         }
     }
 

@@ -126,8 +126,9 @@ impl Dataset {
         &self.engine
     }
 
-    /// Moves this handle to the latest commit. Returns true if it changed. Snapshots already
-    /// taken with [`Dataset::snapshot`] keep showing their commit.
+    /// Moves this handle to the latest commit. Returns true if it changed (a new commit, or a
+    /// dataset removed and created again at this path, whatever its generation). Snapshots
+    /// already taken with [`Dataset::snapshot`] keep showing their commit.
     pub fn refresh(&self) -> Result<bool> {
         let old = self.snapshot().generation();
         #[cfg(feature = "remote")]
@@ -144,12 +145,17 @@ impl Dataset {
             }
             return Ok(changed);
         }
-        let (_, meta) = crate::store::snapshot::read_meta(&self.dir)?;
-        if meta.generation == old {
+        // Every commit renames a new `meta.json` into place: the same file is the same commit.
+        // A dataset removed and created again at this path is another file, even at the same
+        // generation.
+        let current = self.snapshot();
+        if current.meta_id.is_some()
+            && crate::store::snapshot::meta_id(&self.dir) == current.meta_id
+        {
             return Ok(false);
         }
         let snap = Arc::new(Snapshot::load(&self.dir)?);
-        let changed = snap.generation() != old;
+        let changed = snap.generation() != old || snap.meta_id != current.meta_id;
         match self.current.write() {
             Ok(mut g) => *g = snap,
             Err(poisoned) => *poisoned.into_inner() = snap,

@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::format::entry::{decode_patch, Entry, ENTRY_BYTES, PATCH_BYTES};
 use crate::format::meta::{FieldMeta, Meta, MetaError};
 use crate::format::FORMAT_VERSION;
+use crate::io::job::FileId;
 use crate::io::vfs::{Prefix, StdFs, Vfs, VfsFile};
 use crate::store::layout;
 use crate::store::read::chunks::{ChunkHandle, ChunkSet};
@@ -151,6 +152,17 @@ pub struct Snapshot {
     /// The backend a snapshot of a dataset on an object store must be read with (its chunks
     /// are objects, not files).
     pub(crate) native: Option<Arc<dyn crate::ReadBackend>>,
+    /// The identity of the `meta.json` this snapshot was read from (`None` on an object
+    /// store): every commit renames a new file into place, so a dataset removed and created
+    /// again at the same path is told apart from this one even at the same generation.
+    pub(crate) meta_id: Option<FileId>,
+}
+
+/// The identity of `dir/meta.json` now, if it can be read.
+pub(crate) fn meta_id(dir: &Path) -> Option<FileId> {
+    std::fs::metadata(layout::meta(dir))
+        .ok()
+        .map(|m| FileId::of(&m))
 }
 
 fn check_len(file: &dyn VfsFile, want: u64) -> Result<()> {
@@ -192,17 +204,21 @@ impl Snapshot {
     /// Opens the dataset's current commit.
     pub(crate) fn load(dir: &Path) -> Result<Snapshot> {
         for _ in 0..16 {
+            let id = meta_id(dir);
             let (bytes, meta) = read_meta(dir)?;
-            let opened = Snapshot::open_files(dir, meta);
-            // The files are the ones this meta named only if the meta did not change meanwhile.
-            let unchanged = read_meta(dir).map(|(b, _)| b == bytes).unwrap_or(false);
+            let opened = Snapshot::open_files(dir, meta, id);
+            // The files are the ones this meta named only if the meta did not change meanwhile
+            // (the same bytes in the same file: a re-created dataset may have the same bytes).
+            let unchanged =
+                read_meta(dir).map(|(b, _)| b == bytes).unwrap_or(false) && meta_id(dir) == id;
             if unchanged {
                 return opened;
             }
         }
         // The meta kept changing: the seventeenth attempt stands, whatever happens meanwhile.
+        let id = meta_id(dir);
         let (_, meta) = read_meta(dir)?;
-        Snapshot::open_files(dir, meta)
+        Snapshot::open_files(dir, meta, id)
     }
 
     /// A snapshot of `meta` with its tables in `tables` (a remote dataset's mirror directory)
@@ -226,6 +242,7 @@ impl Snapshot {
             tables,
             chunks,
             native: Some(native),
+            meta_id: None,
         })
     }
 
@@ -240,7 +257,7 @@ impl Snapshot {
         }
     }
 
-    fn open_files(dir: &Path, meta: Meta) -> Result<Snapshot> {
+    fn open_files(dir: &Path, meta: Meta, meta_id: Option<FileId>) -> Result<Snapshot> {
         let tables = meta
             .fields
             .iter()
@@ -253,6 +270,7 @@ impl Snapshot {
             tables,
             chunks,
             native: None,
+            meta_id,
         })
     }
 

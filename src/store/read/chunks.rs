@@ -10,36 +10,16 @@
 use crate::error::{Error, Result};
 use crate::format::meta::Meta;
 use crate::io::fs;
-use crate::io::job::ReadFile;
+use crate::io::job::{FileId, ReadFile};
 use crate::io::mmap::SharedMap;
 use crate::store::layout;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
-use std::time::SystemTime;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// What makes a file the one a commit named: a reused inode number comes with a new birth time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Identity {
-    dev: u64,
-    ino: u64,
-    born: Option<SystemTime>,
-}
-
-impl Identity {
-    fn of(m: &std::fs::Metadata) -> Identity {
-        use std::os::unix::fs::MetadataExt;
-        Identity {
-            dev: m.dev(),
-            ino: m.ino(),
-            born: m.created().ok(),
-        }
-    }
 }
 
 /// Which budget a resource counts against.
@@ -209,7 +189,7 @@ pub(crate) struct ChunkHandle {
     id: u16,
     path: PathBuf,
     size: u64,
-    identity: Identity,
+    identity: FileId,
     open: Mutex<Open>,
     map: Mutex<Option<SharedMap>>,
     fd_used: AtomicBool,
@@ -230,7 +210,7 @@ impl ChunkHandle {
     fn new(
         c: &crate::format::meta::ChunkMeta,
         path: PathBuf,
-        identity: Identity,
+        identity: FileId,
         file: Option<Arc<ReadFile>>,
         remote: Option<Arc<ReadFile>>,
         fallback: Option<Arc<ReadFile>>,
@@ -326,7 +306,7 @@ impl ChunkHandle {
         let meta = file
             .metadata()
             .map_err(|e| Error::io(&self.path, "stat", e))?;
-        if Identity::of(&meta) != self.identity {
+        if FileId::of(&meta) != self.identity {
             return Err(self.gone(
                 "a later commit replaced the file (its id was reused after a rebalance)".into(),
             ));
@@ -370,7 +350,12 @@ impl ChunkHandle {
         }
         FDS.reserve(1);
         match self.open_checked(&self.path, 0) {
-            Ok(f) => Ok(self.keep(Arc::new(ReadFile::local_file(f, self.path.clone(), false)))),
+            Ok(f) => Ok(self.keep(Arc::new(ReadFile::local_file(
+                f,
+                self.path.clone(),
+                false,
+                self.identity,
+            )))),
             Err(e) => {
                 FDS.unreserve(1);
                 // A cached copy gone by now (evicted, or dropped as damaged): its object.
@@ -425,6 +410,7 @@ impl ChunkHandle {
                 f,
                 self.path.clone(),
                 true,
+                self.identity,
             ))))),
             Err(e @ Error::ChunkGone { .. }) => {
                 FDS.unreserve(1);
@@ -543,6 +529,7 @@ impl ChunkSet {
                         path: url,
                         direct: false,
                         object: Some(key),
+                        id: None,
                     });
                     Self::local_handle(c, path, Some(object))
                 }
@@ -552,8 +539,9 @@ impl ChunkSet {
                         path: path.clone(),
                         direct: false,
                         object: Some(key),
+                        id: None,
                     };
-                    let none = Identity {
+                    let none = FileId {
                         dev: 0,
                         ino: 0,
                         born: None,
@@ -616,9 +604,10 @@ impl ChunkSet {
                 actual: m.len(),
             });
         }
-        let file = open.map(|f| Arc::new(ReadFile::local_file(f, path.clone(), false)));
+        let identity = FileId::of(&m);
+        let file = open.map(|f| Arc::new(ReadFile::local_file(f, path.clone(), false, identity)));
         let held = file.is_some();
-        let h = ChunkHandle::new(c, path, Identity::of(&m), file, None, fallback);
+        let h = ChunkHandle::new(c, path, identity, file, None, fallback);
         if held {
             FDS.reserve(1);
             FDS.enlist(&h);

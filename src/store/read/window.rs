@@ -13,6 +13,16 @@
 //!   the gather's read of that range takes them (waiting for a read still in flight, taking
 //!   over one no helper has started) and never reads those bytes again.
 //!
+//! A kept range is named by the file's identity (device, inode, birth time: [`FileId`]), never
+//! by its path: a dataset dropped and re-created at the same path, or a chunk id a rebalance
+//! freed and a later append reused, is another file, and the window is shared by every dataset
+//! of the same budgets. The kept read holds its file open, so while the range is kept no other
+//! file can take its inode number. A kept range serves only the bytes its announcing snapshot
+//! committed (the op's `need`): the bytes of an append-only chunk below a committed record's
+//! end never change, while those past it may (the file was shorter when it was read, or a
+//! writer recovering from a crash rewrites an uncommitted tail). A gather that needs more of
+//! the range than that reads it itself.
+//!
 //! What a loader announced and no gather took is dropped when its session ends
 //! ([`ReadBackend::end_lookahead`]: the loader was dropped, resumed or seeked); announcements of
 //! an ended session are ignored. Memory a read names stays with the backend executing it until
@@ -20,9 +30,8 @@
 
 use super::backend::{ReadBackend, ZeroCopy};
 use crate::error::Result;
-use crate::io::job::{Piece, ReadJob, ReadOp};
+use crate::io::job::{FileId, Piece, ReadJob, ReadOp};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
@@ -48,8 +57,15 @@ fn mode() -> Mode {
     })
 }
 
-/// An `O_DIRECT` range the window read (or is reading) for a gather: file, offset, length.
-type Key = (PathBuf, u64, usize);
+/// An `O_DIRECT` range the window read (or is reading) for a gather: the file's identity,
+/// offset, length.
+type Key = (FileId, u64, usize);
+
+/// The key of `job`'s op `op`, if it reads an `O_DIRECT` local file.
+fn key_of(job: &ReadJob, op: &ReadOp) -> Option<Key> {
+    let file = job.files.get(op.file).filter(|f| f.direct)?;
+    Some((file.id?, op.offset, job.op_len(op)))
+}
 
 /// Reads started ahead, shared by every dataset of one set of budgets.
 #[derive(Debug)]
@@ -92,6 +108,9 @@ struct Kept {
     /// The op of `ahead`'s job that reads the range.
     op: usize,
     bytes: usize,
+    /// Bytes from the range's start that the announcing snapshot committed (the op's `need`):
+    /// all the range may serve.
+    need: usize,
     session: u64,
 }
 
@@ -186,8 +205,10 @@ impl Window {
             let len = job.op_len(op);
             if !file.direct {
                 buffered.push((i, len));
-            } else if !st.kept.contains_key(&(file.path.clone(), op.offset, len)) {
-                direct.push((i, len));
+            } else if let Some(key) = key_of(job, op) {
+                if !st.kept.contains_key(&key) {
+                    direct.push((i, len));
+                }
             }
         }
         let mut room = self.budget.saturating_sub(st.held);
@@ -222,30 +243,28 @@ impl Window {
         }
         if !direct.is_empty() {
             let (sub, _) = subjob(job, &direct, true);
-            let keys: Vec<(Key, usize)> = sub
+            // `subjob` keeps only ops whose key exists, so keys and ops line up.
+            let keys: Vec<(Key, usize, usize)> = sub
                 .ops
                 .iter()
-                .filter_map(|op| {
-                    let f = sub.files.get(op.file)?;
-                    let len = sub.op_len(op);
-                    Some(((f.path.clone(), op.offset, len), len))
-                })
+                .filter_map(|op| Some((key_of(&sub, op)?, sub.op_len(op), op.need)))
                 .collect();
             let ahead = Arc::new(Ahead {
                 session,
                 io: Arc::clone(io),
                 keep: true,
                 bytes: 0,
-                keys: keys.iter().map(|(k, _)| k.clone()).collect(),
+                keys: keys.iter().map(|(k, _, _)| *k).collect(),
                 slot: Mutex::new(Slot::Queued(sub)),
                 done: Condvar::new(),
             });
-            for (op, (key, bytes)) in keys.into_iter().enumerate() {
+            for (op, (key, bytes, need)) in keys.into_iter().enumerate() {
                 st.held += bytes;
                 let kept = Kept {
                     ahead: Arc::clone(&ahead),
                     op,
                     bytes,
+                    need,
                     session,
                 };
                 // The plan merges overlapping `O_DIRECT` spans (a record asked for twice), so
@@ -299,10 +318,9 @@ impl Window {
         let mut st = lock(&self.shared.state);
         let mut hits = Vec::new();
         for (i, op) in job.ops.iter().enumerate() {
-            let Some(file) = job.files.get(op.file).filter(|f| f.direct) else {
+            let Some(key) = key_of(job, op) else {
                 continue;
             };
-            let key = (file.path.clone(), op.offset, job.op_len(op));
             let Some(k) = st.kept.remove(&key) else {
                 continue;
             };
@@ -324,6 +342,11 @@ impl Window {
                 continue;
             }
             drop(slot);
+            // The gather needs bytes past what the announcing snapshot committed (a later
+            // commit appended there): the kept read may not have them, or not these.
+            if op.need > k.need {
+                continue;
+            }
             hits.push((i, k.ahead, k.op));
         }
         self.shared.kept.store(st.kept.len(), Ordering::Release);
@@ -443,8 +466,8 @@ fn readahead(io: &Arc<dyn ReadBackend>, job: &mut ReadJob, scratch: &mut Vec<u8>
 }
 
 impl Ahead {
-    /// Copies the bytes of this job's op `from` into `job`'s op `op`, once its reads are done.
-    /// False if they failed (the gather reads the range itself).
+    /// Copies the committed bytes of this job's op `from` (its first `need`) into `job`'s op
+    /// `op`, once its reads are done. False if they failed (the gather reads the range itself).
     fn copy_into(&self, job: &mut ReadJob, op: usize, from: usize) -> bool {
         let mut slot = lock(&self.slot);
         while matches!(*slot, Slot::Running | Slot::Queued(_)) {
@@ -456,12 +479,10 @@ impl Ahead {
         let Slot::Done(Some(done)) = &*slot else {
             return false;
         };
-        let bytes = done
-            .ops
-            .get(from)
-            .and_then(|o| done.pieces.get(o.pieces.clone()))
-            .and_then(|p| p.first())
-            .and_then(|p| done.bufs.get(p.buf)?.get(p.at..p.at + p.len));
+        let bytes = done.ops.get(from).and_then(|o| {
+            let p = done.pieces.get(o.pieces.clone())?.first()?;
+            done.bufs.get(p.buf)?.get(p.at..p.at + p.len.min(o.need))
+        });
         match bytes {
             Some(b) => job.fill(op, b).is_ok(),
             None => false,
