@@ -38,6 +38,11 @@
 //! `depth + n·(K + 1)/2^32` of `n·w_s`. The schedule runs on `g`, not on `(epoch, position)`,
 //! so the bound also holds across mix epochs.
 //!
+//! The bound is tight: with one heavy part among light ones, every node on the heavy part's path
+//! sends almost everything its way, the levels' errors add up undamped, and some windows come
+//! within a fraction of `depth` (`tests/pipeline_mix_tight.rs`). That is why the tree is
+//! balanced: a chain of nodes would put the last parts `K − 1` levels deep.
+//!
 //! # Exhaustion
 //!
 //! Part `s` may serve `budget_s = L_s × part_epochs` draws (`L_s` the epoch length of its
