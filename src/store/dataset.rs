@@ -110,6 +110,14 @@ impl Dataset {
         &self.config
     }
 
+    /// A copy of the read configuration: the name of [`Dataset::read_config`] in 0.1.0.
+    #[deprecated(note = "renamed to `read_config`, which returns a reference (ReadOptions \
+                         became ReadConfig); this alias is kept for one release, see \
+                         CHANGELOG.md")]
+    pub fn read_options(&self) -> ReadConfig {
+        self.config.clone()
+    }
+
     /// The backend reads really use: the configured one after `ZRECORD_IO`, with `Uring`
     /// replaced by `Psync` where io_uring cannot be set up; `None` for a custom backend.
     pub fn backend(&self) -> Option<read::Backend> {
