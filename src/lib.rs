@@ -71,8 +71,10 @@ pub use store::read::{
 
 /// The name of [`ReadConfig`] in 0.1.0. Its builder methods (`default`, `with_backend`,
 /// `with_verify_checksums`, `with_direct_io`) are [`ReadConfig`]'s.
-#[deprecated(note = "renamed to `ReadConfig`; this alias is kept for one release, see \
-                     CHANGELOG.md")]
+#[deprecated(
+    note = "renamed to `ReadConfig`; this alias is kept for one release, see \
+            CHANGELOG.md"
+)]
 pub type ReadOptions = ReadConfig;
 
 pub use store::dataset::Dataset;

@@ -128,7 +128,13 @@ fn errors_are_typed() {
     // The same dtype in another shape (one i32 as [1], not a scalar) differs as much.
     let tmp = tempfile::tempdir().unwrap();
     let mut ps = parts(tmp.path());
-    ps.push(create_shaped(&tmp.path().join("tall"), 3, 5, DType::I32, vec![1]));
+    ps.push(create_shaped(
+        &tmp.path().join("tall"),
+        3,
+        5,
+        DType::I32,
+        vec![1],
+    ));
     let c = Concat::new(ps).unwrap();
     match c.gather(&[0, 65]) {
         Err(Error::SchemaMismatch {

@@ -142,12 +142,18 @@ fn a_merge_names_the_missing_ranks() {
     refused(
         &pick(&[3, 0]),
         new.clone(),
-        &["2 checkpoints were given for 4 ranks", "ranks 1 and 2 are missing"],
+        &[
+            "2 checkpoints were given for 4 ranks",
+            "ranks 1 and 2 are missing",
+        ],
     );
     refused(
         &pick(&[2]),
         new.clone(),
-        &["1 checkpoint was given for 4 ranks", "ranks 0, 1 and 3 are missing"],
+        &[
+            "1 checkpoint was given for 4 ranks",
+            "ranks 0, 1 and 3 are missing",
+        ],
     );
     refused(
         &pick(&[0, 1, 1]),
@@ -157,7 +163,10 @@ fn a_merge_names_the_missing_ranks() {
     refused(
         &pick(&[0, 1, 2, 3, 2]),
         new.clone(),
-        &["5 checkpoints were given for 4 ranks", "rank 2 is given twice"],
+        &[
+            "5 checkpoints were given for 4 ranks",
+            "rank 2 is given twice",
+        ],
     );
 
     // A run of many ranks: the first few missing ones and how many more.
@@ -182,7 +191,10 @@ fn a_merge_names_the_missing_ranks() {
     refused(
         &mixed,
         new.clone(),
-        &["checkpoint 3 was taken by rank 3 of 40", "checkpoint 0 by rank 0 of 4"],
+        &[
+            "checkpoint 3 was taken by rank 3 of 40",
+            "checkpoint 0 by rank 0 of 4",
+        ],
     );
 }
 
@@ -200,6 +212,10 @@ fn ranks_of_different_shard_modes_are_refused() {
     refused(
         &states,
         builder(&src, 5, 2, 3, 1),
-        &["rank 3's shard settings", "differ from checkpoint 0's (", "not one run's ranks"],
+        &[
+            "rank 3's shard settings",
+            "differ from checkpoint 0's (",
+            "not one run's ranks",
+        ],
     );
 }

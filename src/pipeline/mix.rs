@@ -670,7 +670,7 @@ fn drop_segments(
         let left: Vec<u64> = draw_lens
             .iter()
             .enumerate()
-            .map(|(s, &l)| if parts.binary_search(&s).is_ok() { l } else { 0 })
+            .map(|(s, &l)| parts.binary_search(&s).map_or(0, |_| l))
             .collect();
         let weights = quantise(weights, &left);
         let tree = Tree::new(&parts, &weights, seed, number);

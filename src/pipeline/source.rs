@@ -256,8 +256,10 @@ impl DatasetSource {
     }
 
     /// The name of [`DatasetSource::read_config`] in 0.1.0.
-    #[deprecated(note = "renamed to `read_config` (ReadOptions became ReadConfig); this alias \
-                         is kept for one release, see CHANGELOG.md")]
+    #[deprecated(
+        note = "renamed to `read_config` (ReadOptions became ReadConfig); this alias \
+                is kept for one release, see CHANGELOG.md"
+    )]
     #[must_use]
     pub fn read_options(self, config: crate::ReadConfig) -> Self {
         self.read_config(config)

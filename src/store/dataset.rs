@@ -111,9 +111,11 @@ impl Dataset {
     }
 
     /// A copy of the read configuration: the name of [`Dataset::read_config`] in 0.1.0.
-    #[deprecated(note = "renamed to `read_config`, which returns a reference (ReadOptions \
-                         became ReadConfig); this alias is kept for one release, see \
-                         CHANGELOG.md")]
+    #[deprecated(
+        note = "renamed to `read_config`, which returns a reference (ReadOptions \
+                became ReadConfig); this alias is kept for one release, see \
+                CHANGELOG.md"
+    )]
     pub fn read_options(&self) -> ReadConfig {
         self.config.clone()
     }
