@@ -69,6 +69,14 @@ pub use store::read::{
     forced_backend, read_backend, uring_available, Backend, ReadBackend, ReadConfig, ZeroCopy,
 };
 
+/// The name of [`ReadConfig`] in 0.1.0. Its builder methods (`default`, `with_backend`,
+/// `with_verify_checksums`, `with_direct_io`) are [`ReadConfig`]'s.
+#[deprecated(
+    note = "renamed to `ReadConfig`; this alias is kept for one release, see \
+            CHANGELOG.md"
+)]
+pub type ReadOptions = ReadConfig;
+
 pub use store::dataset::Dataset;
 pub use store::dataset::GatherFuture;
 pub use store::schema::{Field, Schema};

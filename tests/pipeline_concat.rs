@@ -24,9 +24,13 @@ fn record(part: u64, i: u64) -> (Vec<u8>, i32) {
 }
 
 fn create(dir: &Path, part: u64, n: u64, label: DType) -> Arc<Dataset> {
+    create_shaped(dir, part, n, label, vec![])
+}
+
+fn create_shaped(dir: &Path, part: u64, n: u64, label: DType, shape: Vec<u64>) -> Arc<Dataset> {
     let schema = Schema::new()
         .field(Field::new("x", DType::U8))
-        .field(Field::new("label", label).shape(vec![]));
+        .field(Field::new("label", label).shape(shape));
     let mut w = Writer::create(dir, &schema, WriterConfig::default()).unwrap();
     for i in 0..n {
         let (x, l) = record(part, i);
@@ -118,6 +122,29 @@ fn errors_are_typed() {
         }) => {
             assert_eq!(field, "label");
             assert!(reason.contains("i64") || reason.contains("I64"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // The same dtype in another shape (one i32 as [1], not a scalar) differs as much.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut ps = parts(tmp.path());
+    ps.push(create_shaped(
+        &tmp.path().join("tall"),
+        3,
+        5,
+        DType::I32,
+        vec![1],
+    ));
+    let c = Concat::new(ps).unwrap();
+    match c.gather(&[0, 65]) {
+        Err(Error::SchemaMismatch {
+            part: 3,
+            reference: 0,
+            field,
+            reason,
+        }) => {
+            assert_eq!(field, "label");
+            assert_eq!(reason, "shape [1] here, [] in the reference part");
         }
         other => panic!("{other:?}"),
     }

@@ -46,6 +46,44 @@ fn check_window(window: &[usize], weights: &[f64], active: &[usize], what: &str)
     }
 }
 
+/// The segments of a drop mix's whole stream `all`: `(start, end, parts left)`, each ending
+/// right after some part's last draw.
+fn drop_segments(all: &[usize], lens: &[u64], part_epochs: u64) -> Vec<(usize, usize, Vec<usize>)> {
+    let mut counts = vec![0u64; lens.len()];
+    let mut active: Vec<usize> = (0..lens.len()).filter(|&s| lens[s] > 0).collect();
+    let mut start = 0usize;
+    let mut segments = Vec::new();
+    for (g, &s) in all.iter().enumerate() {
+        counts[s] += 1;
+        if counts[s] == lens[s] * part_epochs {
+            segments.push((start, g + 1, active.clone()));
+            active.retain(|&p| p != s);
+            start = g + 1;
+        }
+    }
+    assert!(active.is_empty(), "parts {active:?} never exhausted");
+    segments
+}
+
+/// Issue #21's case: weights 1, 1.5e-8 and 1e-8 under drop. Once part 0 is gone, parts 1 and 2
+/// share the rest 3 : 2, within the bound (1 + n·3/2^32), not by integers of 64 and 43
+/// quantised against part 0 (which gave part 1 59,813 of ~100,000 instead of 60,000 ± 1).
+#[test]
+fn drop_requantises_the_parts_left() {
+    let weights = [1.0, 1.5e-8, 1e-8];
+    let lens = [10, 60_000, 40_000];
+    for seed in 0..3 {
+        let mut mix = Mix::new(&lens, config(&weights, Exhausted::Drop, seed)).unwrap();
+        let total = mix.epoch_len();
+        let all = parts_at(&mut mix, 0, total);
+        let segments = drop_segments(&all, &lens, 1);
+        for (start, end, active) in segments {
+            let what = format!("seed {seed}, drop segment {start}..{end}");
+            check_window(&all[start..end], &weights, &active, &what);
+        }
+    }
+}
+
 fn config(weights: &[f64], exhausted: Exhausted, seed: u64) -> MixConfig {
     MixConfig::new(weights.to_vec())
         .exhausted(exhausted)
@@ -111,22 +149,34 @@ proptest! {
         let mut mix = Mix::new(&lens, cfg).unwrap();
         let total = mix.epoch_len();
         let all = parts_at(&mut mix, 0, total);
-        // Segment boundaries: right after a part's last draw.
-        let mut counts = vec![0u64; k];
-        let mut active: Vec<usize> = (0..k).collect();
-        let mut start = 0usize;
-        for (g, &s) in all.iter().enumerate() {
-            counts[s] += 1;
-            if counts[s] == lens[s] * part_epochs {
-                let segment = &all[start..=g];
-                let n = segment.len().min(WINDOW as usize);
-                let from = ((segment.len() - n) as f64 * cut) as usize;
-                check_window(&segment[from..from + n], &weights, &active, &format!("drop segment at {start}"));
-                active.retain(|&p| p != s);
-                start = g + 1;
-            }
+        let segments = drop_segments(&all, &lens, part_epochs);
+        prop_assert_eq!(segments.last().map(|s| s.1), Some(all.len()));
+        for (start, end, active) in segments {
+            let segment = &all[start..end];
+            let n = segment.len().min(WINDOW as usize);
+            let from = ((segment.len() - n) as f64 * cut) as usize;
+            check_window(&segment[from..from + n], &weights, &active, &format!("drop segment at {start}"));
         }
-        prop_assert!(active.is_empty());
+    }
+
+    /// As above with weights over ten orders of magnitude: once the heavy parts are gone, the
+    /// light ones share what is left by their own ratios, not by integers quantised against the
+    /// heavy ones.
+    #[test]
+    fn drop_windows_with_extreme_weights(
+        exponents in prop::collection::vec(-9.0..1.0f64, 2..=4),
+        lens_seed in any::<u64>(),
+        seed in any::<u64>(),
+    ) {
+        let weights: Vec<f64> = exponents.iter().map(|&e| 10f64.powf(e)).collect();
+        let k = weights.len();
+        let lens: Vec<u64> = (0..k as u64).map(|s| 500 + (lens_seed >> (s * 13)) % 20_000).collect();
+        let mut mix = Mix::new(&lens, config(&weights, Exhausted::Drop, seed)).unwrap();
+        let total = mix.epoch_len();
+        let all = parts_at(&mut mix, 0, total);
+        for (start, end, active) in drop_segments(&all, &lens, 1) {
+            check_window(&all[start..end], &weights, &active, &format!("drop segment at {start}"));
+        }
     }
 
     /// Seekable = sequential: a cursor's pass equals `get` at the same places, in any order, on

@@ -22,7 +22,8 @@ pub trait Concatenate: Sized {
     ///
     /// # Errors
     /// [`Error::SchemaMismatch`] if the parts' batches cannot be put together (different fields
-    /// of a [`crate::Batch`]); [`Error::Internal`] for a pick that names no record.
+    /// or field shapes of a [`crate::Batch`]); [`Error::Internal`] for a pick that names no
+    /// record.
     fn concatenate(
         batches: Vec<(usize, Self)>,
         picks: &[(usize, usize)],
@@ -31,8 +32,8 @@ pub trait Concatenate: Sized {
 }
 
 /// Zero-copy: the result shares the parts' slabs and mappings, and [`crate::Batch::indices`]
-/// are the concatenated indices. The parts must gather the same fields (names and dtypes, in
-/// order).
+/// are the concatenated indices. The parts must gather the same fields (names, dtypes and fixed
+/// shapes, in order).
 impl Concatenate for crate::Batch {
     fn concatenate(
         batches: Vec<(usize, Self)>,

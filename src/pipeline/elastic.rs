@@ -590,7 +590,9 @@ impl Progress {
                 .filter(|&w| w as u64 <= MAX_WINDOW)
                 .ok_or_else(|| Error::ResumeMismatch {
                     reason: format!(
-                        "rank {}'s checkpoint: {} items between its first unconsumed and its                          last consumed item in epoch {e}, more than the {MAX_WINDOW} a merge                          examines",
+                        "rank {}'s checkpoint: {} items between its first unconsumed and its \
+                         last consumed item in epoch {e}, more than the {MAX_WINDOW} a merge \
+                         examines",
                         self.rank,
                         real_hi - q_lo
                     ),

@@ -47,6 +47,90 @@ use super::state::{describe_differences, shard_settings, LoaderState, LOADER_STA
 use super::stats::LoaderStats;
 use crate::{Error, Result};
 
+/// Ranks named in a merge refusal before "and N more".
+const RANKS_NAMED: usize = 8;
+
+/// Why checkpoints with shard settings `shards` (one per checkpoint, in the order given) are not
+/// every rank of one run once, naming the ranks that are missing or given twice; `None` if they
+/// are.
+fn rank_coverage(shards: &[ShardConfig]) -> Option<String> {
+    let n = shards.len();
+    let first = shards.first()?;
+    let total = first.total;
+    if let Some((i, other)) = shards.iter().enumerate().find(|(_, s)| s.total != total) {
+        return Some(format!(
+            "checkpoint {i} was taken by rank {} of {}, checkpoint 0 by rank {} of {total}: \
+             not one run's ranks",
+            other.index, other.total, first.index
+        ));
+    }
+    if let Some((i, bad)) = shards.iter().enumerate().find(|(_, s)| s.index >= total) {
+        return Some(format!(
+            "checkpoint {i} names rank {} of {total}: a malformed shard index",
+            bad.index
+        ));
+    }
+    let mut ranks: Vec<u64> = shards.iter().map(|s| s.index).collect();
+    ranks.sort_unstable();
+    let mut twice: Vec<u64> = ranks
+        .windows(2)
+        .filter_map(|w| match w {
+            [a, b] if a == b => Some(*a),
+            _ => None,
+        })
+        .collect();
+    twice.dedup();
+    ranks.dedup();
+    // The ranks below `total` not in `ranks` (sorted, distinct, each below `total`).
+    let missing_count = total.saturating_sub(ranks.len() as u64);
+    let mut missing = Vec::new();
+    let mut next = 0u64;
+    for &r in ranks.iter().chain(std::iter::once(&total)) {
+        missing.extend((next..r).take(RANKS_NAMED - missing.len()));
+        if missing.len() == RANKS_NAMED {
+            break;
+        }
+        next = r.saturating_add(1);
+    }
+    if missing_count == 0 && twice.is_empty() {
+        return None;
+    }
+    let given = match n {
+        1 => "1 checkpoint was".to_string(),
+        _ => format!("{n} checkpoints were"),
+    };
+    let mut problems = Vec::new();
+    if missing_count > 0 {
+        problems.push(rank_list(&missing, missing_count, "missing"));
+    }
+    if !twice.is_empty() {
+        problems.push(rank_list(&twice, twice.len() as u64, "given twice"));
+    }
+    Some(format!(
+        "{given} given for {total} ranks: {}: merge every rank's checkpoint, once",
+        problems.join(", ")
+    ))
+}
+
+/// "rank 2 is missing", "ranks 1 and 2 are missing", "ranks 1, 2, …, 8 and 29 more are
+/// missing": `named` are the first of `count` ranks.
+fn rank_list(named: &[u64], count: u64, what: &str) -> String {
+    let shown = named.iter().take(RANKS_NAMED).map(u64::to_string);
+    let mut items: Vec<String> = shown.collect();
+    let more = count.saturating_sub(items.len() as u64);
+    if more > 0 {
+        items.push(format!("{more} more"));
+    }
+    let list = match items.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => items.concat(),
+    };
+    match count {
+        1 => format!("rank {list} is {what}"),
+        _ => format!("ranks {list} are {what}"),
+    }
+}
+
 /// A portable 64-bit fingerprint of a description string (FNV-1a then a splitmix finaliser).
 pub(crate) fn fingerprint(description: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -483,8 +567,8 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     ///
     /// # Errors
     /// [`Error::ResumeMismatch`], naming the rank and what differs, if the checkpoints are not
-    /// one run's ranks (a rank missing or given twice, or two ranks that resumed from
-    /// different merges), or one was taken on another generation or length of the source, or
+    /// one run's ranks (ranks missing or given twice, each named, or two ranks that resumed
+    /// from different merges), or one was taken on another generation or length of the source, or
     /// with a configuration that differs from this builder's in anything but the shard
     /// settings (seed, epochs, bucketing, batch size, …), or is damaged.
     pub fn merge_checkpoints(&self, states: &[LoaderState]) -> Result<LoaderState> {
@@ -501,8 +585,7 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
         let first = states
             .first()
             .ok_or_else(|| mismatch("no checkpoint to merge".into()))?;
-        let mut by_rank: Vec<Option<(ShardConfig, &LoaderState)>> =
-            (0..states.len()).map(|_| None).collect();
+        let mut shards = Vec::with_capacity(states.len());
         for (i, state) in states.iter().enumerate() {
             header.check_source(state).map_err(|e| match e {
                 Error::ResumeMismatch { reason } => {
@@ -516,36 +599,39 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
                     state.config
                 ))
             })?;
-            if shard.total != n {
+            shards.push(shard);
+        }
+        if let Some(reason) = rank_coverage(&shards) {
+            return Err(mismatch(reason));
+        }
+        let first_shard = shards
+            .first()
+            .copied()
+            .ok_or_else(|| mismatch("no checkpoint to merge".into()))?;
+        let mut by_rank: Vec<Option<(ShardConfig, &LoaderState)>> =
+            (0..states.len()).map(|_| None).collect();
+        for (state, shard) in states.iter().zip(shards) {
+            if first_shard.index(shard.index) != shard {
                 return Err(mismatch(format!(
-                    "checkpoint {i} was taken by rank {} of {}, but {n} checkpoints were given:                      merge every rank's checkpoint, once",
-                    shard.index, shard.total
-                )));
-            }
-            let slot = usize::try_from(shard.index)
-                .ok()
-                .and_then(|r| by_rank.get_mut(r))
-                .ok_or_else(|| mismatch(format!("checkpoint {i}: malformed shard index")))?;
-            if slot.is_some() {
-                return Err(mismatch(format!(
-                    "two checkpoints of rank {} of {n} were given",
+                    "rank {}'s shard settings ({shard:?}) differ from checkpoint 0's \
+                     ({first_shard:?}) beyond the rank index: not one run's ranks",
                     shard.index
                 )));
             }
-            let first_shard = shard_settings(&first.config);
-            if first_shard.is_some_and(|f| f.index(shard.index) != shard) {
-                return Err(mismatch(format!(
-                    "rank {}'s shard settings ({shard:?}) differ from checkpoint 0's                      ({first_shard:?}) beyond the rank index: not one run's ranks",
-                    shard.index
-                )));
-            }
-            *slot = Some((shard, state));
             if state.elastic != first.elastic {
                 return Err(mismatch(format!(
                     "rank {}'s checkpoint resumed from another elastic merge than checkpoint 0's",
                     shard.index
                 )));
             }
+            // `rank_coverage` found every rank below the count, once.
+            let slot = usize::try_from(shard.index)
+                .ok()
+                .and_then(|r| by_rank.get_mut(r))
+                .ok_or_else(|| Error::Internal {
+                    reason: format!("merging checkpoints: rank {} of {n}", shard.index),
+                })?;
+            *slot = Some((shard, state));
         }
         let old = by_rank.into_iter().flatten().collect::<Vec<_>>();
         self.with_spec(|spec| {

@@ -38,6 +38,11 @@
 //! `depth + n·(K + 1)/2^32` of `n·w_s`. The schedule runs on `g`, not on `(epoch, position)`,
 //! so the bound also holds across mix epochs.
 //!
+//! The bound is tight: with one heavy part among light ones, every node on the heavy part's path
+//! sends almost everything its way, the levels' errors add up undamped, and some windows come
+//! within a fraction of `depth` (`tests/pipeline_mix_tight.rs`). That is why the tree is
+//! balanced: a chain of nodes would put the last parts `K − 1` levels deep.
+//!
 //! # Exhaustion
 //!
 //! Part `s` may serve `budget_s = L_s × part_epochs` draws (`L_s` the epoch length of its
@@ -50,9 +55,13 @@
 //!   a part (found by binary search on the monotone per-part count functions).
 //! - [`Exhausted::Drop`]: one mix epoch of `Σ budget_s` items in at most K segments. When a part
 //!   has served its budget, a new tree over the remaining parts (phases seeded by the segment
-//!   number, weights renormalised) continues from each part's current draw count, so every
-//!   record of every part appears exactly `part_epochs` times (with shuffled parts). The segments
-//!   are computed once, in [`Mix::new`]; the window bound holds within each segment.
+//!   number) continues from each part's current draw count, so every record of every part
+//!   appears exactly `part_epochs` times (with shuffled parts). Each segment's tree runs on the
+//!   weights as given, renormalised over the parts left and quantised again to about 2^32, so
+//!   the window bound holds within each segment against those weights, with `K'` the parts
+//!   left: light parts keep their ratios once the heavy ones are gone. The segments are
+//!   computed once, in [`Mix::new`]; the description records the weights as given (they, not
+//!   the first integers, determine the later segments).
 //!
 //! Parts of length 0 get no weight; if every part is empty the mix is empty.
 
@@ -506,7 +515,8 @@ impl Mix {
                             "the summed part budgets (length × part_epochs) overflow u64".into(),
                         )
                     })?;
-                let (segments, scheduled) = drop_segments(&active, &quantised, &budgets, seed)?;
+                let (segments, scheduled) =
+                    drop_segments(&active, &config.weights, &draw_lens, &budgets, seed)?;
                 if scheduled != u128::from(total) {
                     return Err(Error::Internal {
                         reason: format!("mix: {scheduled} items scheduled for budgets of {total}"),
@@ -633,9 +643,15 @@ impl Mix {
 /// of `t·q_s/Q` (the window bound from position 0), which brackets each part's exhaustion time
 /// `t_s` in `((r_s − depth)·Q/q_s, ⌈(r_s + depth)·Q/q_s⌉]`; only the parts whose bracket
 /// reaches below the smallest upper end can finish first, and only they are binary-searched.
+///
+/// Each segment's tree runs on `weights` re-quantised over the parts left in it: integers
+/// quantised once against every part would leave light parts with a handful of units each once
+/// the heavy ones are gone, far from their ratios (weights 1, 1.5e-8 and 1e-8 quantise to
+/// 2^32, 64 and 43: a 64 : 43 split of what follows part 0, not 3 : 2).
 fn drop_segments(
     active: &[usize],
-    weights: &[u64],
+    weights: &[f64],
+    draw_lens: &[u64],
     budgets: &[u128],
     seed: u64,
 ) -> Result<(Vec<Segment>, u128)> {
@@ -650,7 +666,14 @@ fn drop_segments(
     let mut number = 0u64;
     while !remaining.is_empty() {
         let parts: Vec<usize> = remaining.iter().map(|&(s, _)| s).collect();
-        let tree = Tree::new(&parts, weights, seed, number);
+        // The draw lengths of the parts left (the others 0), so only they share the quantum.
+        let left: Vec<u64> = draw_lens
+            .iter()
+            .enumerate()
+            .map(|(s, &l)| parts.binary_search(&s).map_or(0, |_| l))
+            .collect();
+        let weights = quantise(weights, &left);
+        let tree = Tree::new(&parts, &weights, seed, number);
         let margin = u128::from(tree.depth) + 1;
         let q = |s: usize| u128::from(weights.get(s).copied().unwrap_or(0)).max(1);
         let upper = |s: usize, r: u128| {
@@ -690,7 +713,7 @@ fn drop_segments(
     if segments.is_empty() {
         segments.push(Segment {
             start: 0,
-            tree: Tree::new(&[], weights, seed, 0),
+            tree: Tree::new(&[], &[], seed, 0),
             base: Vec::new(),
         });
     }
@@ -780,9 +803,16 @@ impl Stage for Mix {
 
     fn describe(&self, out: &mut String) {
         let c = &self.0.config;
+        // Every drop segment after the first re-quantises the weights as given, which the
+        // integers do not pin down: record them exactly (`{:?}` of an f64 round-trips). A
+        // checkpoint of a drop schedule from before re-quantisation has no such key: refused.
+        let drop_weights = match c.exhausted {
+            Exhausted::Drop => format!(", drop_weights={:?}", c.weights),
+            Exhausted::Stop | Exhausted::Restart => String::new(),
+        };
         out.push_str(&format!(
             "mix(parts={:?}, weights={:?}, exhausted={:?}, seed={}, mode={:?}, epochs={:?}, \
-             epoch_len={}, part_epochs={})",
+             epoch_len={}, part_epochs={}{drop_weights})",
             self.0.part_lens,
             self.0.quantised,
             c.exhausted,
@@ -852,6 +882,32 @@ mod tests {
             "mix.weights: checkpoint [1073741824, 3221225472], this loader [2147483648, \
              2147483648]; mix.seed: checkpoint 0, this loader 5"
         );
+    }
+
+    #[test]
+    fn a_drop_description_pins_the_weights_its_segments_requantise() {
+        // 1.5e-8 and 1.49e-8 both quantise to 64 against part 0, and to 3 : 2 and 1.49 : 1
+        // once part 0 is gone: the descriptions must differ.
+        let drop = |w1: f64| {
+            let cfg = MixConfig::new(vec![1.0, w1, 1e-8]).exhausted(Exhausted::Drop);
+            Mix::new(&[10, 60, 40], cfg).unwrap()
+        };
+        let (a, b) = (drop(1.5e-8), drop(1.49e-8));
+        assert_eq!(a.quantised_weights(), b.quantised_weights());
+        let (da, db) = (super::super::describe(&a), super::super::describe(&b));
+        assert!(
+            da.ends_with("part_epochs=1, drop_weights=[1.0, 1.5e-8, 1e-8])"),
+            "{da}"
+        );
+        assert_eq!(
+            super::super::state::describe_differences(&da, &db).unwrap(),
+            "mix.drop_weights: checkpoint [1.0, 1.5e-8, 1e-8], this loader [1.0, 1.49e-8, 1e-8]"
+        );
+        // The segment after part 0 runs on integers summing to about 2^32 again.
+        let second = &a.0.segments[1].tree;
+        assert!(second.weight.abs_diff(1 << 32) <= 2, "{}", second.weight);
+        let restart = Mix::new(&[10, 60, 40], MixConfig::new(vec![1.0, 1.5e-8, 1e-8])).unwrap();
+        assert!(!super::super::describe(&restart).contains("drop_weights"));
     }
 
     /// The plain model: every node keeps a Bresenham accumulator, stepped item by item.

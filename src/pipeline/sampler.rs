@@ -26,6 +26,10 @@ use crate::{Error, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SamplerMode {
     /// In order: every epoch is `0, 1, …, n − 1`, each index exactly once.
+    ///
+    /// In 0.1.0 this variant was `Sequential { window_len }`, the circular sliding window:
+    /// that is [`SamplerMode::SequentialWrap`] now (the same stream), and
+    /// `Sequential { window_len: 1 }` is this (see CHANGELOG.md).
     Sequential,
     /// In order, as windows of `window_len` sliding over a circular index space that wraps
     /// around (see the module documentation): an epoch is `ceil(n / window_len)` whole windows,

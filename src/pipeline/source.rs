@@ -255,6 +255,16 @@ impl DatasetSource {
         self
     }
 
+    /// The name of [`DatasetSource::read_config`] in 0.1.0.
+    #[deprecated(
+        note = "renamed to `read_config` (ReadOptions became ReadConfig); this alias \
+                is kept for one release, see CHANGELOG.md"
+    )]
+    #[must_use]
+    pub fn read_options(self, config: crate::ReadConfig) -> Self {
+        self.read_config(config)
+    }
+
     /// `snapshot`, every field; the key is the first field's record length.
     pub fn from_snapshot(snapshot: Arc<Snapshot>) -> Self {
         Self {

@@ -33,7 +33,13 @@ pub struct Batch {
     values: Values,
     indices: Vec<u64>,
     fields: Arc<[(String, DType)]>,
+    /// Each field's fixed item shape, by position (`None`: no fixed shape); empty when the
+    /// producer declared no shapes.
+    shapes: FieldShapes,
 }
+
+/// The fixed item shapes of a batch's fields, by position.
+pub(crate) type FieldShapes = Arc<[Option<Vec<u64>>]>;
 
 /// The values of a batch: spans of a few owners (the slab, chunk mappings).
 #[derive(Clone, Debug, Default)]
@@ -98,7 +104,15 @@ impl Batch {
             values,
             indices,
             fields,
+            shapes: Arc::new([]),
         }
+    }
+
+    /// The batch with its fields' fixed item shapes (by position), which [`Batch::typed`]
+    /// checks every value against.
+    pub(crate) fn with_shapes(mut self, shapes: FieldShapes) -> Batch {
+        self.shapes = shapes;
+        self
     }
 
     /// Number of records.
@@ -150,7 +164,16 @@ impl Batch {
         self.values.bytes(self.position(record, field)?)
     }
 
-    /// A typed view of a record, checked against the field's dtype.
+    /// A typed view of a record, checked against the field's dtype and, if the field declares
+    /// a fixed item shape, against that shape: a present value must be exactly
+    /// `product(shape)` items. An absent value is an empty slice.
+    ///
+    /// # Errors
+    /// [`Error::UnknownField`] for a field position out of range; [`Error::IndexOutOfRange`]
+    /// for a record out of range; [`Error::DtypeMismatch`] if `T` is not the field's dtype;
+    /// [`Error::ShapeMismatch`], naming the field and the record, if the value's length is not
+    /// a whole number of items or not the declared shape's (a `meta.json` that lies about a
+    /// shape), or the value is misaligned for `T`.
     pub fn typed<T: Element>(&self, record: usize, field: usize) -> Result<&[T]> {
         let (name, dtype) = self.fields.get(field).ok_or_else(|| Error::UnknownField {
             field: format!("#{field}"),
@@ -171,13 +194,31 @@ impl Batch {
         if bytes.is_empty() {
             return Ok(&[]);
         }
-        bytemuck::try_cast_slice(bytes).map_err(|e| Error::ShapeMismatch {
+        let mismatch = |what: String| Error::ShapeMismatch {
             field: name.clone(),
             reason: format!(
+                "record {} (position {record} of the batch): {what}",
+                self.indices.get(record).copied().unwrap_or(record as u64)
+            ),
+        };
+        if let Some(Some(shape)) = self.shapes.get(field) {
+            let item = T::DTYPE.item_bytes();
+            let needed = shape.iter().try_fold(item, |acc, &d| acc.checked_mul(d));
+            if needed != Some(bytes.len() as u64) {
+                let needed = needed.map_or_else(|| "more than 2^64".into(), |n| n.to_string());
+                return Err(mismatch(format!(
+                    "{} bytes, but shape {shape:?} of {} needs {needed} bytes",
+                    bytes.len(),
+                    T::DTYPE
+                )));
+            }
+        }
+        bytemuck::try_cast_slice(bytes).map_err(|e| {
+            mismatch(format!(
                 "{} bytes cannot be viewed as {}: {e}",
                 bytes.len(),
                 T::DTYPE
-            ),
+            ))
         })
     }
 
@@ -218,12 +259,14 @@ pub(crate) fn concatenate(
             indices.len()
         )));
     }
-    let (reference, fields) = match batches.first() {
-        Some((part, b)) => (*part, Arc::clone(&b.fields)),
+    let (reference, fields, shapes) = match batches.first() {
+        Some((part, b)) => (*part, Arc::clone(&b.fields), Arc::clone(&b.shapes)),
         None => return Err(internal("no batch".into())),
     };
     for (part, b) in &batches {
-        if let Some(reason) = field_difference(&fields, &b.fields) {
+        let difference = field_difference(&fields, &b.fields)
+            .or_else(|| shape_difference(&fields, &shapes, &b.shapes));
+        if let Some(reason) = difference {
             let (field, reason) = reason;
             return Err(Error::SchemaMismatch {
                 part: *part,
@@ -260,7 +303,30 @@ pub(crate) fn concatenate(
             },
         }));
     }
-    Ok(Batch::new(Values { owners, spans }, indices, fields))
+    Ok(Batch::new(Values { owners, spans }, indices, fields).with_shapes(shapes))
+}
+
+/// The first field whose fixed shape differs between two batches with the same fields, and
+/// how; `None` if they agree (or either declares no shapes).
+fn shape_difference(
+    fields: &[(String, DType)],
+    a: &[Option<Vec<u64>>],
+    b: &[Option<Vec<u64>>],
+) -> Option<(String, String)> {
+    if a.is_empty() || b.is_empty() {
+        return None;
+    }
+    let show = |s: &Option<Vec<u64>>| s.as_ref().map_or("none".into(), |s| format!("{s:?}"));
+    fields
+        .iter()
+        .zip(a.iter().zip(b))
+        .find(|(_, (x, y))| x != y)
+        .map(|((name, _), (x, y))| {
+            (
+                name.clone(),
+                format!("shape {} here, {} in the reference part", show(y), show(x)),
+            )
+        })
 }
 
 /// The first difference between two field lists: the field's name and how it differs.

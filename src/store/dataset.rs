@@ -110,6 +110,16 @@ impl Dataset {
         &self.config
     }
 
+    /// A copy of the read configuration: the name of [`Dataset::read_config`] in 0.1.0.
+    #[deprecated(
+        note = "renamed to `read_config`, which returns a reference (ReadOptions \
+                became ReadConfig); this alias is kept for one release, see \
+                CHANGELOG.md"
+    )]
+    pub fn read_options(&self) -> ReadConfig {
+        self.config.clone()
+    }
+
     /// The backend reads really use: the configured one after `ZRECORD_IO`, with `Uring`
     /// replaced by `Psync` where io_uring cannot be set up; `None` for a custom backend.
     pub fn backend(&self) -> Option<read::Backend> {
@@ -211,7 +221,7 @@ impl Dataset {
     pub fn get(&self, index: u64) -> Result<Vec<Bytes>> {
         let snap = self.snapshot();
         let fields: Vec<usize> = (0..snap.tables.len()).collect();
-        let b = read::gather(&snap, &[index], &fields, &self.engine)?;
+        let b = gather(&snap, &[index], &fields, &self.engine)?;
         Ok(b.into_records().into_iter().next().unwrap_or_default())
     }
 
@@ -219,7 +229,7 @@ impl Dataset {
     pub fn get_field(&self, index: u64, field: &str) -> Result<Bytes> {
         let snap = self.snapshot();
         let f = snap.field_index(field)?;
-        let b = read::gather(&snap, &[index], &[f], &self.engine)?;
+        let b = gather(&snap, &[index], &[f], &self.engine)?;
         b.bytes(0, 0).ok_or(Error::IndexOutOfRange {
             index,
             len: snap.len(),
@@ -231,7 +241,7 @@ impl Dataset {
     pub fn gather_blocking(&self, indices: &[u64]) -> Result<Batch> {
         let snap = self.snapshot();
         let fields: Vec<usize> = (0..snap.tables.len()).collect();
-        read::gather(&snap, indices, &fields, &self.engine)
+        gather(&snap, indices, &fields, &self.engine)
     }
 
     /// Reads the named fields of `indices`, in that order, blocking the calling thread.
@@ -241,7 +251,7 @@ impl Dataset {
             .iter()
             .map(|f| snap.field_index(f))
             .collect::<Result<Vec<_>>>()?;
-        read::gather(&snap, indices, &fields, &self.engine)
+        gather(&snap, indices, &fields, &self.engine)
     }
 
     /// Reads every field of `indices`, in that order, without blocking the caller: the reads,
@@ -328,7 +338,7 @@ impl GatherFuture {
                     if tx.is_canceled() {
                         return;
                     }
-                    let _ = tx.send(read::gather(&snap, &indices, &fields, &engine));
+                    let _ = tx.send(gather(&snap, &indices, &fields, &engine));
                 })
             }
         }
@@ -358,7 +368,7 @@ impl Snapshot {
     pub fn get(&self, index: u64) -> Result<Vec<Bytes>> {
         let fields: Vec<usize> = (0..self.tables.len()).collect();
         let engine = Engine::new(&ReadConfig::default())?;
-        let b = read::gather(self, &[index], &fields, &engine)?;
+        let b = gather(self, &[index], &fields, &engine)?;
         Ok(b.into_records().into_iter().next().unwrap_or_default())
     }
 
@@ -366,7 +376,7 @@ impl Snapshot {
     /// thread.
     pub fn gather_with(&self, indices: &[u64], config: &ReadConfig) -> Result<Batch> {
         let fields: Vec<usize> = (0..self.tables.len()).collect();
-        read::gather(self, indices, &fields, &self.engine(config)?)
+        gather(self, indices, &fields, &self.engine(config)?)
     }
 
     /// Reads the named fields of `indices`, in that order, with `config`, blocking the calling
@@ -381,7 +391,7 @@ impl Snapshot {
             .iter()
             .map(|f| self.field_index(f))
             .collect::<Result<Vec<_>>>()?;
-        read::gather(self, indices, &fields, &self.engine(config)?)
+        gather(self, indices, &fields, &self.engine(config)?)
     }
 
     /// Reads `fields` (snapshot field numbers) of `indices` through `engine`.
@@ -391,8 +401,19 @@ impl Snapshot {
         fields: &[usize],
         engine: &Engine,
     ) -> Result<Batch> {
-        read::gather(self, indices, fields, engine)
+        gather(self, indices, fields, engine)
     }
+}
+
+/// [`read::gather`] with the fields' fixed shapes attached, so [`Batch::typed`] checks them:
+/// every batch a dataset or snapshot hands out is made here.
+fn gather(snap: &Snapshot, indices: &[u64], fields: &[usize], engine: &Engine) -> Result<Batch> {
+    let batch = read::gather(snap, indices, fields, engine)?;
+    let shapes = fields
+        .iter()
+        .map(|&f| snap.table(f).map(|t| t.meta.shape.clone()))
+        .collect::<Result<_>>()?;
+    Ok(batch.with_shapes(shapes))
 }
 
 /// Turns the error of opening something that is not a dataset at all (no such path, not a

@@ -1,0 +1,37 @@
+//! Code written against 0.1.0's names of renamed items still compiles (with a deprecation
+//! warning pointing at the new name) and does what the new names do.
+#![allow(deprecated)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use zrecord::pipeline::{DatasetSource, Source};
+use zrecord::{Backend, DType, Dataset, Field, ReadConfig, ReadOptions, Schema, Writer};
+
+#[test]
+fn read_options_is_read_config() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ds");
+    let schema = Schema::new().field(Field::new("x", DType::U8));
+    let mut w = Writer::create(&dir, &schema, zrecord::WriterConfig::default()).unwrap();
+    for i in 0..5u8 {
+        w.append(&[vec![i; 3]]).unwrap();
+    }
+    w.commit().unwrap();
+
+    // 0.1.0's way of opening with options.
+    let options: ReadOptions = ReadOptions::default()
+        .with_backend(Backend::Psync)
+        .with_verify_checksums(true)
+        .with_direct_io(false);
+    let ds = Dataset::open_with(&dir, options).unwrap();
+    assert!(format!("{:?}", ds.read_config()).contains("Psync"));
+    let config: ReadConfig = ds.read_options();
+    assert_eq!(format!("{config:?}"), format!("{:?}", ds.read_config()));
+    let batch = ds
+        .snapshot()
+        .gather_with(&[4, 1], &ReadOptions::default())
+        .unwrap();
+    assert_eq!(batch.get(0, 0).unwrap(), &[4, 4, 4]);
+
+    let source = DatasetSource::new(&ds).read_options(ReadConfig::default());
+    assert_eq!(source.gather(&[2]).unwrap().get(0, 0).unwrap(), &[2, 2, 2]);
+}
