@@ -33,7 +33,7 @@ fn write(dir: &Path, seed: u64) -> Vec<Vec<Vec<u8>>> {
     let mut model = Vec::new();
     for i in 0..RECORDS {
         let r = record(seed, i);
-        w.append(&[r.clone()]).unwrap();
+        w.append(std::slice::from_ref(&r)).unwrap();
         model.push(vec![r]);
     }
     w.commit().unwrap();

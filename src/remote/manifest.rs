@@ -346,7 +346,8 @@ mod tests {
         let text = meta_text();
         // Version 2 without a hash, with a malformed hash, with a key that is not its content
         // key; version 1 with a hash.
-        let cases: Vec<(u32, Box<dyn Fn(String, u64) -> ObjectEntry>)> = vec![
+        type Entry = Box<dyn Fn(String, u64) -> ObjectEntry>;
+        let cases: Vec<(u32, Entry)> = vec![
             (
                 2,
                 Box::new(|file: String, size| ObjectEntry {
