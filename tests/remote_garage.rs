@@ -63,12 +63,15 @@ fn epoch_completes_exactly_with_a_node_killed_mid_epoch() {
     write(&local, 0, N);
     let expected = all_records(&Dataset::open(&local).unwrap());
 
-    // Pushed and read through node 0; node 1 dies mid-epoch.
+    // Pushed (by its only writer: Garage ignores conditional creates, so a push must say so)
+    // and read through node 0; node 1 dies mid-epoch.
     let url = cluster.url("sets/kill");
     let report = push(
         &local,
         &url,
-        &TransferOptions::default().store(cluster.options(0)),
+        &TransferOptions::default()
+            .store(cluster.options(0))
+            .single_writer(true),
     )
     .unwrap();
     assert!(
