@@ -348,6 +348,19 @@ pub enum Error {
         reason: String,
     },
 
+    /// A push refused to publish: the object store does not honour conditional creates
+    /// (`If-None-Match: *`; a probe created one key twice), so two pushes racing to one prefix
+    /// could both commit and one update would be lost without an error. Publish there only
+    /// with one writer per prefix, and say so (`zrecord push --single-writer`,
+    /// `TransferOptions::single_writer`).
+    #[error("publishing to {url} refused: {reason}")]
+    ConditionalCreateIgnored {
+        /// The dataset URL.
+        url: String,
+        /// What the probe found, and what to do.
+        reason: String,
+    },
+
     /// A broken internal invariant: a zrecord bug, never the data's fault. Please report it.
     #[error("internal error (a zrecord bug): {reason}")]
     Internal {

@@ -1,12 +1,14 @@
 //! Against a real 3-node Garage cluster (started by the test): a loader epoch over a dataset read
 //! by URL through one node delivers every record exactly once, with its bytes, when another node
-//! is killed in the middle of the epoch; and two pushes racing to one prefix never both commit
-//! unnoticed where the store honours conditional creates. Garage 2.5.0 does not: its PutObject
-//! ignores `If-None-Match: *` and overwrites (probed below), so there the race ends in one of
-//! three ways, each checked: a `PublishConflict` for the push whose manifest was overwritten
-//! (seen when it reads its slot back), two pushes committed one after the other, or — the
-//! window the read-back cannot close — both pushes reporting the same slot while the store
-//! holds only the later one.
+//! is killed in the middle of the epoch; and a push never loses an update silently: where the
+//! store ignores conditional creates, push refuses to publish unless told there is a single
+//! writer. Garage 2.5.0 ignores them: its PutObject ignores `If-None-Match: *` and overwrites
+//! (probed below), so a push is refused with `ConditionalCreateIgnored`; pushes that claim to be
+//! the single writer and race anyway (breaking that promise on purpose) end in one of three
+//! ways, each checked: a `PublishConflict` for the push whose manifest was overwritten (seen
+//! when it reads its slot back), two pushes committed one after the other, or — the window the
+//! read-back cannot close, which is why the probe refuses — both pushes reporting the same slot
+//! while the store holds only the later one.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 #[path = "support/garage.rs"]
@@ -61,12 +63,15 @@ fn epoch_completes_exactly_with_a_node_killed_mid_epoch() {
     write(&local, 0, N);
     let expected = all_records(&Dataset::open(&local).unwrap());
 
-    // Pushed and read through node 0; node 1 dies mid-epoch.
+    // Pushed (by its only writer: Garage ignores conditional creates, so a push must say so)
+    // and read through node 0; node 1 dies mid-epoch.
     let url = cluster.url("sets/kill");
     let report = push(
         &local,
         &url,
-        &TransferOptions::default().store(cluster.options(0)),
+        &TransferOptions::default()
+            .store(cluster.options(0))
+            .single_writer(true),
     )
     .unwrap();
     assert!(
@@ -195,11 +200,43 @@ fn conditional_creates_and_racing_pushes() {
     }
     eprintln!("garage honours If-None-Match: * on PutObject: {honoured}");
 
-    // Two different datasets pushed at once to one prefix, through two nodes.
+    // A push probes the store the same way: refused where creates are ignored, unless the
+    // caller says it is the single writer.
     let tmp = tempfile::tempdir().unwrap();
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
     write(&a, 0x00, 300);
     write(&b, 0x5a, 310);
+    let url = cluster.url("probed");
+    let opts = TransferOptions::default().store(cluster.options(0));
+    match push(&a, &url, &opts) {
+        Err(Error::ConditionalCreateIgnored { url: u, reason }) => {
+            assert!(
+                !honoured,
+                "refused on a store that honours creates: {reason}"
+            );
+            assert_eq!(u, url);
+            assert!(
+                reason.contains("ignores conditional creates")
+                    && reason.contains("--single-writer"),
+                "{reason}"
+            );
+        }
+        Ok(r) => assert!(honoured, "published to a store that ignores creates: {r:?}"),
+        Err(e) => panic!("push failed otherwise: {e}"),
+    }
+    if !honoured {
+        // Refused before anything was committed.
+        let pulled = pull(&url, tmp.path().join("nothing"), &opts);
+        assert!(
+            matches!(pulled, Err(Error::NotADataset { .. })),
+            "a refused push committed: {pulled:?}"
+        );
+    }
+    let single = push(&a, &url, &opts.clone().single_writer(true)).unwrap();
+    assert_eq!(single.slot, 1);
+
+    // Two different datasets pushed at once to one prefix, through two nodes, each claiming
+    // to be the single writer: what the store does with the race.
     let expected_a = all_records(&Dataset::open(&a).unwrap());
     let expected_b = all_records(&Dataset::open(&b).unwrap());
     let mut tally = Tally::default();
@@ -208,7 +245,9 @@ fn conditional_creates_and_racing_pushes() {
         let barrier = Arc::new(Barrier::new(2));
         let racer = |dir: &Path, node: usize| {
             let (dir, url, barrier) = (dir.to_path_buf(), url.clone(), Arc::clone(&barrier));
-            let opts = TransferOptions::default().store(cluster.options(node));
+            let opts = TransferOptions::default()
+                .store(cluster.options(node))
+                .single_writer(true);
             std::thread::spawn(move || {
                 barrier.wait();
                 push(&dir, &url, &opts)

@@ -2,17 +2,19 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 
-use super::manifest::{
-    data_key, required_files, slot_key, slot_of, Manifest, ObjectEntry, COMMITS,
-};
+use super::manifest::{required_files, slot_key, slot_of, Manifest, ObjectEntry, COMMITS, PROBES};
 use super::store::{block_on, Create, Store, StoreOptions};
 use crate::checksum::crc32c_append;
 use crate::error::{Error, Result};
+use crate::io::job::ReadFile;
+use crate::store::read::chunks::ChunkHandle;
+use crate::store::read::descriptor_budget;
 use crate::store::snapshot::{read_meta, Snapshot};
 
 /// Options of [`push`] and [`pull`].
@@ -21,20 +23,28 @@ use crate::store::snapshot::{read_meta, Snapshot};
 pub struct TransferOptions {
     /// The object-store client's options. Default: the environment's.
     pub store: StoreOptions,
-    /// Objects transferred at once. Default: 4.
+    /// Objects transferred at once (for a push, at most the chunk descriptor budget: each
+    /// upload in flight holds its file open). Default: 4.
     pub concurrency: usize,
     /// Objects larger than this go in parts of this size (multipart uploads, ranged
     /// downloads). Default: 16 MiB.
     pub part_size: usize,
+    /// Push only: one writer publishes to this prefix, so a store that ignores conditional
+    /// creates (`If-None-Match: *`) may be published to. Off, a push probes the store first and
+    /// refuses one that ignores them ([`Error::ConditionalCreateIgnored`]): there two racing
+    /// pushes could both commit and one update would be lost. Default: off.
+    pub single_writer: bool,
 }
 
 impl Default for TransferOptions {
-    /// The environment's store settings, 4 objects at once, parts of 16 MiB.
+    /// The environment's store settings, 4 objects at once, parts of 16 MiB, no single-writer
+    /// declaration.
     fn default() -> Self {
         Self {
             store: StoreOptions::default(),
             concurrency: 4,
             part_size: 16 << 20,
+            single_writer: false,
         }
     }
 }
@@ -59,6 +69,14 @@ impl TransferOptions {
     #[must_use]
     pub fn part_size(mut self, part_size: usize) -> Self {
         self.part_size = part_size;
+        self
+    }
+
+    /// Declares that one writer publishes to the prefix: a push then publishes to a store that
+    /// ignores conditional creates (and skips the probe). Default off.
+    #[must_use]
+    pub fn single_writer(mut self, single_writer: bool) -> Self {
+        self.single_writer = single_writer;
         self
     }
 
@@ -119,27 +137,94 @@ fn crc_of(file: &File, path: &Path, size: u64, piece: usize) -> Result<u32> {
     Ok(crc)
 }
 
+/// CRC32C and BLAKE3 hash (64 lowercase hex digits) of `size` bytes of `file`, read in pieces
+/// of at most `piece`.
+fn digest_of(file: &File, path: &Path, size: u64, piece: usize) -> Result<(u32, String)> {
+    let mut crc = 0u32;
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = vec![0u8; usize::try_from(size).unwrap_or(usize::MAX).min(piece)];
+    let mut offset = 0u64;
+    while offset < size {
+        let len = usize::try_from(size - offset)
+            .unwrap_or(usize::MAX)
+            .min(piece);
+        let slice = buf.get_mut(..len).unwrap_or_default();
+        crate::io::fs::read_exact_at(file, path, slice, offset)?;
+        crc = crc32c_append(crc, slice);
+        hasher.update(slice);
+        offset = offset.saturating_add(len as u64);
+    }
+    Ok((crc, hasher.finalize().to_hex().to_string()))
+}
+
+/// Where the committed bytes of one file of the commit are read from. Nothing is held open
+/// between uses: a file is opened when its bytes are hashed and again when its upload starts,
+/// so a push holds at most one descriptor per upload in flight, whatever the number of chunks.
+#[derive(Debug, Clone)]
+enum Source {
+    /// A chunk of the snapshot: its handle opens it within the chunk descriptor budget and
+    /// checks it is still the file the commit named.
+    Chunk(Arc<ChunkHandle>),
+    /// A table or patch log: opened by path.
+    Path,
+}
+
+/// An open file of the commit, held only while its bytes are read.
+enum Held {
+    Chunk(Arc<ReadFile>),
+    File(File),
+}
+
+impl Held {
+    fn file(&self, path: &Path) -> Result<&File> {
+        match self {
+            Held::File(f) => Ok(f),
+            Held::Chunk(rf) => rf.local().ok_or_else(|| Error::Internal {
+                reason: format!("{} is not a local file", path.display()),
+            }),
+        }
+    }
+}
+
 /// One local file of the commit being pushed.
 struct LocalFile {
     entry: ObjectEntry,
     path: PathBuf,
-    file: Arc<File>,
+    source: Source,
+}
+
+impl Source {
+    fn open(&self, path: &Path) -> Result<Held> {
+        match self {
+            Source::Chunk(handle) => handle.file().map(Held::Chunk),
+            Source::Path => crate::io::fs::open_read(path).map(Held::File),
+        }
+    }
 }
 
 /// Publishes the latest commit of the local dataset at `local` to `url` (`s3://bucket/prefix`).
 ///
-/// Data objects are uploaded first (several at once, large ones in parts), each under a key
-/// that names its content (`data/<file>.<size>.<crc32c>`): one already on the store is skipped,
-/// so a push that was killed and is run again uploads only what is missing and finishes the
-/// same generation. The commit manifest is written last, into the next free commit slot, with a
-/// conditional create (`If-None-Match: *`): readers never see a partial generation, and of two
-/// pushes racing to the same prefix exactly one takes the slot.
+/// First the store is probed once: a conditional create (`If-None-Match: *`) of a fresh probe
+/// key, twice; the second must be refused. A store that accepts it (Garage 2.5.0 does) would let
+/// two racing pushes both commit and lose one update silently, so the push is refused there
+/// unless [`TransferOptions::single_writer`] says one writer publishes to this prefix.
+///
+/// Data objects are uploaded next (several at once, large ones in parts), each under a key
+/// that names its content (`data/<file>.<blake3>.<size>.<crc32c>`: a BLAKE3 hash of all its
+/// bytes): one already on the store holds the same bytes and is skipped, so a push that was
+/// killed and is run again uploads only what is missing and finishes the same generation. Each
+/// file is opened when its upload starts (the descriptors held are bounded by the uploads in
+/// flight, not by the number of chunks). The commit manifest is written last, into the next
+/// free commit slot, with a conditional create: readers never see a partial generation, and
+/// where the store's conditional create is atomic (AWS S3, GCS, Azure), of two pushes racing to
+/// the same prefix exactly one takes the slot.
 ///
 /// # Errors
-/// [`Error::NotADataset`] if `local` holds no dataset; [`Error::PublishConflict`] if another push
-/// took the commit slot first (or the store overwrote this push's manifest: a store that ignores
-/// conditional creates); [`Error::Remote`] for a request that failed after its retries;
-/// [`Error::InvalidConfig`] for a URL or options that do not work.
+/// [`Error::NotADataset`] if `local` holds no dataset; [`Error::ConditionalCreateIgnored`] if
+/// the store ignores conditional creates and `single_writer` is off;
+/// [`Error::PublishConflict`] if another push took the commit slot first (or the store
+/// overwrote this push's manifest); [`Error::Remote`] for a request that failed after its
+/// retries; [`Error::InvalidConfig`] for a URL or options that do not work.
 pub fn push(
     local: impl AsRef<Path>,
     url: &str,
@@ -167,11 +252,25 @@ pub fn push(
             break (text, snap);
         }
     };
+    if !options.single_writer {
+        let s = Arc::clone(&store);
+        if !block_on(async move { honours_conditional_create(&s).await })?? {
+            return Err(Error::ConditionalCreateIgnored {
+                url: store.url().to_string(),
+                reason: "this object store ignores conditional creates (a probe created one \
+                         key twice with If-None-Match: *; Garage 2.5.0 does), so two pushes \
+                         racing to one prefix could both commit and one update would be lost \
+                         without an error. If only one writer ever publishes to this prefix, \
+                         push with --single-writer (TransferOptions::single_writer)"
+                    .into(),
+            });
+        }
+    }
     let piece = options.part_size;
     let mut files = Vec::new();
     for (name, size) in required_files(snap.meta()) {
         let path = dir.join(&name);
-        let file = match name
+        let source = match name
             .strip_prefix("chunk/")
             .and_then(|n| n.strip_suffix(".zr"))
         {
@@ -182,24 +281,18 @@ pub fn push(
                 let handle = snap.chunk(id).ok_or_else(|| Error::Internal {
                     reason: format!("chunk {id} of the commit has no handle"),
                 })?;
-                let rf = handle.file()?;
-                let f = rf.local().ok_or_else(|| Error::Internal {
-                    reason: format!("chunk {id} is not a local file"),
-                })?;
-                Arc::new(f.try_clone().map_err(|e| Error::io(&path, "dup", e))?)
+                Source::Chunk(Arc::clone(handle))
             }
-            None => Arc::new(crate::io::fs::open_read(&path)?),
+            None => Source::Path,
         };
-        let crc = crc_of(&file, &path, size, piece)?;
+        let (crc, hash) = {
+            let held = source.open(&path)?;
+            digest_of(held.file(&path)?, &path, size, piece)?
+        };
         files.push(LocalFile {
-            entry: ObjectEntry {
-                object: data_key(&name, size, crc),
-                file: name,
-                size,
-                crc32c: crc,
-            },
+            entry: ObjectEntry::new(name, size, crc, hash),
             path,
-            file,
+            source,
         });
     }
     let generation = snap.generation();
@@ -209,7 +302,8 @@ pub fn push(
         files.iter().map(|f| f.entry.clone()).collect(),
     );
     let encoded = Bytes::from(manifest.encode()?);
-    let concurrency = options.concurrency;
+    // One descriptor per upload in flight: within the chunk descriptor budget.
+    let concurrency = options.concurrency.min(descriptor_budget()).max(1);
     let s = Arc::clone(&store);
     block_on(async move {
         let results: Vec<(bool, u64)> = futures::stream::iter(files)
@@ -237,22 +331,67 @@ pub fn push(
     })?
 }
 
-/// Uploads one file unless its object is there; returns (uploaded, size).
+/// A key no other push uses: for the probe.
+fn probe_key() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "{PROBES}/{}-{nanos}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// True if `store` refuses a conditional create (`If-None-Match: *`) of a key that exists:
+/// creates a fresh probe key twice (the second must fail), then deletes it.
+async fn honours_conditional_create(store: &Store) -> Result<bool> {
+    let key = probe_key();
+    let first = store
+        .create(&key, Bytes::from_static(b"zrecord probe 1"))
+        .await?;
+    let second = store
+        .create(&key, Bytes::from_static(b"zrecord probe 2"))
+        .await;
+    // The probe object is this push's own; a failed delete leaves a few bytes behind.
+    if let Err(e) = store.delete(&key).await {
+        tracing::debug!("deleting the probe {}: {e}", store.object_url(&key));
+    }
+    Ok(first != Create::Created || second? != Create::Created)
+}
+
+/// Uploads one file unless its object is there; returns (uploaded, size). The file is opened
+/// only once the upload starts, and closed when it ends.
 async fn upload(store: Arc<Store>, f: LocalFile, part: usize) -> Result<(bool, u64)> {
-    let LocalFile { entry, path, file } = f;
+    let LocalFile {
+        entry,
+        path,
+        source,
+    } = f;
     let key = entry.object.as_str();
+    // The key names the content (a BLAKE3 hash of all of it): an object there with the size
+    // holds these bytes.
     if store.head(key).await? == Some(entry.size) {
         return Ok((false, entry.size));
     }
-    // The bytes are read again for the upload: check they still have the checksum the key
-    // names before the object is complete.
-    let crc = std::sync::Mutex::new(0u32);
+    let held = source.open(&path)?;
+    let file = held.file(&path)?;
+    // The bytes are read again for the upload: check they still have the hash and checksum
+    // the key names before the object is complete.
+    let sums = std::sync::Mutex::new((0u32, blake3::Hasher::new()));
     let read = |offset: u64, len: usize| -> Result<Bytes> {
-        let b = read_at(&file, &path, offset, len)?;
-        if let Ok(mut c) = crc.lock() {
-            *c = crc32c_append(*c, &b);
+        let b = read_at(file, &path, offset, len)?;
+        if let Ok(mut s) = sums.lock() {
+            s.0 = crc32c_append(s.0, &b);
+            s.1.update(&b);
         }
         Ok(b)
+    };
+    let unchanged = || {
+        sums.lock().ok().is_some_and(|s| {
+            s.0 == entry.crc32c && entry.blake3.as_deref() == Some(s.1.finalize().to_hex().as_str())
+        })
     };
     let changed = || Error::Internal {
         reason: format!(
@@ -263,7 +402,7 @@ async fn upload(store: Arc<Store>, f: LocalFile, part: usize) -> Result<(bool, u
     if entry.size <= part as u64 {
         let len = usize::try_from(entry.size).map_err(|_| changed())?;
         let bytes = read(0, len)?;
-        if crc.lock().map(|c| *c).ok() != Some(entry.crc32c) {
+        if !unchanged() {
             return Err(changed());
         }
         store.put(key, bytes).await?;
@@ -271,7 +410,7 @@ async fn upload(store: Arc<Store>, f: LocalFile, part: usize) -> Result<(bool, u
         let checked = |offset: u64, len: usize| -> Result<Bytes> {
             let b = read(offset, len)?;
             let end = offset.saturating_add(len as u64);
-            if end == entry.size && crc.lock().map(|c| *c).ok() != Some(entry.crc32c) {
+            if end == entry.size && !unchanged() {
                 return Err(changed());
             }
             Ok(b)

@@ -323,9 +323,21 @@ impl Store {
             .map_err(|e| self.error(key, None, &e))
     }
 
-    /// Creates object `key` unless one exists (`If-None-Match: *`). A create whose answer was
-    /// lost (a reset connection, a timeout) is tried again; if that finds an object, it may be
-    /// this create's own: [`Create::Maybe`], for the caller to read back.
+    /// Deletes object `key` (nothing if there is none).
+    pub(crate) async fn delete(&self, key: &str) -> Result<()> {
+        match self.inner.delete(&self.path(key)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.error(key, None, &e)),
+        }
+    }
+
+    /// Creates object `key` unless one exists (`If-None-Match: *`); never replaces an object
+    /// on a store that honours the header. Both answers stores give to a create of a taken key
+    /// mean it exists: 412 Precondition Failed (S3), and 409 Conflict (some S3-compatible stores,
+    /// and S3 itself for a conditional write racing another); `object_store` reports them as
+    /// `Precondition` and `AlreadyExists`. A create whose answer was lost (a reset connection, a
+    /// timeout) is tried again; if that finds an object, it may be this create's own:
+    /// [`Create::Maybe`], for the caller to read back.
     pub(crate) async fn create(&self, key: &str, bytes: Bytes) -> Result<Create> {
         let mut delay = self.backoff;
         let mut attempt = 0u32;
@@ -467,6 +479,98 @@ fn http_status(text: &str) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A store over `object_store`'s in-memory store, prefix `ds`.
+    fn memory() -> Arc<Store> {
+        Arc::new(Store {
+            url: "s3://memory/ds".into(),
+            inner: Arc::new(object_store::memory::InMemory::new()),
+            prefix: ObjectPath::from("ds"),
+            retries: 0,
+            backoff: Duration::from_millis(1),
+        })
+    }
+
+    #[test]
+    fn a_create_never_replaces_an_object() {
+        let store = memory();
+        let s = Arc::clone(&store);
+        let (first, second, third, kept) = block_on(async move {
+            let key = "_zrecord/commits/00000000000000000001.json";
+            let first = s.create(key, Bytes::from_static(b"first")).await?;
+            let second = s.create(key, Bytes::from_static(b"second")).await?;
+            let third = s.create(key, Bytes::from_static(b"first")).await?;
+            let kept = s.get(key).await?;
+            Ok::<_, Error>((first, second, third, kept))
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!(first, Create::Created);
+        assert_eq!(second, Create::Exists);
+        assert_eq!(third, Create::Exists);
+        assert_eq!(&kept[..], b"first");
+    }
+
+    /// A one-request-per-connection HTTP server on loopback answering every request with
+    /// `status`; returns its endpoint.
+    fn answering(status: &'static str) -> String {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { return };
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut length = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        break;
+                    }
+                    let lower = line.to_ascii_lowercase();
+                    if let Some(v) = lower.strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                let mut body = vec![0u8; length];
+                let _ = reader.read_exact(&mut body);
+                let xml = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>\
+                           ConditionalRequestConflict</Code><Message>conflict</Message></Error>";
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 {status}\r\nContent-Type: application/xml\r\nContent-Length: \
+                     {}\r\nConnection: close\r\n\r\n{xml}",
+                    xml.len()
+                );
+            }
+        });
+        endpoint
+    }
+
+    #[test]
+    fn a_create_answered_409_or_412_found_the_object() {
+        for status in ["409 Conflict", "412 Precondition Failed"] {
+            let options = StoreOptions::default()
+                .with("aws_endpoint", answering(status))
+                .with("aws_access_key_id", "k")
+                .with("aws_secret_access_key", "s")
+                .with("aws_region", "us-east-1")
+                .with("aws_allow_http", "true")
+                .with("aws_virtual_hosted_style_request", "false")
+                .retries(0);
+            let store = Store::open("s3://bucket/ds", &options).unwrap();
+            let got = block_on(async move {
+                store
+                    .create("_zrecord/commits/00000000000000000001.json", Bytes::new())
+                    .await
+            })
+            .unwrap();
+            assert!(matches!(got, Ok(Create::Exists)), "{status}: {got:?}");
+        }
+    }
 
     #[test]
     fn statuses_are_read_off_messages() {

@@ -25,16 +25,24 @@ pub struct TransferFlags {
 
 #[derive(Args)]
 #[command(
-    after_help = "Data objects go first, each under a key naming its content, so a \
-    push that was interrupted uploads only what is missing when run again. The commit manifest \
-    goes last, into the next commit slot, created only if absent: of two pushes racing to the \
-    same URL exactly one commits, the other fails."
+    after_help = "Data objects go first, each under a key naming its content (a BLAKE3 hash \
+    of all its bytes), so a push that was interrupted uploads only what is missing when run \
+    again. The commit manifest goes last, into the next commit slot, created only if absent \
+    (If-None-Match: *): where the store's conditional create is atomic (AWS S3, GCS, Azure), of \
+    two pushes racing to the same URL exactly one commits, the other fails. A push first probes \
+    the store and refuses one that ignores conditional creates (Garage 2.5.0), where racing \
+    pushes could both commit and one update be lost, unless --single-writer says only one \
+    writer publishes to the URL."
 )]
 pub struct PushArgs {
     /// The local dataset directory.
     dir: PathBuf,
     /// Where to publish it: s3://bucket/prefix.
     url: String,
+    /// Only one writer publishes to this URL: publish even to a store that ignores conditional
+    /// creates (no probe).
+    #[arg(long)]
+    single_writer: bool,
     #[command(flatten)]
     flags: TransferFlags,
 }
@@ -91,7 +99,8 @@ fn print(verb: &str, r: &TransferReport, secs: f64, json: bool) {
 /// Runs `zrecord push`.
 pub fn push(a: &PushArgs) -> Res {
     let started = std::time::Instant::now();
-    let r = zrecord::remote::push(&a.dir, &a.url, &options(&a.flags))?;
+    let options = options(&a.flags).single_writer(a.single_writer);
+    let r = zrecord::remote::push(&a.dir, &a.url, &options)?;
     print(
         "pushed to",
         &r,
