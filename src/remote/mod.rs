@@ -17,6 +17,7 @@ mod manifest;
 pub(crate) mod open;
 #[cfg(feature = "testing")]
 pub(crate) mod proxy;
+mod pull;
 mod push;
 mod store;
 
@@ -24,7 +25,8 @@ use std::path::PathBuf;
 
 pub use backend::{stats, RemoteStats};
 pub use cache::pending_fills;
-pub use push::{pull, push, TransferOptions, TransferReport};
+pub use pull::pull;
+pub use push::{push, TransferOptions, TransferReport};
 pub use store::StoreOptions;
 
 /// How a dataset on an object store is read: the client's options, how reads become range
