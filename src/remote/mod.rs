@@ -219,3 +219,16 @@ pub fn is_url(path: &str) -> bool {
     path.split_once("://")
         .is_some_and(|(scheme, _)| !scheme.is_empty() && scheme != "file")
 }
+
+/// Runs blocking file work `f` on the object-store runtime's blocking threads, off the workers
+/// that serve every range request of the process.
+pub(crate) async fn off_runtime<T: Send + 'static>(
+    f: impl FnOnce() -> crate::Result<T> + Send + 'static,
+) -> crate::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| crate::Error::WorkerPanicked {
+            what: "file work of the object-store runtime".into(),
+            message: e.to_string(),
+        })?
+}

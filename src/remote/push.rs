@@ -103,7 +103,7 @@ fn read_at(file: &File, path: &Path, offset: u64, len: usize) -> Result<Bytes> {
 }
 
 /// CRC32C of `size` bytes of `file`, read in pieces of `piece`.
-pub(crate) fn crc_of(file: &File, path: &Path, size: u64, piece: usize) -> Result<u32> {
+fn crc_of(file: &File, path: &Path, size: u64, piece: usize) -> Result<u32> {
     let mut crc = 0u32;
     let mut buf = vec![0u8; piece];
     let mut offset = 0u64;
