@@ -540,35 +540,44 @@ impl ChunkSet {
                 ChunkAt::Local(path, url, key) => {
                     let object = Arc::new(ReadFile {
                         file: None,
-                        path: url,
+                        path: url.clone(),
                         direct: false,
-                        object: Some(key),
+                        object: Some(key.clone()),
                     });
-                    Self::local_handle(c, path, Some(object))
+                    match Self::local_handle(c, path, Some(object)) {
+                        // A cached copy gone between the cache's lookup and this open (another
+                        // process evicted it): the object.
+                        Err(Error::Io { source, .. })
+                            if source.kind() == std::io::ErrorKind::NotFound =>
+                        {
+                            Ok(Self::remote_handle(c, url, key))
+                        }
+                        r => r,
+                    }
                 }
-                ChunkAt::Remote(path, key) => {
-                    let object = ReadFile {
-                        file: None,
-                        path: path.clone(),
-                        direct: false,
-                        object: Some(key),
-                    };
-                    let none = Identity {
-                        dev: 0,
-                        ino: 0,
-                        born: None,
-                    };
-                    Ok(ChunkHandle::new(
-                        c,
-                        path,
-                        none,
-                        None,
-                        Some(Arc::new(object)),
-                        None,
-                    ))
-                }
+                ChunkAt::Remote(path, key) => Ok(Self::remote_handle(c, path, key)),
             }
         })
+    }
+
+    /// The handle of chunk `c` as object `key` at URL `path`: no descriptor, no mapping.
+    fn remote_handle(
+        c: &crate::format::meta::ChunkMeta,
+        path: PathBuf,
+        key: String,
+    ) -> Arc<ChunkHandle> {
+        let object = ReadFile {
+            file: None,
+            path: path.clone(),
+            direct: false,
+            object: Some(key),
+        };
+        let none = Identity {
+            dev: 0,
+            ino: 0,
+            born: None,
+        };
+        ChunkHandle::new(c, path, none, None, Some(Arc::new(object)), None)
     }
 
     /// The set of `handle(c)` for every chunk `c` of `meta`, by id.
@@ -667,5 +676,52 @@ impl<T: Copy> PerChunk<T> {
                 Ok(v)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::meta::ChunkMeta;
+
+    fn meta(chunks: &[(u16, u64)]) -> Meta {
+        Meta {
+            format: "zrecord".into(),
+            version: crate::format::FORMAT_VERSION,
+            generation: 1,
+            len: 0,
+            chunk_size_bytes: 1 << 20,
+            fields: Vec::new(),
+            chunks: chunks
+                .iter()
+                .map(|&(id, size)| ChunkMeta { id, size })
+                .collect(),
+        }
+    }
+
+    /// A cached copy that another process evicted between the cache's lookup and the
+    /// snapshot's open is read from its object, not an error of the open.
+    #[test]
+    fn a_cached_copy_gone_before_it_opens_is_its_object() {
+        let dir = tempfile::tempdir().unwrap();
+        let kept = dir.path().join("kept");
+        std::fs::write(&kept, [7u8; 10]).unwrap();
+        let at = |id: u16| {
+            let name = if id == 0 { "kept" } else { "evicted" };
+            Some(ChunkAt::Local(
+                dir.path().join(name),
+                PathBuf::from(format!("s3://b/p/data/{id}")),
+                format!("data/{id}"),
+            ))
+        };
+        let set = ChunkSet::load_remote(&meta(&[(0, 10), (1, 10)]), at).unwrap();
+        let kept = set.get(0).unwrap();
+        assert!(kept.remote.is_none());
+        assert!(kept.file().unwrap().local().is_some());
+        let gone = set.get(1).unwrap();
+        let file = gone.file().unwrap();
+        assert!(file.local().is_none());
+        assert_eq!(file.object.as_deref(), Some("data/1"));
+        assert_eq!(gone.path(), Path::new("s3://b/p/data/1"));
     }
 }
