@@ -50,8 +50,11 @@ pub struct RemoteConfig {
     /// `$ZRECORD_CACHE_DIR`, else `$XDG_CACHE_HOME/zrecord`, else `~/.cache/zrecord`, else the
     /// temporary directory's `zrecord-cache`.
     pub cache_dir: Option<PathBuf>,
-    /// Bytes of whole chunks the cache may hold for this dataset (least recently used evicted
-    /// first); 0 turns chunk caching off. Default: `$ZRECORD_CACHE_BYTES`, else 0.
+    /// Bytes of disk the cache may take for this dataset: whole chunks, and the mirrored
+    /// offset tables, which count against it too. The least recently used chunks are evicted
+    /// first (recency is a cached file's modification time, set on use by every reader sharing
+    /// the directory). 0 turns chunk caching off (the tables are mirrored all the same).
+    /// Default: `$ZRECORD_CACHE_BYTES`, else 0.
     pub cache_bytes: u64,
     /// Bytes of range requests lookahead may have started ahead of the reads that will take
     /// them (the loader announces its next batches; see
