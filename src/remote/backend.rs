@@ -381,8 +381,11 @@ impl ReadBackend for RemoteBackend {
             let source = local.entry(key.clone()).or_insert_with(|| match &object {
                 None => Some((r.file?.try_clone().ok()?, r.path.to_path_buf())),
                 Some(_) => {
-                    let path = self.cache.as_ref()?.lookup(&key)?;
-                    Some((File::open(&path).ok()?, path))
+                    let cache = self.cache.as_ref()?;
+                    let path = cache.lookup(&key)?;
+                    let file = File::open(&path).ok()?;
+                    cache.used(&key, &file);
+                    Some((file, path))
                 }
             });
             match source {
@@ -404,6 +407,7 @@ impl ReadBackend for RemoteBackend {
             }
         }
         if let Some(cache) = &self.cache {
+            fill.sort_unstable();
             fill.dedup();
             for key in &fill {
                 cache.fill(&self.store, key);

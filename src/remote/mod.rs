@@ -17,6 +17,7 @@ mod manifest;
 pub(crate) mod open;
 #[cfg(feature = "testing")]
 pub(crate) mod proxy;
+mod pull;
 mod push;
 mod store;
 
@@ -24,7 +25,8 @@ use std::path::PathBuf;
 
 pub use backend::{stats, RemoteStats};
 pub use cache::pending_fills;
-pub use push::{pull, push, TransferOptions, TransferReport};
+pub use pull::pull;
+pub use push::{push, TransferOptions, TransferReport};
 pub use store::StoreOptions;
 
 /// How a dataset on an object store is read: the client's options, how reads become range
@@ -48,8 +50,11 @@ pub struct RemoteConfig {
     /// `$ZRECORD_CACHE_DIR`, else `$XDG_CACHE_HOME/zrecord`, else `~/.cache/zrecord`, else the
     /// temporary directory's `zrecord-cache`.
     pub cache_dir: Option<PathBuf>,
-    /// Bytes of whole chunks the cache may hold for this dataset (least recently used evicted
-    /// first); 0 turns chunk caching off. Default: `$ZRECORD_CACHE_BYTES`, else 0.
+    /// Bytes of disk the cache may take for this dataset: whole chunks, and the mirrored
+    /// offset tables, which count against it too. The least recently used chunks are evicted
+    /// first (recency is a cached file's modification time, set on use by every reader sharing
+    /// the directory). 0 turns chunk caching off (the tables are mirrored all the same).
+    /// Default: `$ZRECORD_CACHE_BYTES`, else 0.
     pub cache_bytes: u64,
     /// Bytes of range requests lookahead may have started ahead of the reads that will take
     /// them (the loader announces its next batches; see
@@ -216,4 +221,17 @@ pub fn range_get_loop(
 pub fn is_url(path: &str) -> bool {
     path.split_once("://")
         .is_some_and(|(scheme, _)| !scheme.is_empty() && scheme != "file")
+}
+
+/// Runs blocking file work `f` on the object-store runtime's blocking threads, off the workers
+/// that serve every range request of the process.
+pub(crate) async fn off_runtime<T: Send + 'static>(
+    f: impl FnOnce() -> crate::Result<T> + Send + 'static,
+) -> crate::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| crate::Error::WorkerPanicked {
+            what: "file work of the object-store runtime".into(),
+            message: e.to_string(),
+        })?
 }

@@ -1,8 +1,18 @@
 //! Opening a dataset on an object store: its latest commit's manifest, its offset tables
 //! mirrored into the local cache directory, and its chunks read through the remote backend.
+//!
+//! Mirrored tables live in `<cache root>/mirrors/<url hash>/objects/`, one file per object key
+//! (a key names its content), so a table that several commits share is fetched and stored once.
+//! A snapshot opens them through a directory of hard links made for that open only and removed
+//! right after (the snapshot maps its tables and reads its patch logs at open). After a
+//! successful open, objects the latest commit does not name are removed: a snapshot that still
+//! uses one holds it open, and an open racing with the removal copies the object privately.
+//! The mirrors count against [`RemoteConfig::cache_bytes`] when the chunk cache is on.
 
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use super::backend::RemoteBackend;
 use super::cache::Cache;
@@ -43,6 +53,7 @@ impl Remote {
                 &config.cache_root(),
                 store.url(),
                 limit,
+                Some(mirror_root(config, store.url()).join("objects")),
             )?)),
         };
         Ok(Remote {
@@ -81,23 +92,62 @@ impl Remote {
     }
 
     /// A snapshot of the latest commit: the offset tables and patch logs fetched (once per
-    /// commit) into the mirror directory, checked against their manifest's sizes and
-    /// checksums; chunks as objects.
+    /// object key) into the mirror directory, checked against their manifest's sizes and
+    /// checksums; chunks as objects, or as local chunks where the chunk cache has them.
     pub(crate) fn snapshot(&self) -> Result<Snapshot> {
         let (slot, manifest, meta) = self.latest()?;
-        let mirror = self
-            .config
-            .cache_root()
-            .join("mirrors")
-            .join(format!("{:016x}", fnv(self.store.url())))
-            .join(format!("{slot:020}"));
-        std::fs::create_dir_all(&mirror).map_err(|e| Error::io(&mirror, "mkdir", e))?;
-        let mut chunks = Vec::new();
-        for o in &manifest.objects {
-            if o.file.starts_with("chunk/") {
-                chunks.push(o.clone());
-            } else {
-                self.fetch(&mirror, o)?;
+        let root = mirror_root(&self.config, self.store.url());
+        let objects = root.join("objects");
+        std::fs::create_dir_all(&objects).map_err(|e| Error::io(&objects, "mkdir", e))?;
+        let (chunks, tables): (Vec<&ObjectEntry>, Vec<&ObjectEntry>) = manifest
+            .objects
+            .iter()
+            .partition(|o| o.file.starts_with("chunk/"));
+        for o in &tables {
+            self.fetch(&objects.join(object_name(&o.object)), o)?;
+        }
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let links = root.join(format!(
+            "{OPEN_MARK}{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir(&links).map_err(|e| Error::io(&links, "mkdir", e))?;
+        let opened = self.open_linked(&links, &objects, &tables, &chunks, meta);
+        let _ = std::fs::remove_dir_all(&links);
+        let snap = opened?;
+        self.slot.store(slot, Ordering::Release);
+        prune(&root, &objects, &tables);
+        Ok(snap)
+    }
+
+    /// The snapshot of `meta`, its tables linked into `links` by file name.
+    fn open_linked(
+        &self,
+        links: &Path,
+        objects: &Path,
+        tables: &[&ObjectEntry],
+        chunks: &[&ObjectEntry],
+        meta: crate::format::meta::Meta,
+    ) -> Result<Snapshot> {
+        for o in tables {
+            let rel = Path::new(&o.file);
+            if !rel.components().all(|c| matches!(c, Component::Normal(_))) {
+                return Err(Error::RemoteCorrupt {
+                    object: self.store.object_url(&o.object),
+                    reason: format!(
+                        "its manifest names the file {:?}, not a path in a dataset",
+                        o.file
+                    ),
+                });
+            }
+            let dst = links.join(rel);
+            if let Some(parent) = dst.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, "mkdir", e))?;
+            }
+            // Another process may have pruned the mirror since it was fetched: a private copy.
+            if std::fs::hard_link(objects.join(object_name(&o.object)), &dst).is_err() {
+                self.fetch(&dst, o)?;
             }
         }
         let store = &self.store;
@@ -118,19 +168,18 @@ impl Remote {
                 }
             })
         })?;
-        self.slot.store(slot, std::sync::atomic::Ordering::Release);
         let native: Arc<dyn crate::ReadBackend> = self.backend();
-        Snapshot::open_with_chunks(&mirror, PathBuf::from(store.url()), meta, set, native)
+        Snapshot::open_with_chunks(links, PathBuf::from(store.url()), meta, set, native)
     }
 
-    /// Puts object `o` at its file name in `dir`, unless it is there with its checksum.
-    fn fetch(&self, dir: &Path, o: &ObjectEntry) -> Result<()> {
-        let path = dir.join(&o.file);
-        if let Ok(bytes) = std::fs::read(&path) {
+    /// Puts object `o` at `path`, unless it is there with its size and checksum.
+    fn fetch(&self, path: &Path, o: &ObjectEntry) -> Result<()> {
+        if let Ok(bytes) = std::fs::read(path) {
             if bytes.len() as u64 == o.size && crc32c_append(0, &bytes) == o.crc32c {
                 return Ok(());
             }
         }
+        let dir = path.parent().unwrap_or(Path::new("."));
         let store = Arc::clone(&self.store);
         let key = o.object.clone();
         let size = o.size;
@@ -149,10 +198,66 @@ impl Remote {
                 ),
             });
         }
-        static TMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = TMP.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tmp = dir.join(format!("{}.{}-{n}.tmp", o.file, std::process::id()));
+        static TMP: AtomicU64 = AtomicU64::new(0);
+        let n = TMP.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!("{TMP_MARK}{}-{n}", std::process::id()));
         std::fs::write(&tmp, &bytes).map_err(|e| Error::io(&tmp, "write", e))?;
-        std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, "rename", e))
+        std::fs::rename(&tmp, path).map_err(|e| Error::io(path, "rename", e))
+    }
+}
+
+/// What names a directory of links made for one open.
+const OPEN_MARK: &str = "open-";
+
+/// What names a mirror being written.
+const TMP_MARK: &str = ".tmp-";
+
+/// Age past which a link directory or temporary file is a killed process's leftover.
+const STALE: Duration = Duration::from_secs(3600);
+
+/// The mirror directory of the dataset at `url`.
+pub(crate) fn mirror_root(config: &RemoteConfig, url: &str) -> PathBuf {
+    config
+        .cache_root()
+        .join("mirrors")
+        .join(format!("{:016x}", fnv(url)))
+}
+
+/// The mirror file name of object `key`.
+fn object_name(key: &str) -> String {
+    key.replace('/', "__")
+}
+
+/// Removes from the mirror of a dataset what its latest commit (`tables`) does not use:
+/// objects of earlier commits, the per-commit directories of earlier versions, and leftovers
+/// of killed processes an hour old.
+fn prune(root: &Path, objects: &Path, tables: &[&ObjectEntry]) {
+    let live: std::collections::HashSet<String> =
+        tables.iter().map(|o| object_name(&o.object)).collect();
+    let old = |p: &Path| {
+        std::fs::symlink_metadata(p)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| SystemTime::now().duration_since(t).ok())
+            .is_some_and(|age| age > STALE)
+    };
+    if let Ok(entries) = std::fs::read_dir(objects) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let keep = live.contains(&name) || (name.starts_with(TMP_MARK) && !old(&e.path()));
+            if !keep {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(root) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            // Earlier versions kept one directory per commit slot, named by its number.
+            let slot_dir = name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit());
+            if slot_dir || (name.starts_with(OPEN_MARK) && old(&e.path())) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
     }
 }

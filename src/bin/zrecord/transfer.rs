@@ -49,9 +49,11 @@ pub struct PushArgs {
 
 #[derive(Args)]
 #[command(
-    after_help = "Files are checked against the manifest's sizes and checksums; \
+    after_help = "Files are checked on disk against the manifest's sizes and checksums; \
     meta.json is written last, so an interrupted pull leaves no dataset, and running it again \
-    skips the files already in place."
+    skips the files already in place and checked. Pulls into one directory run one at a time \
+    (each holds its writer.lock); a pull into a complete copy checks every file and downloads \
+    a damaged one again."
 )]
 pub struct PullArgs {
     /// The dataset's URL: s3://bucket/prefix.

@@ -15,8 +15,9 @@ use crate::io::mmap::SharedMap;
 use crate::store::layout;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::SystemTime;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -75,7 +76,8 @@ impl Budget {
                     ring.push_back(w);
                     continue;
                 }
-                if self.kind == Kind::Fd && h.unlinked() {
+                // A cached copy has its object to fall back to: closing it frees its blocks.
+                if self.kind == Kind::Fd && h.fallback.is_none() && h.unlinked() {
                     continue;
                 }
                 // Handles never take the ring's lock while holding their own, so this cannot
@@ -204,6 +206,35 @@ pub(crate) struct ChunkHandle {
     /// For a cached copy of a chunk on an object store: the object, read instead when the
     /// copy is gone (evicted, or dropped as damaged) by the time the file must be reopened.
     fallback: Option<Arc<ReadFile>>,
+    /// For a cached copy: when its use was last recorded, in milliseconds since [`EPOCH`]
+    /// plus one (0: never).
+    used_at: AtomicU64,
+    /// For a cached copy: found evicted; reads go to the object from now on.
+    evicted: AtomicBool,
+}
+
+/// The clock of [`ChunkHandle::used_at`].
+static EPOCH: LazyLock<std::time::Instant> = LazyLock::new(std::time::Instant::now);
+
+/// A cached copy's use is recorded (its modification time, the chunk cache's recency) at most
+/// this often per handle.
+const USE_INTERVAL_MS: u64 = 1000;
+
+/// Lets go of the descriptors and mappings this process's snapshots hold of cached copies that
+/// are no longer linked (the chunk cache evicted them): their blocks are freed, and those
+/// chunks are read from their objects.
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+pub(crate) fn release_unlinked_copies() {
+    for budget in [&*FDS, &*MAPS] {
+        let handles: Vec<Arc<ChunkHandle>> = lock(&budget.ring)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|h| h.fallback.is_some())
+            .collect();
+        for h in handles {
+            h.drop_if_unlinked();
+        }
+    }
 }
 
 impl ChunkHandle {
@@ -228,7 +259,75 @@ impl ChunkHandle {
             map_refused: AtomicBool::new(false),
             remote,
             fallback,
+            used_at: AtomicU64::new(0),
+            evicted: AtomicBool::new(false),
         })
+    }
+
+    /// For a cached copy: records a use (at most once per [`USE_INTERVAL_MS`]): sets the
+    /// file's modification time, the cache's recency, and lets go of the file if the cache
+    /// evicted it meanwhile. Nothing for any other chunk.
+    fn note_use(&self) {
+        if self.fallback.is_none() || self.evicted.load(Ordering::Acquire) {
+            return;
+        }
+        let now = u64::try_from(EPOCH.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_add(1);
+        let last = self.used_at.load(Ordering::Relaxed);
+        if last != 0 && now.saturating_sub(last) < USE_INTERVAL_MS {
+            return;
+        }
+        if self
+            .used_at
+            .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        if self.drop_if_unlinked() {
+            return;
+        }
+        let held = lock(&self.open).file.clone();
+        let stamp = SystemTime::now();
+        match held.as_ref().and_then(|f| f.local()) {
+            Some(f) => {
+                let _ = f.set_modified(stamp);
+            }
+            None => {
+                let _ = std::fs::File::open(&self.path).and_then(|f| f.set_modified(stamp));
+            }
+        }
+    }
+
+    /// For a cached copy whose held file is no longer linked: closes its descriptors and
+    /// mapping (their blocks are freed once no batch holds a slice of the mapping) and reads
+    /// the object from now on. True if it did.
+    fn drop_if_unlinked(&self) -> bool {
+        if self.fallback.is_none() {
+            return false;
+        }
+        let has_fd = {
+            let o = lock(&self.open);
+            o.file.is_some() || o.direct.is_some()
+        };
+        let gone = match has_fd {
+            true => self.unlinked(),
+            // No descriptor (the budget closed it): the path, checked against the identity.
+            false => match std::fs::metadata(&self.path) {
+                Ok(m) => FileId::of(&m) != self.identity,
+                Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+            },
+        };
+        if !gone {
+            return false;
+        }
+        self.evicted.store(true, Ordering::Release);
+        let mut taken = Taken::default();
+        self.release(Kind::Fd, &FDS, &mut taken);
+        self.release(Kind::Map, &MAPS, &mut taken);
+        drop(taken);
+        true
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -344,6 +443,10 @@ impl ChunkHandle {
         if let Some(r) = &self.remote {
             return Ok(Arc::clone(r));
         }
+        self.note_use();
+        if let (true, Some(object)) = (self.evicted.load(Ordering::Acquire), &self.fallback) {
+            return Ok(Arc::clone(object));
+        }
         self.fd_used.store(true, Ordering::Release);
         if let Some(f) = &lock(&self.open).file {
             return Ok(Arc::clone(f));
@@ -434,6 +537,7 @@ impl ChunkHandle {
             return Ok(None);
         }
         self.map_used.store(true, Ordering::Release);
+        self.note_use();
         if let Some(m) = &*lock(&self.map) {
             return Ok(Some(m.clone()));
         }
@@ -526,37 +630,46 @@ impl ChunkSet {
                 ChunkAt::Local(path, url, key) => {
                     let object = Arc::new(ReadFile {
                         file: None,
-                        path: url,
+                        path: url.clone(),
                         direct: false,
-                        object: Some(key),
+                        object: Some(key.clone()),
                         id: None,
                     });
-                    Self::local_handle(c, path, Some(object))
+                    match Self::local_handle(c, path, Some(object)) {
+                        // A cached copy gone between the cache's lookup and this open (another
+                        // process evicted it): the object.
+                        Err(Error::Io { source, .. })
+                            if source.kind() == std::io::ErrorKind::NotFound =>
+                        {
+                            Ok(Self::remote_handle(c, url, key))
+                        }
+                        r => r,
+                    }
                 }
-                ChunkAt::Remote(path, key) => {
-                    let object = ReadFile {
-                        file: None,
-                        path: path.clone(),
-                        direct: false,
-                        object: Some(key),
-                        id: None,
-                    };
-                    let none = FileId {
-                        dev: 0,
-                        ino: 0,
-                        born: None,
-                    };
-                    Ok(ChunkHandle::new(
-                        c,
-                        path,
-                        none,
-                        None,
-                        Some(Arc::new(object)),
-                        None,
-                    ))
-                }
+                ChunkAt::Remote(path, key) => Ok(Self::remote_handle(c, path, key)),
             }
         })
+    }
+
+    /// The handle of chunk `c` as object `key` at URL `path`: no descriptor, no mapping.
+    fn remote_handle(
+        c: &crate::format::meta::ChunkMeta,
+        path: PathBuf,
+        key: String,
+    ) -> Arc<ChunkHandle> {
+        let object = ReadFile {
+            file: None,
+            path: path.clone(),
+            direct: false,
+            object: Some(key),
+            id: None,
+        };
+        let none = FileId {
+            dev: 0,
+            ino: 0,
+            born: None,
+        };
+        ChunkHandle::new(c, path, none, None, Some(Arc::new(object)), None)
     }
 
     /// The set of `handle(c)` for every chunk `c` of `meta`, by id.
@@ -656,5 +769,52 @@ impl<T: Copy> PerChunk<T> {
                 Ok(v)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::meta::ChunkMeta;
+
+    fn meta(chunks: &[(u16, u64)]) -> Meta {
+        Meta {
+            format: "zrecord".into(),
+            version: crate::format::FORMAT_VERSION,
+            generation: 1,
+            len: 0,
+            chunk_size_bytes: 1 << 20,
+            fields: Vec::new(),
+            chunks: chunks
+                .iter()
+                .map(|&(id, size)| ChunkMeta { id, size })
+                .collect(),
+        }
+    }
+
+    /// A cached copy that another process evicted between the cache's lookup and the
+    /// snapshot's open is read from its object, not an error of the open.
+    #[test]
+    fn a_cached_copy_gone_before_it_opens_is_its_object() {
+        let dir = tempfile::tempdir().unwrap();
+        let kept = dir.path().join("kept");
+        std::fs::write(&kept, [7u8; 10]).unwrap();
+        let at = |id: u16| {
+            let name = if id == 0 { "kept" } else { "evicted" };
+            Some(ChunkAt::Local(
+                dir.path().join(name),
+                PathBuf::from(format!("s3://b/p/data/{id}")),
+                format!("data/{id}"),
+            ))
+        };
+        let set = ChunkSet::load_remote(&meta(&[(0, 10), (1, 10)]), at).unwrap();
+        let kept = set.get(0).unwrap();
+        assert!(kept.remote.is_none());
+        assert!(kept.file().unwrap().local().is_some());
+        let gone = set.get(1).unwrap();
+        let file = gone.file().unwrap();
+        assert!(file.local().is_none());
+        assert_eq!(file.object.as_deref(), Some("data/1"));
+        assert_eq!(gone.path(), Path::new("s3://b/p/data/1"));
     }
 }

@@ -89,16 +89,19 @@ fn gather_part(
     engine: &Engine,
 ) -> Result<(Values, FieldNames)> {
     let mut result = gather_part_once(snap, indices, fields, engine, true);
-    // Each retry follows a backend dropping one more damaged copy, so there are at most as many
-    // as the commit has chunks.
+    // Each retry follows a backend dropping the copy of a file not dropped before in this
+    // gather: damage that a retry meets again (bytes damaged on the store itself) ends it, so
+    // there are at most as many retries as damaged cached copies, never one per chunk.
+    let mut dropped: Vec<std::path::PathBuf> = Vec::new();
     for _ in 0..snap.meta.chunks.len() {
         let path = match &result {
             Err(Error::ChecksumMismatch { path, .. } | Error::Decompress { path, .. }) => path,
             _ => break,
         };
-        if !engine.backend.refetch(path) {
+        if dropped.contains(path) || !engine.backend.refetch(path) {
             break;
         }
+        dropped.push(path.clone());
         if let Err(e) = &result {
             tracing::warn!(error = %e, "a cached copy was damaged; reading it again");
         }

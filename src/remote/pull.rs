@@ -1,0 +1,308 @@
+//! Fetching a dataset from an object store into a local directory.
+//!
+//! Several processes may pull into one directory at once (the ranks of one node): each takes
+//! the directory's writer lock (`writer.lock`) for the whole pull, so they run one after the
+//! other, and every later one finds the files in place. A pull killed mid-way leaves temporary
+//! files only (`<file>.pull-<pid>-<n>`, each created new, never shared), which the next pull
+//! removes while it holds the lock. Every file is checked on disk against the size and CRC32C
+//! its manifest entry records ([`check_file`]) before it is renamed into place, and again
+//! whenever a pull finds it already there, so "already done" means the files check, not only
+//! that `meta.json` matches.
+
+use std::fs::File;
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use futures::{StreamExt, TryStreamExt};
+
+use super::manifest::{slot_key, Manifest, ObjectEntry, COMMITS};
+use super::off_runtime;
+use super::push::{latest, TransferOptions, TransferReport};
+use super::store::{block_on, Store};
+use crate::checksum::crc32c_append;
+use crate::error::{Error, Result};
+use crate::store::snapshot::read_meta;
+
+/// What a file on disk is, against its manifest entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Check {
+    /// Its size and checksum are the entry's.
+    Good,
+    /// It is missing or differs; why.
+    Bad(String),
+}
+
+/// Checks the file at `path` against manifest entry `o`: its size, and the CRC32C and (where
+/// the manifest records one) the BLAKE3 hash of its bytes, read back from disk in pieces of
+/// `piece` bytes.
+fn check_file(path: &Path, o: &ObjectEntry, piece: usize) -> Result<Check> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(Check::Bad("missing".into()))
+        }
+        Err(e) => return Err(Error::io(path, "open", e)),
+    };
+    let size = crate::io::fs::file_len(&file, path)?;
+    if size != o.size {
+        return Ok(Check::Bad(format!(
+            "{size} bytes, the manifest records {}",
+            o.size
+        )));
+    }
+    let mut crc = 0u32;
+    let mut hash = o.blake3.as_ref().map(|_| blake3::Hasher::new());
+    let mut buf = vec![0u8; piece.max(1)];
+    let mut offset = 0u64;
+    while offset < size {
+        let len = usize::try_from(size - offset)
+            .unwrap_or(usize::MAX)
+            .min(buf.len());
+        let slice = buf.get_mut(..len).unwrap_or_default();
+        crate::io::fs::read_exact_at(&file, path, slice, offset)?;
+        crc = crc32c_append(crc, slice);
+        if let Some(h) = &mut hash {
+            h.update(slice);
+        }
+        offset = offset.saturating_add(len as u64);
+    }
+    if crc != o.crc32c {
+        return Ok(Check::Bad(format!(
+            "checksum {crc:#010x}, the manifest records {:#010x}",
+            o.crc32c
+        )));
+    }
+    if let (Some(h), Some(want)) = (hash, &o.blake3) {
+        let got = h.finalize().to_hex();
+        if got.as_str() != want {
+            return Ok(Check::Bad(format!(
+                "BLAKE3 {got}, the manifest records {want}"
+            )));
+        }
+    }
+    Ok(Check::Good)
+}
+
+/// The path of manifest entry `o`'s file under `dir`; an entry that names anything but a
+/// relative path inside the dataset directory is a damaged manifest.
+fn entry_path(store: &Store, dir: &Path, o: &ObjectEntry) -> Result<PathBuf> {
+    let rel = Path::new(&o.file);
+    let plain = !o.file.is_empty() && rel.components().all(|c| matches!(c, Component::Normal(_)));
+    if !plain {
+        return Err(Error::RemoteCorrupt {
+            object: store.object_url(&o.object),
+            reason: format!(
+                "its manifest names the file {:?}, not a path in a dataset",
+                o.file
+            ),
+        });
+    }
+    Ok(dir.join(rel))
+}
+
+/// A temporary name next to `path`, unique in this process and across processes.
+fn temp_path(path: &Path) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    PathBuf::from(format!(
+        "{}{TMP_MARK}{}-{n}",
+        path.display(),
+        std::process::id()
+    ))
+}
+
+/// What temporary names of a pull contain.
+const TMP_MARK: &str = ".pull-";
+
+/// Removes temporary files of earlier pulls from `dir` (a killed pull's; only called while the
+/// lock is held, so no live pull owns one).
+fn remove_leftovers(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.contains(TMP_MARK) || name.ends_with(".pull") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Takes the writer lock of `dir` for a pull, waiting while another pull (or a writer) holds
+/// it.
+fn lock_dir(dir: &Path) -> Result<File> {
+    let path = dir.join(crate::store::layout::LOCK);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| Error::io(&path, "open", e))?;
+    match file.try_lock() {
+        Ok(()) => return Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            tracing::info!(dir = %dir.display(), "another pull (or a writer) holds the directory; waiting for it");
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, "lock", e)),
+    }
+    file.lock().map_err(|e| Error::io(&path, "lock", e))?;
+    Ok(file)
+}
+
+/// Fetches the latest commit of the dataset at `url` into the local directory `local`, which
+/// becomes an ordinary local dataset.
+///
+/// The pull holds the directory's writer lock throughout: several processes pulling into one
+/// directory run one after the other, and the later ones find the files in place (a writer
+/// opened meanwhile gets [`Error::WriterBusy`]; a pull waits for a writer to close). Every file
+/// is downloaded under a temporary name of its own, synced, checked on disk against the size
+/// and CRC32C its manifest records, and renamed into place; `meta.json` comes last, so an
+/// interrupted pull leaves no dataset, and running it again downloads only the files that are
+/// missing or fail their check. A directory that already holds this commit is checked file by
+/// file the same way: [`TransferReport::already_done`] means every file checked; a damaged one
+/// is downloaded again.
+///
+/// # Errors
+/// [`Error::NotADataset`] if `url` holds no commit; [`Error::RemoteCorrupt`] for an object that
+/// does not match its manifest; [`Error::InvalidConfig`] if `local` holds another dataset;
+/// [`Error::Remote`] for a request that failed after its retries; [`Error::Io`] for local file
+/// work that failed (a file that does not read back as written among them).
+pub fn pull(
+    url: &str,
+    local: impl AsRef<Path>,
+    options: &TransferOptions,
+) -> Result<TransferReport> {
+    options.check()?;
+    let dir = local.as_ref().to_path_buf();
+    let store = Store::open(url, &options.store)?;
+    std::fs::create_dir_all(dir.join("chunk")).map_err(|e| Error::io(&dir, "mkdir", e))?;
+    let _lock = lock_dir(&dir)?;
+    remove_leftovers(&dir);
+    remove_leftovers(&dir.join("chunk"));
+    let s = Arc::clone(&store);
+    let (slot, bytes) =
+        block_on(async move { latest(&s).await })??.ok_or_else(|| Error::NotADataset {
+            path: PathBuf::from(url),
+            reason: format!("no commit under {}", store.object_url(COMMITS)),
+        })?;
+    let (manifest, meta) = Manifest::decode(&store.object_url(&slot_key(slot)), &bytes)?;
+    let meta_path = crate::store::layout::meta(&dir);
+    let mut committed = false;
+    if let Ok((_, local_meta)) = read_meta(&dir) {
+        committed = local_meta.generation == meta.generation
+            && std::fs::read(&meta_path).ok().as_deref() == Some(manifest.meta.as_bytes());
+        if !committed {
+            return Err(Error::InvalidConfig {
+                reason: format!(
+                    "{} already holds a dataset (generation {}); pull into a new directory",
+                    dir.display(),
+                    local_meta.generation
+                ),
+            });
+        }
+    }
+    let mut objects = Vec::with_capacity(manifest.objects.len());
+    for o in &manifest.objects {
+        objects.push((entry_path(&store, &dir, o)?, o.clone()));
+    }
+    let part = options.part_size;
+    let s = Arc::clone(&store);
+    let concurrency = options.concurrency;
+    let results: Vec<(bool, u64)> = block_on(async move {
+        futures::stream::iter(objects)
+            .map(|(path, o)| download(Arc::clone(&s), path, o, part))
+            .buffer_unordered(concurrency)
+            .try_collect::<Vec<_>>()
+            .await
+    })??;
+    let count = |done: bool| {
+        results
+            .iter()
+            .filter(|(t, _)| *t == done)
+            .fold((0u64, 0u64), |(n, b), (_, size)| {
+                (n.saturating_add(1), b.saturating_add(*size))
+            })
+    };
+    let transferred = count(true);
+    crate::io::fs::sync_dir(&dir.join("chunk"))?;
+    if !committed {
+        let tmp = temp_path(&meta_path);
+        let f = crate::io::fs::create_new(&tmp)?;
+        crate::io::fs::write_all_at(&f, &tmp, manifest.meta.as_bytes(), 0)?;
+        crate::io::fs::sync_data(&f, &tmp)?;
+        std::fs::rename(&tmp, &meta_path).map_err(|e| Error::io(&meta_path, "rename", e))?;
+    }
+    crate::io::fs::sync_dir(&dir)?;
+    Ok(TransferReport {
+        url: store.url().to_string(),
+        generation: meta.generation,
+        slot,
+        transferred,
+        skipped: count(false),
+        already_done: committed && transferred.0 == 0,
+    })
+}
+
+/// Puts object `o` at `path` unless the file there checks; returns (downloaded, size). The
+/// file work runs on a blocking thread, off the object-store runtime.
+async fn download(
+    store: Arc<Store>,
+    path: PathBuf,
+    o: ObjectEntry,
+    part: usize,
+) -> Result<(bool, u64)> {
+    let (p, e) = (path.clone(), o.clone());
+    if off_runtime(move || check_file(&p, &e, part)).await? == Check::Good {
+        return Ok((false, o.size));
+    }
+    let tmp = temp_path(&path);
+    let file = Arc::new(crate::io::fs::create_new(&tmp)?);
+    let written = async {
+        let mut crc = 0u32;
+        let mut offset = 0u64;
+        while offset < o.size {
+            let len = (o.size - offset).min(part as u64);
+            let end = offset.saturating_add(len);
+            let bytes = store.get_range(&o.object, offset..end).await?;
+            crc = crc32c_append(crc, &bytes);
+            let (f, t) = (Arc::clone(&file), tmp.clone());
+            off_runtime(move || crate::io::fs::write_all_at(&f, &t, &bytes, offset)).await?;
+            offset = end;
+        }
+        if crc != o.crc32c {
+            return Err(Error::RemoteCorrupt {
+                object: store.object_url(&o.object),
+                reason: format!(
+                    "its bytes have checksum {crc:#010x}, the manifest records {:#010x}",
+                    o.crc32c
+                ),
+            });
+        }
+        // Checked again as the disk has it, then renamed into place.
+        let (f, t, p, e) = (Arc::clone(&file), tmp.clone(), path.clone(), o.clone());
+        off_runtime(move || {
+            crate::io::fs::sync_data(&f, &t)?;
+            if let Check::Bad(why) = check_file(&t, &e, part)? {
+                return Err(Error::io(
+                    &t,
+                    "read back",
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("the downloaded file does not read back as written: {why}"),
+                    ),
+                ));
+            }
+            std::fs::rename(&t, &p).map_err(|e| Error::io(&p, "rename", e))
+        })
+        .await
+    }
+    .await;
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written?;
+    Ok((true, o.size))
+}
