@@ -291,7 +291,12 @@ pub(crate) fn lookahead(
         let res = resolve::resolve(snap, part, fields)?;
         // Slots change where bytes land, not which reads are made.
         let plan = plan::plan(&extents(&res, engine, &[])?);
-        for (range, _) in job_ranges(&plan.ops) {
+        for (range, files) in job_ranges(&plan.ops) {
+            // The job's descriptors count like a gather's while it is announced (the window
+            // bounds what it keeps on its own); none free now: the batch is not announced.
+            let Some(_permit) = chunks::try_job_permit(files) else {
+                continue;
+            };
             engine
                 .backend
                 .lookahead(session, &build_job(&res, &plan, range, Vec::new())?);
