@@ -292,10 +292,15 @@ pub(crate) fn lookahead(
         // Slots change where bytes land, not which reads are made.
         let plan = plan::plan(&extents(&res, engine, &[])?);
         for (range, files) in job_ranges(&plan.ops) {
-            // The job's descriptors count like a gather's while it is announced (the window
-            // bounds what it keeps on its own); none free now: the batch is not announced.
-            let Some(_permit) = chunks::try_job_permit(files) else {
-                continue;
+            // For the read window, the job's descriptors count like a gather's while it is
+            // announced (the window bounds what it keeps on its own); none free now: the batch
+            // is not announced. A custom backend's (an object store's) objects hold none.
+            let _permit = match !local_window {
+                true => None,
+                false => match chunks::try_job_permit(files) {
+                    Some(p) => Some(p),
+                    None => continue,
+                },
             };
             engine
                 .backend
