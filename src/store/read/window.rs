@@ -243,15 +243,14 @@ impl Window {
             .saturating_sub(self.shared.files.load(Ordering::Acquire));
         let direct = {
             let mut out = Vec::new();
-            let mut files: Vec<usize> = Vec::new();
+            let mut files: HashSet<usize> = HashSet::new();
             for (i, len) in direct {
                 let Some(op) = job.ops.get(i) else { continue };
-                if len > room || (!files.contains(&op.file) && files.len() == free_files) {
+                let new_file = !files.contains(&op.file);
+                if len > room || (new_file && files.len() == free_files) {
                     break;
                 }
-                if !files.contains(&op.file) {
-                    files.push(op.file);
-                }
+                files.insert(op.file);
                 room -= len;
                 out.push(i);
             }
