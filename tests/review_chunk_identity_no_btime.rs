@@ -45,7 +45,12 @@ fn a_reopened_chunk_whose_inode_was_reused_in_the_same_tick_is_never_read() {
     let out = Command::new("prlimit")
         .arg(format!("--nofile={LIMIT}:{LIMIT}"))
         .arg(&me)
-        .args(["--exact", "child_reopens", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "child_reopens",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD, tmp.path())
         .output()
         .unwrap();

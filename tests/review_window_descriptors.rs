@@ -80,15 +80,15 @@ fn child_announces_many_chunks() {
             let next: Vec<u64> = (0..128).map(|_| r.below(RECORDS)).collect();
             Source::lookahead(&ds, round, &next);
             let now: Vec<u64> = (0..64).map(|_| r.below(RECORDS)).collect();
-            let b = ds
-                .gather_blocking(&now)
-                .unwrap_or_else(|e| panic!("{backend:?} round {round}: {e} ({:?} fds open)", open_fds()));
+            let b = ds.gather_blocking(&now).unwrap_or_else(|e| {
+                panic!("{backend:?} round {round}: {e} ({:?} fds open)", open_fds())
+            });
             for (k, &i) in now.iter().enumerate() {
                 assert!(b.get(k, 1).unwrap() == &rec(i)[1][..]);
             }
-            let b = ds
-                .gather_blocking(&next)
-                .unwrap_or_else(|e| panic!("{backend:?} round {round}: {e} ({:?} fds open)", open_fds()));
+            let b = ds.gather_blocking(&next).unwrap_or_else(|e| {
+                panic!("{backend:?} round {round}: {e} ({:?} fds open)", open_fds())
+            });
             for (k, &i) in next.iter().enumerate() {
                 assert!(b.get(k, 1).unwrap() == &rec(i)[1][..]);
             }

@@ -398,7 +398,9 @@ fn subjob(job: &ReadJob, ops: &[usize], direct: bool) -> (ReadJob, usize) {
     let mut at = 0usize;
     for &i in ops {
         let Some(op) = job.ops.get(i) else { continue };
-        let Some(f) = job.files.get(op.file) else { continue };
+        let Some(f) = job.files.get(op.file) else {
+            continue;
+        };
         let file = *file_of.entry(op.file).or_insert_with(|| {
             sub.files.push(Arc::clone(f));
             sub.files.len() - 1
