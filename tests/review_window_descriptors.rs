@@ -69,7 +69,7 @@ fn child_announces_many_chunks() {
     let Some(dir) = std::env::var_os(CHILD) else {
         return;
     };
-    for backend in [Backend::Uring, Backend::Psync] {
+    for (b, backend) in [Backend::Uring, Backend::Psync].into_iter().enumerate() {
         let cfg = ReadConfig::default()
             .with_backend(backend)
             .with_direct_io(true);
@@ -78,7 +78,15 @@ fn child_announces_many_chunks() {
         for round in 0..4u64 {
             // A loader's next batches: 128 records over as many chunks.
             let next: Vec<u64> = (0..128).map(|_| r.below(RECORDS)).collect();
-            Source::lookahead(&ds, round, &next);
+            // Sessions are unique in a process (an ended one is ignored for ever).
+            let session = 100 * b as u64 + round;
+            Source::lookahead(&ds, session, &next);
+            let kept = zrecord::testing::read_window_files(&ds);
+            let most = zrecord::store::read::descriptor_budget() / 2;
+            assert!(
+                kept > 0 && kept <= most,
+                "{backend:?}: the window holds {kept} files (most {most})"
+            );
             let now: Vec<u64> = (0..64).map(|_| r.below(RECORDS)).collect();
             let b = ds.gather_blocking(&now).unwrap_or_else(|e| {
                 panic!("{backend:?} round {round}: {e} ({:?} fds open)", open_fds())
@@ -92,7 +100,13 @@ fn child_announces_many_chunks() {
             for (k, &i) in next.iter().enumerate() {
                 assert!(b.get(k, 1).unwrap() == &rec(i)[1][..]);
             }
-            Source::end_lookahead(&ds, round);
+            Source::end_lookahead(&ds, session);
+            // Everything announced was gathered or dropped: the window holds no file.
+            assert_eq!(
+                zrecord::testing::read_window_files(&ds),
+                0,
+                "{backend:?} round {round}"
+            );
         }
         eprintln!("{backend:?}: {:?} fds open", open_fds());
     }

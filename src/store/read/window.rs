@@ -182,6 +182,12 @@ impl Window {
         st.held
     }
 
+    /// Files kept reads hold open.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) fn files(&self) -> usize {
+        self.shared.files.load(Ordering::Acquire)
+    }
+
     /// Reads queued so far, since the window started.
     #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub(crate) fn announced(&self) -> u64 {
