@@ -103,6 +103,13 @@ pub mod testing {
         ds.engine().pools.window.settle()
     }
 
+    /// Files the read window of `ds`'s engine holds open for kept `O_DIRECT` reads, once no
+    /// read of the window is running.
+    pub fn read_window_files(ds: &crate::Dataset) -> usize {
+        ds.engine().pools.window.settle();
+        ds.engine().pools.window.files()
+    }
+
     /// Reads the read window of `ds`'s engine has queued so far (readahead ranges and
     /// `O_DIRECT` reads), whatever became of them.
     pub fn read_window_announced(ds: &crate::Dataset) -> u64 {

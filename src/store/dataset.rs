@@ -155,17 +155,22 @@ impl Dataset {
             }
             return Ok(changed);
         }
-        // Every commit renames a new `meta.json` into place: the same file is the same commit.
-        // A dataset removed and created again at this path is another file, even at the same
-        // generation.
+        // Every commit renames a new `meta.json` into place, so a dataset removed and created
+        // again at this path is another file, even at the same generation. The identity alone
+        // does not name a commit, though: a freed inode number is handed straight back (two
+        // commits later `meta.json` has its old inode again) and birth times are coarse or
+        // absent. The same file holding the same meta is the same commit.
         let current = self.snapshot();
         if current.meta_id.is_some()
             && crate::store::snapshot::meta_id(&self.dir) == current.meta_id
+            && crate::store::snapshot::read_meta(&self.dir)?.1 == current.meta
         {
             return Ok(false);
         }
         let snap = Arc::new(Snapshot::load(&self.dir)?);
-        let changed = snap.generation() != old || snap.meta_id != current.meta_id;
+        let changed = snap.generation() != old
+            || snap.meta_id != current.meta_id
+            || snap.meta != current.meta;
         match self.current.write() {
             Ok(mut g) => *g = snap,
             Err(poisoned) => *poisoned.into_inner() = snap,

@@ -146,6 +146,18 @@ pub(crate) fn max_job_files() -> usize {
     JOB_FILES.max
 }
 
+/// Permits for `n` (at most [`max_job_files`]) descriptors held by a job, if they are free
+/// now: for reads that may be skipped (a loader's announced batches), never waited for.
+pub(crate) fn try_job_permit(n: usize) -> Option<JobPermit> {
+    let n = n.clamp(1, JOB_FILES.max);
+    let mut free = lock(&JOB_FILES.free);
+    if *free < n {
+        return None;
+    }
+    *free -= n;
+    Some(JobPermit { n })
+}
+
 /// Waits until `n` (at most [`max_job_files`]) descriptors may be held by a job.
 pub(crate) fn job_permit(n: usize) -> JobPermit {
     let n = n.clamp(1, JOB_FILES.max);

@@ -294,7 +294,17 @@ pub(crate) fn lookahead(
         let res = resolve::resolve(snap, part, fields)?;
         // Slots change where bytes land, not which reads are made.
         let plan = plan::plan(&extents(&res, engine, &[])?);
-        for (range, _) in job_ranges(&plan.ops) {
+        for (range, files) in job_ranges(&plan.ops) {
+            // For the read window, the job's descriptors count like a gather's while it is
+            // announced (the window bounds what it keeps on its own); none free now: the batch
+            // is not announced. A custom backend's (an object store's) objects hold none.
+            let _permit = match !local_window {
+                true => None,
+                false => match chunks::try_job_permit(files) {
+                    Some(p) => Some(p),
+                    None => continue,
+                },
+            };
             engine
                 .backend
                 .lookahead(session, &build_job(&res, &plan, range, Vec::new())?);

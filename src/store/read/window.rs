@@ -85,6 +85,9 @@ struct Shared {
     idle: Condvar,
     /// `state.kept.len()`, readable without the lock (the gathers' fast path).
     kept: AtomicUsize,
+    /// Files the kept reads hold open (counted per started job), beyond the descriptor budget:
+    /// at most [`super::chunks::max_job_files`].
+    files: Arc<AtomicUsize>,
 }
 
 #[derive(Debug, Default)]
@@ -127,6 +130,16 @@ struct Ahead {
     keys: Vec<Key>,
     slot: Mutex<Slot>,
     done: Condvar,
+    /// The files its job holds open, counted in this counter until it is dropped (kept reads).
+    files: Option<(usize, Arc<AtomicUsize>)>,
+}
+
+impl Drop for Ahead {
+    fn drop(&mut self) {
+        if let Some((n, held)) = &self.files {
+            held.fetch_sub(*n, Ordering::AcqRel);
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -167,6 +180,12 @@ impl Window {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
         st.held
+    }
+
+    /// Files kept reads hold open.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) fn files(&self) -> usize {
+        self.shared.files.load(Ordering::Acquire)
     }
 
     /// Reads queued so far, since the window started.
@@ -224,7 +243,25 @@ impl Window {
             out
         };
         let buffered = fits(buffered);
-        let direct = fits(direct);
+        // Kept reads hold their files open until a gather takes them: as many files as a job
+        // may hold beyond the descriptor budget, at most.
+        let free_files = super::chunks::max_job_files()
+            .saturating_sub(self.shared.files.load(Ordering::Acquire));
+        let direct = {
+            let mut out = Vec::new();
+            let mut files: HashSet<usize> = HashSet::new();
+            for (i, len) in direct {
+                let Some(op) = job.ops.get(i) else { continue };
+                let new_file = !files.contains(&op.file);
+                if len > room || (new_file && files.len() == free_files) {
+                    break;
+                }
+                files.insert(op.file);
+                room -= len;
+                out.push(i);
+            }
+            out
+        };
         st.announced += (buffered.len() + direct.len()) as u64;
         let mut queued = false;
         if !buffered.is_empty() {
@@ -238,6 +275,7 @@ impl Window {
                 keys: Vec::new(),
                 slot: Mutex::new(Slot::Queued(sub)),
                 done: Condvar::new(),
+                files: None,
             }));
             queued = true;
         }
@@ -249,6 +287,8 @@ impl Window {
                 .iter()
                 .filter_map(|op| Some((key_of(&sub, op)?, sub.op_len(op), op.need)))
                 .collect();
+            let files = sub.files.len();
+            self.shared.files.fetch_add(files, Ordering::AcqRel);
             let ahead = Arc::new(Ahead {
                 session,
                 io: Arc::clone(io),
@@ -257,6 +297,7 @@ impl Window {
                 keys: keys.iter().map(|(k, _, _)| *k).collect(),
                 slot: Mutex::new(Slot::Queued(sub)),
                 done: Condvar::new(),
+                files: Some((files, Arc::clone(&self.shared.files))),
             });
             for (op, (key, bytes, need)) in keys.into_iter().enumerate() {
                 st.held += bytes;
@@ -354,24 +395,29 @@ impl Window {
     }
 }
 
-/// The ops `ops` of `job` as a job of their own, each landing whole in one buffer (aligned for
-/// `O_DIRECT` if `direct`), with its bytes. Readahead of the page cache reuses the helper's
-/// scratch buffer, allocated when it runs.
+/// The ops `ops` of `job` as a job of their own (holding only the files they read), each
+/// landing whole in one buffer (aligned for `O_DIRECT` if `direct`), with its bytes. Readahead
+/// of the page cache reuses the helper's scratch buffer, allocated when it runs.
 fn subjob(job: &ReadJob, ops: &[usize], direct: bool) -> (ReadJob, usize) {
-    let mut sub = ReadJob {
-        files: job.files.clone(),
-        ..ReadJob::default()
-    };
+    let mut sub = ReadJob::default();
+    let mut file_of: HashMap<usize, usize> = HashMap::new();
     let mut at = 0usize;
     for &i in ops {
         let Some(op) = job.ops.get(i) else { continue };
+        let Some(f) = job.files.get(op.file) else {
+            continue;
+        };
+        let file = *file_of.entry(op.file).or_insert_with(|| {
+            sub.files.push(Arc::clone(f));
+            sub.files.len() - 1
+        });
         let len = job.op_len(op);
         if direct {
             at = at.next_multiple_of(ALIGN);
         }
         sub.pieces.push(Piece { buf: 0, at, len });
         sub.ops.push(ReadOp {
-            file: op.file,
+            file,
             offset: op.offset,
             need: op.need,
             pieces: sub.pieces.len() - 1..sub.pieces.len(),
