@@ -160,9 +160,7 @@ pub struct Snapshot {
 
 /// The identity of `dir/meta.json` now, if it can be read.
 pub(crate) fn meta_id(dir: &Path) -> Option<FileId> {
-    std::fs::metadata(layout::meta(dir))
-        .ok()
-        .map(|m| FileId::of(&m))
+    FileId::at(&layout::meta(dir)).ok()
 }
 
 fn check_len(file: &dyn VfsFile, want: u64) -> Result<()> {

@@ -3,7 +3,7 @@
 //! `vm.max_map_count`, so the number of chunks a process can read is bounded by the format
 //! (65,535 per dataset), not by its descriptors.
 //!
-//! A handle records the identity (device, inode, birth time) of the file its commit named when
+//! A handle records the identity (device, inode, generation, birth time) of the file its commit named when
 //! the snapshot was loaded. Every later open checks it: a chunk that a rebalance removed, or
 //! whose id a later chunk reuses, is an error ([`Error::ChunkGone`]), never another file's bytes.
 
@@ -326,8 +326,8 @@ impl ChunkHandle {
         let gone = match has_fd {
             true => self.unlinked(),
             // No descriptor (the budget closed it): the path, checked against the identity.
-            false => match std::fs::metadata(&self.path) {
-                Ok(m) => FileId::of(&m) != self.identity,
+            false => match FileId::at(&self.path) {
+                Ok(id) => id != self.identity,
                 Err(e) => e.kind() == std::io::ErrorKind::NotFound,
             },
         };
@@ -414,10 +414,8 @@ impl ChunkHandle {
                 }
                 _ => Error::io(path, "open", e),
             })?;
-        let meta = file
-            .metadata()
-            .map_err(|e| Error::io(&self.path, "stat", e))?;
-        if FileId::of(&meta) != self.identity {
+        let id = FileId::of(&file).map_err(|e| Error::io(&self.path, "stat", e))?;
+        if id != self.identity {
             return Err(self.gone(
                 "a later commit replaced the file (its id was reused after a rebalance)".into(),
             ));
@@ -679,6 +677,7 @@ impl ChunkSet {
         let none = FileId {
             dev: 0,
             ino: 0,
+            generation: None,
             born: None,
         };
         ChunkHandle::new(c, path, none, None, Some(Arc::new(object)), None)
@@ -713,23 +712,23 @@ impl ChunkSet {
         fallback: Option<Arc<ReadFile>>,
     ) -> Result<Arc<ChunkHandle>> {
         let room = FDS.held.load(Ordering::Acquire) < FDS.cap;
-        let (open, m) = if room {
-            let f = fs::open_read(&path)?;
-            let m = f.metadata().map_err(|e| Error::io(&path, "stat", e))?;
+        // Without room in the budget, the file is open only while its identity is read.
+        let f = fs::open_read(&path)?;
+        let len = fs::file_len(&f, &path)?;
+        let identity = FileId::of(&f).map_err(|e| Error::io(&path, "stat", e))?;
+        let open = if room {
             fs::advise_random(&f);
-            (Some(f), m)
+            Some(f)
         } else {
-            let m = std::fs::metadata(&path).map_err(|e| Error::io(&path, "stat", e))?;
-            (None, m)
+            None
         };
-        if m.len() < c.size {
+        if len < c.size {
             return Err(Error::Truncated {
                 path,
                 expected: c.size,
-                actual: m.len(),
+                actual: len,
             });
         }
-        let identity = FileId::of(&m);
         let file = open.map(|f| Arc::new(ReadFile::local_file(f, path.clone(), false, identity)));
         let held = file.is_some();
         let h = ChunkHandle::new(c, path, identity, file, None, fallback);

@@ -13,7 +13,8 @@
 //!   the gather's read of that range takes them (waiting for a read still in flight, taking
 //!   over one no helper has started) and never reads those bytes again.
 //!
-//! A kept range is named by the file's identity (device, inode, birth time: [`FileId`]), never
+//! A kept range is named by the file's identity (device, inode, generation, birth time:
+//! [`FileId`]), never
 //! by its path: a dataset dropped and re-created at the same path, or a chunk id a rebalance
 //! freed and a later append reused, is another file, and the window is shared by every dataset
 //! of the same budgets. The kept read holds its file open, so while the range is kept no other
