@@ -1,0 +1,88 @@
+//! `zrecord bench`: throughput measurements (make a synthetic dataset, gather, loader).
+
+mod gather;
+mod loader;
+mod make;
+
+use crate::Res;
+use clap::Subcommand;
+use gather::{gather, GatherArgs};
+use loader::{loader, LoaderArgs};
+use make::{make, MakeArgs};
+use std::path::{Path, PathBuf};
+
+#[derive(Subcommand)]
+pub enum BenchCmd {
+    /// Generate a synthetic dataset of `--records` records of `--record-bytes` bytes.
+    Make(MakeArgs),
+    /// Random batches over an existing dataset.
+    Gather(GatherArgs),
+    /// The full loader (shuffled sampler → shard 1/1 → optional bucket → batch → prefetch) over
+    /// an existing dataset, compared with raw gathers on as many threads as it has workers.
+    Loader(LoaderArgs),
+}
+
+/// Runs one bench subcommand.
+pub fn run(cmd: &BenchCmd) -> Res {
+    match cmd {
+        BenchCmd::Make(a) => make(a),
+        BenchCmd::Gather(a) => gather(a),
+        BenchCmd::Loader(a) => loader(a),
+    }
+}
+
+/// xorshift64. `benches/baselines/numpy_memmap.py` draws `bench gather`'s indices with the same
+/// generator and seeding (`gather_on`, `bench_thread`): change them together.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+}
+
+fn evict(dir: &Path) -> Res {
+    for entry in walk(dir)? {
+        zrecord::evict_page_cache(&entry)?;
+    }
+    Ok(())
+}
+
+fn walk(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let p = e?.path();
+        if p.is_dir() {
+            out.extend(walk(&p)?);
+        } else {
+            out.push(p);
+        }
+    }
+    Ok(out)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(i).copied().unwrap_or(0.0)
+}
+
+/// CPU seconds this process has used, all threads (user + system), from `/proc/self/stat`;
+/// 0 where that cannot be read. Clock-tick resolution (10 ms): for runs of a second or more.
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command name (which is in parentheses and may hold spaces): utime and
+    // stime are the 12th and 13th.
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
