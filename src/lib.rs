@@ -52,6 +52,7 @@ pub mod checksum;
 pub mod convert;
 pub mod error;
 pub mod format;
+mod hash;
 pub mod pipeline;
 #[cfg(feature = "remote")]
 pub mod remote;

@@ -25,9 +25,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::sampler::{fold, hash, mix, reduce, HASH_START};
 use super::source::Source;
 use super::stage::{Sample, Stage};
+use crate::hash::{fold, hash, mix, reduce, HASH_START};
 use crate::{Error, Result};
 
 /// The sort key of a record index (usually its length), with a name that goes into the

@@ -9,8 +9,8 @@
 
 use std::sync::Arc;
 
-use super::sampler::hash;
 use super::source::Source;
+use crate::hash::hash;
 use crate::{Error, Result};
 
 /// A batch type that can be put together from the batches of several parts.

@@ -138,7 +138,7 @@ pub(crate) fn fingerprint(description: &str) -> u64 {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    super::sampler::mix(h)
+    crate::hash::mix(h)
 }
 
 /// Every option of a [`Loader`] but the bucket key and the transform (which are functions).

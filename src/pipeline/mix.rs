@@ -69,8 +69,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::sampler::{hash, Sampler, SamplerConfig, SamplerMode};
+use super::sampler::{Sampler, SamplerConfig, SamplerMode};
 use super::stage::{Sample, Stage};
+use crate::hash::hash;
 use crate::{Error, Result};
 
 /// The sum the weights are quantised to (about; each weight is at least 1).

@@ -20,6 +20,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::stage::{Sample, Stage};
+use crate::hash::{fold, hash, mix, reduce, HASH_START};
 use crate::{Error, Result};
 
 /// How the sampler orders indices.
@@ -289,30 +290,6 @@ impl Stage for Sampler {
             self.len, c.mode, c.seed, c.epochs
         ));
     }
-}
-
-/// The splitmix64 finaliser: a bijective 64-bit mixer.
-pub(crate) fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// A keyed hash of several words (order-sensitive).
-pub(crate) const HASH_START: u64 = 0x9e37_79b9_7f4a_7c15;
-
-/// One step of [`hash`]: folds `w` into `acc`.
-pub(crate) fn fold(acc: u64, w: u64) -> u64 {
-    mix(acc.wrapping_add(0x9e37_79b9_7f4a_7c15) ^ mix(w))
-}
-
-pub(crate) fn hash(words: &[u64]) -> u64 {
-    words.iter().fold(HASH_START, |acc, &w| fold(acc, w))
-}
-
-/// Maps a uniform 64-bit value to `[0, n)` (Lemire's multiply-shift; `n > 0`).
-pub(crate) fn reduce(h: u64, n: u64) -> u64 {
-    ((u128::from(h) * u128::from(n)) >> 64) as u64
 }
 
 /// Number of Feistel rounds. Four rounds of a good round function make a pseudo-random

@@ -102,7 +102,7 @@ impl Cache {
     ) -> Result<Cache> {
         let dir = root
             .join("objects")
-            .join(format!("{:016x}", super::open::fnv(url)));
+            .join(format!("{:016x}", crate::hash::fnv(url)));
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, "mkdir", e))?;
         Ok(Cache {
             dir,
@@ -226,7 +226,7 @@ impl Cache {
         let tmp = self.dir.join(format!(
             ".tmp-{}-{:x}-{}",
             std::process::id(),
-            super::open::fnv(&format!("{key}{:?}", SystemTime::now())),
+            crate::hash::fnv(&format!("{key}{:?}", SystemTime::now())),
             path.file_name()
                 .and_then(|n| n.to_str())
                 .unwrap_or("object")

@@ -36,13 +36,6 @@ pub(crate) struct Remote {
     pub(crate) slot: std::sync::atomic::AtomicU64,
 }
 
-/// 64-bit FNV-1a of `s`: names a URL's mirror directory.
-pub(crate) fn fnv(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
 impl Remote {
     /// Connects to the dataset at `url`.
     pub(crate) fn connect(url: &str, config: &RemoteConfig) -> Result<Remote> {
@@ -220,7 +213,7 @@ pub(crate) fn mirror_root(config: &RemoteConfig, url: &str) -> PathBuf {
     config
         .cache_root()
         .join("mirrors")
-        .join(format!("{:016x}", fnv(url)))
+        .join(format!("{:016x}", crate::hash::fnv(url)))
 }
 
 /// The mirror file name of object `key`.

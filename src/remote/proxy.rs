@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::pipeline::sampler::hash;
+use crate::hash::hash;
 
 /// A socket read or write that makes no progress for this long fails (and its thread ends).
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
