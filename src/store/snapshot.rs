@@ -244,17 +244,6 @@ impl Snapshot {
         })
     }
 
-    /// The read engine for `config` on this snapshot: a snapshot of a dataset on an object
-    /// store reads with its remote backend unless `config` names a custom one.
-    pub(crate) fn engine(&self, config: &crate::ReadConfig) -> Result<crate::store::read::Engine> {
-        match (&self.native, config.custom_backend()) {
-            (Some(native), None) => crate::store::read::Engine::new(
-                &config.clone().with_custom_backend(Arc::clone(native)),
-            ),
-            _ => crate::store::read::Engine::new(config),
-        }
-    }
-
     fn open_files(dir: &Path, meta: Meta, meta_id: Option<FileId>) -> Result<Snapshot> {
         let tables = meta
             .fields

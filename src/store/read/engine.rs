@@ -222,6 +222,20 @@ pub(crate) struct Engine {
     announced: std::sync::atomic::AtomicU64,
 }
 
+impl crate::store::snapshot::Snapshot {
+    /// The read engine for `config` on this snapshot: a snapshot of a dataset on an object
+    /// store reads with its remote backend unless `config` names a custom one. (Here, not in
+    /// `snapshot.rs`: the read engine depends on the snapshot, never the other way round.)
+    pub(crate) fn engine(&self, config: &ReadConfig) -> Result<Engine> {
+        match (&self.native, config.custom_backend()) {
+            (Some(native), None) => {
+                Engine::new(&config.clone().with_custom_backend(Arc::clone(native)))
+            }
+            _ => Engine::new(config),
+        }
+    }
+}
+
 impl Engine {
     /// Whether the read window should probe this announced batch for residency: every batch
     /// while batches turn out cold, then (after a run of warm ones) one in 2, 4, … up to 64,
