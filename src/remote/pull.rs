@@ -51,35 +51,18 @@ fn check_file(path: &Path, o: &ObjectEntry, piece: usize) -> Result<Check> {
             o.size
         )));
     }
-    let mut crc = 0u32;
-    let mut hash = o.blake3.as_ref().map(|_| blake3::Hasher::new());
-    let mut buf = vec![0u8; piece.max(1)];
-    let mut offset = 0u64;
-    while offset < size {
-        let len = usize::try_from(size - offset)
-            .unwrap_or(usize::MAX)
-            .min(buf.len());
-        let slice = buf.get_mut(..len).unwrap_or_default();
-        crate::io::fs::read_exact_at(&file, path, slice, offset)?;
-        crc = crc32c_append(crc, slice);
-        if let Some(h) = &mut hash {
-            h.update(slice);
-        }
-        offset = offset.saturating_add(len as u64);
-    }
+    let (crc, hash) = super::push::digest_of(&file, path, size, piece.max(1))?;
     if crc != o.crc32c {
         return Ok(Check::Bad(format!(
             "checksum {crc:#010x}, the manifest records {:#010x}",
             o.crc32c
         )));
     }
-    if let (Some(h), Some(want)) = (hash, &o.blake3) {
-        let got = h.finalize().to_hex();
-        if got.as_str() != want {
-            return Ok(Check::Bad(format!(
-                "BLAKE3 {got}, the manifest records {want}"
-            )));
-        }
+    // A version 1 manifest records no hash: its size and CRC32C are all there is to check.
+    if let Some(want) = o.blake3.as_ref().filter(|want| **want != hash) {
+        return Ok(Check::Bad(format!(
+            "BLAKE3 {hash}, the manifest records {want}"
+        )));
     }
     Ok(Check::Good)
 }
@@ -218,14 +201,7 @@ pub fn pull(
             .try_collect::<Vec<_>>()
             .await
     })??;
-    let count = |done: bool| {
-        results
-            .iter()
-            .filter(|(t, _)| *t == done)
-            .fold((0u64, 0u64), |(n, b), (_, size)| {
-                (n.saturating_add(1), b.saturating_add(*size))
-            })
-    };
+    let count = |done: bool| super::push::tally(&results, done);
     let transferred = count(true);
     crate::io::fs::sync_dir(&dir.join("chunk"))?;
     if !committed {

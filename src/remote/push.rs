@@ -113,6 +113,16 @@ pub struct TransferReport {
     pub already_done: bool,
 }
 
+/// Files and bytes of the `(flag, size)` results whose flag is `flag` (transferred, or not).
+pub(super) fn tally(results: &[(bool, u64)], flag: bool) -> (u64, u64) {
+    results
+        .iter()
+        .filter(|(f, _)| *f == flag)
+        .fold((0u64, 0u64), |(n, b), (_, size)| {
+            (n.saturating_add(1), b.saturating_add(*size))
+        })
+}
+
 /// Reads `len` bytes at `offset` of `file`.
 fn read_at(file: &File, path: &Path, offset: u64, len: usize) -> Result<Bytes> {
     let mut buf = vec![0u8; len];
@@ -122,7 +132,12 @@ fn read_at(file: &File, path: &Path, offset: u64, len: usize) -> Result<Bytes> {
 
 /// CRC32C and BLAKE3 hash (64 lowercase hex digits) of `size` bytes of `file`, read in pieces
 /// of at most `piece`.
-fn digest_of(file: &File, path: &Path, size: u64, piece: usize) -> Result<(u32, String)> {
+pub(super) fn digest_of(
+    file: &File,
+    path: &Path,
+    size: u64,
+    piece: usize,
+) -> Result<(u32, String)> {
     let mut crc = 0u32;
     let mut hasher = blake3::Hasher::new();
     let mut buf = vec![0u8; usize::try_from(size).unwrap_or(usize::MAX).min(piece)];
@@ -294,14 +309,7 @@ pub fn push(
             .buffer_unordered(concurrency)
             .try_collect()
             .await?;
-        let count = |uploaded: bool| {
-            results
-                .iter()
-                .filter(|(u, _)| *u == uploaded)
-                .fold((0u64, 0u64), |(n, b), (_, size)| {
-                    (n.saturating_add(1), b.saturating_add(*size))
-                })
-        };
+        let count = |uploaded: bool| tally(&results, uploaded);
         let (slot, already_done) = commit(&s, &manifest, encoded).await?;
         Ok(TransferReport {
             url: s.url().to_string(),
