@@ -209,6 +209,7 @@ fn a_permanent_503_is_a_typed_error_in_bounded_time() {
     let proxy = FaultProxy::start(&server.endpoint, FaultConfig::default()).unwrap();
     let remote = open(&url, through(&proxy, 2), &tmp.path().join("cache")).unwrap();
 
+    let before = proxy.counts();
     proxy.set_config(FaultConfig::default().unavailable(1.0));
     let start = Instant::now();
     let e = records(&remote, &[0, 1500, 2999]).unwrap_err();
@@ -218,10 +219,13 @@ fn a_permanent_503_is_a_typed_error_in_bounded_time() {
     assert!(e.to_string().contains("503"), "{e}");
     // A hang guard, not a timing claim: 2 retries from 2 ms, re-tried a few times by zrecord.
     assert!(elapsed < Duration::from_secs(30), "{elapsed:?}");
+    // Nothing reached the store while the fault was on. (A request the client gave up on
+    // mid-send, once a sibling's error ended the gather, counts as a request but neither
+    // answered nor forwarded: `requests` may exceed the two.)
     let c = proxy.counts();
     assert!(
-        c.unavailable >= 3 && c.forwarded == c.requests - c.unavailable,
-        "{c:?}"
+        c.unavailable >= before.unavailable + 3 && c.forwarded == before.forwarded,
+        "{before:?} -> {c:?}"
     );
 
     // Opening under the same fault: the same typed error, about the commit list or manifest.
