@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The test suite, on any machine with the Rust toolchain: installs the two S3 servers the
-# object-store tests start (s3s-fs and Garage, from crates.io, once: about 3 and 14 minutes to
-# build on 2 cores) when they are missing, then runs `cargo test` with any arguments given.
+# The test suite, on any machine with the Rust toolchain and Python 3.11+: installs the two S3
+# servers the object-store tests start (s3s-fs and Garage, from crates.io, once: about 3 and 14
+# minutes to build on 2 cores) when they are missing, then runs `cargo test` with any arguments
+# given and, without arguments, the Python package's tests (python/tests/run.sh: the wheel
+# built by `pip install ./python` into a fresh venv, then pytest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 S3S_FS_VERSION=0.14.1
@@ -16,4 +18,7 @@ if ! have garage; then
   echo "tests/run.sh: installing garage $GARAGE_VERSION (once)" >&2
   cargo install --locked "garage@$GARAGE_VERSION"
 fi
-exec cargo test "$@"
+cargo test "$@"
+if [ $# -eq 0 ]; then
+  bash python/tests/run.sh
+fi

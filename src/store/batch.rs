@@ -222,6 +222,49 @@ impl Batch {
         })
     }
 
+    /// The fixed item shape of `field` (a position in [`Batch::fields`]), if its dataset
+    /// declares one.
+    pub fn shape(&self, field: usize) -> Option<&[u64]> {
+        self.shapes.get(field)?.as_deref()
+    }
+
+    /// Every record's value of `field`, end to end in record order, as one zero-copy [`Bytes`],
+    /// when they lie back to back in one buffer (one slab): a single-field batch of raw records
+    /// whose lengths are multiples of 64 bytes does, for instance. `None` when they do not (values
+    /// in chunk mappings or in several slabs, slots padded apart) or `field` is out of range:
+    /// read them with [`Batch::get`] then. A batch whose values of `field` are all empty gives
+    /// an empty `Bytes`.
+    pub fn column(&self, field: usize) -> Option<Bytes> {
+        let mut run: Option<(u32, usize, usize)> = None;
+        for record in 0..self.len() {
+            let s = self.values.spans.get(self.position(record, field)?)?;
+            if s.len == 0 {
+                continue;
+            }
+            run = match run {
+                None => Some((s.owner, s.start, s.start + s.len)),
+                Some((owner, start, end)) if owner == s.owner && end == s.start => {
+                    Some((owner, start, end + s.len))
+                }
+                Some(_) => return None,
+            };
+        }
+        match run {
+            None => (field < self.fields.len()).then(Bytes::new),
+            Some((owner, start, end)) => {
+                let o = self.values.owners.get(owner as usize)?;
+                (end <= o.len()).then(|| o.slice(start..end))
+            }
+        }
+    }
+
+    /// The length in bytes of `field`'s value of the `record`-th record (0 for an absent one),
+    /// or `None` if either is out of range.
+    #[inline]
+    pub fn value_len(&self, record: usize, field: usize) -> Option<usize> {
+        Some(self.values.spans.get(self.position(record, field)?)?.len)
+    }
+
     /// Consumes the batch into one [`Bytes`] per field per record (zero-copy).
     pub fn into_records(self) -> Vec<Vec<Bytes>> {
         let nf = self.fields.len();

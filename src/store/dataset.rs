@@ -202,6 +202,12 @@ impl Dataset {
         Writer::open(&self.dir, WriterConfig::default())
     }
 
+    /// The schema of the commit this handle shows: its fields (name, dtype, fixed shape,
+    /// codec) and chunk size.
+    pub fn schema(&self) -> Schema {
+        self.snapshot().schema()
+    }
+
     /// The dataset directory.
     pub fn path(&self) -> &Path {
         &self.dir

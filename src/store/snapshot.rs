@@ -271,6 +271,19 @@ impl Snapshot {
         &self.meta
     }
 
+    /// The schema of this commit: its fields (name, dtype, fixed shape, codec) and chunk size.
+    pub fn schema(&self) -> crate::store::schema::Schema {
+        let mut schema =
+            crate::store::schema::Schema::new().chunk_size_bytes(self.meta.chunk_size_bytes);
+        for f in &self.meta.fields {
+            let mut field =
+                crate::store::schema::Field::new(f.name.clone(), f.dtype).codec(f.codec);
+            field.shape.clone_from(&f.shape);
+            schema = schema.field(field);
+        }
+        schema
+    }
+
     /// Number of records.
     pub fn len(&self) -> u64 {
         self.meta.len

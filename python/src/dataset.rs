@@ -1,0 +1,370 @@
+//! `zrecord.Dataset`: a read handle on a dataset directory or an `s3://` URL.
+
+use crate::batch::{record_dict, PyBatch};
+use crate::errors::{config_error, to_py, value_error};
+use crate::guard::guarded;
+use numpy::PyArrayMethods;
+use pyo3::exceptions::PyIndexError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+use std::sync::Arc;
+use zrecord::remote::{RemoteConfig, StoreOptions};
+use zrecord::{Backend, Dataset, ReadConfig};
+
+/// How a dataset was opened: enough to open it again (pickling, a forked worker, a loader's
+/// reopen). Everything here is plain data.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct OpenOptions {
+    pub(crate) backend: Option<String>,
+    pub(crate) verify: bool,
+    pub(crate) direct: bool,
+    pub(crate) cache_bytes: Option<u64>,
+    pub(crate) cache_dir: Option<String>,
+    pub(crate) lookahead_bytes: Option<u64>,
+    pub(crate) storage_options: Vec<(String, String)>,
+}
+
+impl OpenOptions {
+    pub(crate) fn read_config(&self) -> PyResult<ReadConfig> {
+        let mut c = ReadConfig::default()
+            .with_verify_checksums(self.verify)
+            .with_direct_io(self.direct);
+        if let Some(b) = &self.backend {
+            let backend: Backend = b.parse().map_err(to_py)?;
+            c = c.with_backend(backend);
+        }
+        let mut remote = RemoteConfig::default();
+        let mut store = StoreOptions::default();
+        for (k, v) in &self.storage_options {
+            store = store.with(k.clone(), v.clone());
+        }
+        remote = remote.store(store);
+        if let Some(b) = self.cache_bytes {
+            remote = remote.cache_bytes(b);
+        }
+        if let Some(d) = &self.cache_dir {
+            remote = remote.cache_dir(d.clone());
+        }
+        if let Some(b) = self.lookahead_bytes {
+            remote = remote.lookahead_bytes(b);
+        }
+        Ok(c.with_remote(remote))
+    }
+
+    fn to_kwargs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("backend", self.backend.clone())?;
+        d.set_item("verify", self.verify)?;
+        d.set_item("direct", self.direct)?;
+        d.set_item("cache_bytes", self.cache_bytes)?;
+        d.set_item("cache_dir", self.cache_dir.clone())?;
+        d.set_item("lookahead_bytes", self.lookahead_bytes)?;
+        let so = PyDict::new(py);
+        for (k, v) in &self.storage_options {
+            so.set_item(k, v)?;
+        }
+        d.set_item("storage_options", so)?;
+        Ok(d)
+    }
+}
+
+/// Indices from any int sequence or integer array, checked non-negative.
+pub(crate) fn indices_of(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
+    // NumPy integer arrays: one conversion to int64 and one copy, no object per index.
+    if let Ok(arr) = obj.cast::<numpy::PyUntypedArray>() {
+        let np = obj.py().import("numpy")?;
+        let kind: String = arr.getattr("dtype")?.getattr("kind")?.extract()?;
+        if kind != "i" && kind != "u" {
+            return Err(value_error(format!(
+                "indices must be integers, not an array of dtype {}",
+                arr.getattr("dtype")?.str()?
+            )));
+        }
+        let flat = np.call_method1("ascontiguousarray", (arr.call_method0("ravel")?, "int64"))?;
+        let typed = flat.cast_into::<numpy::PyArray1<i64>>()?;
+        let ro = typed.readonly();
+        let slice = ro.as_slice()?;
+        return slice
+            .iter()
+            .map(|&i| {
+                u64::try_from(i)
+                    .map_err(|_| PyIndexError::new_err(format!("index {i} is negative")))
+            })
+            .collect();
+    }
+    let v: Vec<i64> = obj
+        .extract()
+        .map_err(|_| value_error("indices must be a sequence of ints or an integer NumPy array"))?;
+    v.into_iter()
+        .map(|i| {
+            u64::try_from(i).map_err(|_| PyIndexError::new_err(format!("index {i} is negative")))
+        })
+        .collect()
+}
+
+/// A zrecord dataset, opened for reading at its latest commit (see `refresh`).
+#[pyclass(frozen, module = "zrecord._zrecord", name = "Dataset")]
+pub struct PyDataset {
+    pub(crate) inner: Arc<Dataset>,
+    pub(crate) location: String,
+    pub(crate) options: OpenOptions,
+}
+
+impl PyDataset {
+    pub(crate) fn open_with(
+        py: Python<'_>,
+        location: String,
+        options: OpenOptions,
+    ) -> PyResult<Self> {
+        let config = options.read_config()?;
+        let loc = location.clone();
+        let ds = py.detach(|| guarded(|| Dataset::open_with(&loc, config).map_err(to_py)))?;
+        Ok(PyDataset {
+            inner: Arc::new(ds),
+            location,
+            options,
+        })
+    }
+
+    fn take_inner(
+        &self,
+        py: Python<'_>,
+        indices: Vec<u64>,
+        fields: Option<Vec<String>>,
+    ) -> PyResult<PyBatch> {
+        let ds = Arc::clone(&self.inner);
+        let batch = py.detach(move || {
+            guarded(|| {
+                let r = match &fields {
+                    None => ds.gather_blocking(&indices),
+                    Some(f) => {
+                        let names: Vec<&str> = f.iter().map(String::as_str).collect();
+                        ds.gather_fields_blocking(&indices, &names)
+                    }
+                };
+                r.map_err(to_py)
+            })
+        })?;
+        Ok(PyBatch::new(batch))
+    }
+}
+
+#[pymethods]
+impl PyDataset {
+    /// Opens the dataset at `path` (a directory, or an `s3://bucket/prefix` URL).
+    #[new]
+    #[pyo3(signature = (path, *, backend=None, verify=true, direct=false, cache_bytes=None,
+                        cache_dir=None, lookahead_bytes=None, storage_options=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        path: Bound<'_, PyAny>,
+        backend: Option<String>,
+        verify: bool,
+        direct: bool,
+        cache_bytes: Option<u64>,
+        cache_dir: Option<Bound<'_, PyAny>>,
+        lookahead_bytes: Option<u64>,
+        storage_options: Option<Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let location = path_str(&path)?;
+        let cache_dir = cache_dir.map(|d| path_str(&d)).transpose()?;
+        let mut so = Vec::new();
+        if let Some(d) = storage_options {
+            for (k, v) in d.iter() {
+                so.push((k.extract::<String>()?, v.str()?.to_string()));
+            }
+        }
+        let options = OpenOptions {
+            backend,
+            verify,
+            direct,
+            cache_bytes,
+            cache_dir,
+            lookahead_bytes,
+            storage_options: so,
+        };
+        PyDataset::open_with(py, location, options)
+    }
+
+    /// Number of records of the commit this handle shows.
+    fn __len__(&self) -> usize {
+        self.inner.len() as usize
+    }
+
+    /// The path or URL the dataset was opened from.
+    #[getter]
+    fn path(&self) -> String {
+        self.location.clone()
+    }
+
+    /// The commit's generation number.
+    #[getter]
+    fn generation(&self) -> u64 {
+        self.inner.generation()
+    }
+
+    /// The field names, in schema order.
+    #[getter]
+    fn fields(&self) -> Vec<String> {
+        self.inner
+            .schema()
+            .fields
+            .iter()
+            .map(|f| f.name.clone())
+            .collect()
+    }
+
+    /// The schema: a list of `zrecord.Field`.
+    #[getter]
+    fn schema(&self) -> Vec<crate::schema::PyField> {
+        self.inner
+            .schema()
+            .fields
+            .into_iter()
+            .map(crate::schema::PyField::from_field)
+            .collect()
+    }
+
+    /// The I/O backend in use (`uring`, `mmap`, `psync`, `auto`, or the object store's).
+    #[getter]
+    fn backend(&self) -> String {
+        self.inner.backend_name().to_string()
+    }
+
+    /// Moves this handle to the latest commit; True if it changed. Batches already taken keep
+    /// their bytes.
+    fn refresh(&self, py: Python<'_>) -> PyResult<bool> {
+        let ds = Arc::clone(&self.inner);
+        py.detach(move || guarded(|| ds.refresh().map_err(to_py)))
+    }
+
+    /// Gathers the records at `indices` (any int sequence or integer array), in that order,
+    /// into one `Batch`: each field one NumPy array. `fields` limits the fields read.
+    #[pyo3(signature = (indices, *, fields=None))]
+    fn take(
+        &self,
+        py: Python<'_>,
+        indices: Bound<'_, PyAny>,
+        fields: Option<Vec<String>>,
+    ) -> PyResult<PyBatch> {
+        let idx = indices_of(&indices)?;
+        self.take_inner(py, idx, fields)
+    }
+
+    /// One record as a dict of arrays: the slow path (one Python object per field per
+    /// record); use `take` for batches.
+    fn __getitem__<'py>(&self, py: Python<'py>, index: isize) -> PyResult<Bound<'py, PyDict>> {
+        let n = self.inner.len() as isize;
+        let i = if index < 0 { index + n } else { index };
+        if !(0..n).contains(&i) {
+            return Err(PyIndexError::new_err(format!(
+                "index {index} out of range for a dataset of {n} records"
+            )));
+        }
+        let b = self.take_inner(py, vec![i as u64], None)?;
+        record_dict(py, b, 0)
+    }
+
+    /// torch's batched fetch: the records at `indices` as a list of dicts. Slower than `take`
+    /// (objects per record); for torch's map-style `DataLoader` with a batch sampler.
+    fn __getitems__<'py>(
+        &self,
+        py: Python<'py>,
+        indices: Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let idx = indices_of(&indices)?;
+        let n = idx.len();
+        let b = self.take_inner(py, idx, None)?;
+        let b = Bound::new(py, b)?;
+        let mut out = Vec::with_capacity(n);
+        let dict = b.call_method0("to_dict")?;
+        let dict = dict.cast::<PyDict>()?;
+        for r in 0..n {
+            let d = PyDict::new(py);
+            for (k, v) in dict.iter() {
+                d.set_item(k, v.get_item(r)?)?;
+            }
+            out.push(d);
+        }
+        PyList::new(py, out)
+    }
+
+    /// Pickles as the path or URL and the options: unpickling opens the dataset again (at its
+    /// latest commit).
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let module = py.import("zrecord._zrecord")?;
+        let reopen = module.getattr("_reopen")?;
+        let args = PyTuple::new(
+            py,
+            [
+                self.location.clone().into_pyobject(py)?.into_any(),
+                self.options.to_kwargs(py)?.into_any(),
+            ],
+        )?;
+        PyTuple::new(py, [reopen, args.into_any()])
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<zrecord.Dataset {:?}: {} records, generation {}, fields {:?}>",
+            self.location,
+            self.inner.len(),
+            self.inner.generation(),
+            self.fields()
+        )
+    }
+}
+
+/// `_reopen(path, options)`: the unpickler of `Dataset`.
+#[pyfunction]
+pub(crate) fn _reopen(
+    py: Python<'_>,
+    path: String,
+    options: Bound<'_, PyDict>,
+) -> PyResult<PyDataset> {
+    let get = |k: &str| options.get_item(k);
+    let opt = OpenOptions {
+        backend: get("backend")?.map(|v| v.extract()).transpose()?.flatten(),
+        verify: get("verify")?
+            .map(|v| v.extract())
+            .transpose()?
+            .unwrap_or(true),
+        direct: get("direct")?
+            .map(|v| v.extract())
+            .transpose()?
+            .unwrap_or(false),
+        cache_bytes: get("cache_bytes")?
+            .map(|v| v.extract())
+            .transpose()?
+            .flatten(),
+        cache_dir: get("cache_dir")?
+            .map(|v| v.extract())
+            .transpose()?
+            .flatten(),
+        lookahead_bytes: get("lookahead_bytes")?
+            .map(|v| v.extract())
+            .transpose()?
+            .flatten(),
+        storage_options: match get("storage_options")? {
+            Some(d) => d
+                .cast::<PyDict>()?
+                .iter()
+                .map(|(k, v)| Ok((k.extract()?, v.extract()?)))
+                .collect::<PyResult<_>>()?,
+            None => Vec::new(),
+        },
+    };
+    PyDataset::open_with(py, path, opt)
+}
+
+/// A path-like (str, `os.PathLike`) as a string.
+pub(crate) fn path_str(obj: &Bound<'_, PyAny>) -> PyResult<String> {
+    if let Ok(s) = obj.extract::<String>() {
+        return Ok(s);
+    }
+    let os = obj.py().import("os")?;
+    os.call_method1("fspath", (obj,))?
+        .extract::<String>()
+        .map_err(|_| config_error("a path must be a str or os.PathLike of str"))
+}

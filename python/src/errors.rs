@@ -1,0 +1,372 @@
+//! `zrecord.Error` and its subclasses: one Python exception per kind of `zrecord::Error`, each
+//! with the attributes the Rust variant carries (path, field, index, offset, url, ...).
+
+use pyo3::exceptions::{PyException, PyIndexError, PyKeyError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+use zrecord::Error;
+
+pyo3::create_exception!(
+    zrecord,
+    ZrecordError,
+    PyException,
+    "The base of every error zrecord raises (except IndexError/KeyError for bad arguments)."
+);
+pyo3::create_exception!(
+    zrecord,
+    CorruptError,
+    ZrecordError,
+    "Bytes on disk or on the store that are not what the commit says (a checksum, an offset, a \
+     truncated file, a bad meta.json). Attributes: path, and where known field, index, offset."
+);
+pyo3::create_exception!(
+    zrecord,
+    ChecksumError,
+    CorruptError,
+    "A record whose CRC32C does not match: path, field, index, offset, expected, actual."
+);
+pyo3::create_exception!(
+    zrecord,
+    NotADatasetError,
+    ZrecordError,
+    "The path or URL holds no zrecord dataset: path, reason."
+);
+pyo3::create_exception!(
+    zrecord,
+    SchemaError,
+    ZrecordError,
+    "A schema, field, dtype or shape that does not fit: field, reason."
+);
+pyo3::create_exception!(
+    zrecord,
+    ConfigError,
+    ZrecordError,
+    "An option or combination of options that does not work: reason."
+);
+pyo3::create_exception!(
+    zrecord,
+    ResumeMismatch,
+    ZrecordError,
+    "A checkpoint that does not belong to this dataset or configuration: reason."
+);
+pyo3::create_exception!(
+    zrecord,
+    WriterBusyError,
+    ZrecordError,
+    "Another writer holds the dataset's lock: path."
+);
+pyo3::create_exception!(
+    zrecord,
+    ZrecordIOError,
+    ZrecordError,
+    "A file operation that failed: path, op, errno."
+);
+pyo3::create_exception!(
+    zrecord,
+    ChunkGoneError,
+    ZrecordError,
+    "A chunk file of this snapshot was removed by a later writer (refresh and retry): path."
+);
+pyo3::create_exception!(
+    zrecord,
+    RemoteError,
+    ZrecordError,
+    "A request to an object store that failed after its retries: url, range, status, reason."
+);
+pyo3::create_exception!(
+    zrecord,
+    PublishConflict,
+    RemoteError,
+    "Another push took the commit slot first, or the store ignores conditional creates: url."
+);
+pyo3::create_exception!(
+    zrecord,
+    InternalError,
+    ZrecordError,
+    "A bug in zrecord (a panic on one of its threads or in the binding): please report it."
+);
+
+/// Registers the exception classes in the module.
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("Error", py.get_type::<ZrecordError>())?;
+    m.add("CorruptError", py.get_type::<CorruptError>())?;
+    m.add("ChecksumError", py.get_type::<ChecksumError>())?;
+    m.add("NotADatasetError", py.get_type::<NotADatasetError>())?;
+    m.add("SchemaError", py.get_type::<SchemaError>())?;
+    m.add("ConfigError", py.get_type::<ConfigError>())?;
+    m.add("ResumeMismatch", py.get_type::<ResumeMismatch>())?;
+    m.add("WriterBusyError", py.get_type::<WriterBusyError>())?;
+    m.add("IOError", py.get_type::<ZrecordIOError>())?;
+    m.add("ChunkGoneError", py.get_type::<ChunkGoneError>())?;
+    m.add("RemoteError", py.get_type::<RemoteError>())?;
+    m.add("PublishConflict", py.get_type::<PublishConflict>())?;
+    m.add("InternalError", py.get_type::<InternalError>())?;
+    Ok(())
+}
+
+/// The attributes an error carries, by name.
+type Attrs = Vec<(&'static str, Py<PyAny>)>;
+
+fn attr<'py, T: IntoPyObject<'py>>(
+    py: Python<'py>,
+    name: &'static str,
+    v: T,
+) -> (&'static str, Py<PyAny>) {
+    let obj = pyo3::IntoPyObjectExt::into_py_any(v, py).unwrap_or_else(|_| py.None());
+    (name, obj)
+}
+
+/// The Python exception for `e`, with its attributes set.
+pub(crate) fn to_py(e: Error) -> PyErr {
+    Python::attach(|py| {
+        let message = e.to_string();
+        let path = |p: &std::path::Path| p.display().to_string();
+        let (kind, attrs): (Bound<'_, pyo3::types::PyType>, Attrs) = match &e {
+            Error::ChecksumMismatch {
+                path: p,
+                field,
+                index,
+                offset,
+                expected,
+                actual,
+            } => (
+                py.get_type::<ChecksumError>(),
+                vec![
+                    attr(py, "path", path(p)),
+                    attr(py, "field", field.as_str()),
+                    attr(py, "index", *index),
+                    attr(py, "offset", *offset),
+                    attr(py, "expected", *expected),
+                    attr(py, "actual", *actual),
+                ],
+            ),
+            Error::OffsetCorrupt {
+                path: p,
+                field,
+                index,
+                offset,
+                reason,
+            }
+            | Error::Decompress {
+                path: p,
+                field,
+                index,
+                offset,
+                reason,
+            } => (
+                py.get_type::<CorruptError>(),
+                vec![
+                    attr(py, "path", path(p)),
+                    attr(py, "field", field.as_str()),
+                    attr(py, "index", *index),
+                    attr(py, "offset", *offset),
+                    attr(py, "reason", reason.as_str()),
+                ],
+            ),
+            Error::MetaCorrupt { path: p, reason } => (
+                py.get_type::<CorruptError>(),
+                vec![
+                    attr(py, "path", path(p)),
+                    attr(py, "reason", reason.as_str()),
+                ],
+            ),
+            Error::Truncated {
+                path: p,
+                expected,
+                actual,
+            } => (
+                py.get_type::<CorruptError>(),
+                vec![
+                    attr(py, "path", path(p)),
+                    attr(py, "expected", *expected),
+                    attr(py, "actual", *actual),
+                ],
+            ),
+            Error::UnsupportedVersion {
+                path: p,
+                found,
+                supported,
+            } => (
+                py.get_type::<CorruptError>(),
+                vec![
+                    attr(py, "path", path(p)),
+                    attr(py, "found", *found),
+                    attr(py, "supported", *supported),
+                ],
+            ),
+            Error::RemoteCorrupt { object, reason } => (
+                py.get_type::<CorruptError>(),
+                vec![
+                    attr(py, "url", object.as_str()),
+                    attr(py, "reason", reason.as_str()),
+                ],
+            ),
+            Error::IndexOutOfRange { index, len } => (
+                py.get_type::<PyIndexError>(),
+                vec![attr(py, "index", *index), attr(py, "len", *len)],
+            ),
+            Error::UnknownField { field } => (
+                py.get_type::<PyKeyError>(),
+                vec![attr(py, "field", field.as_str())],
+            ),
+            Error::NotADataset { path: p, reason } => (
+                py.get_type::<NotADatasetError>(),
+                vec![
+                    attr(py, "path", path(p)),
+                    attr(py, "reason", reason.as_str()),
+                ],
+            ),
+            Error::ShapeMismatch { field, reason } => (
+                py.get_type::<SchemaError>(),
+                vec![
+                    attr(py, "field", field.as_str()),
+                    attr(py, "reason", reason.as_str()),
+                ],
+            ),
+            Error::DtypeMismatch {
+                field,
+                dtype,
+                requested,
+            } => (
+                py.get_type::<SchemaError>(),
+                vec![
+                    attr(py, "field", field.as_str()),
+                    attr(py, "dtype", dtype.as_str()),
+                    attr(py, "requested", requested.as_str()),
+                ],
+            ),
+            Error::SchemaMismatch {
+                part,
+                reference,
+                field,
+                reason,
+            } => (
+                py.get_type::<SchemaError>(),
+                vec![
+                    attr(py, "part", *part),
+                    attr(py, "reference", *reference),
+                    attr(py, "field", field.as_str()),
+                    attr(py, "reason", reason.as_str()),
+                ],
+            ),
+            Error::InvalidSchema { reason } => (
+                py.get_type::<SchemaError>(),
+                vec![attr(py, "reason", reason.as_str())],
+            ),
+            Error::FieldCount { expected, actual } => (
+                py.get_type::<SchemaError>(),
+                vec![attr(py, "expected", *expected), attr(py, "actual", *actual)],
+            ),
+            Error::RecordTooLarge { field, len, max } => (
+                py.get_type::<SchemaError>(),
+                vec![
+                    attr(py, "field", field.as_str()),
+                    attr(py, "len", *len),
+                    attr(py, "max", *max),
+                ],
+            ),
+            Error::InvalidConfig { reason } => (
+                py.get_type::<ConfigError>(),
+                vec![attr(py, "reason", reason.as_str())],
+            ),
+            Error::ResumeMismatch { reason } => (
+                py.get_type::<ResumeMismatch>(),
+                vec![attr(py, "reason", reason.as_str())],
+            ),
+            Error::WriterBusy { path: p } => (
+                py.get_type::<WriterBusyError>(),
+                vec![attr(py, "path", path(p))],
+            ),
+            Error::AlreadyExists { path: p } => (
+                py.get_type::<ZrecordIOError>(),
+                vec![attr(py, "path", path(p))],
+            ),
+            Error::Io {
+                path: p,
+                op,
+                source,
+            } => (
+                py.get_type::<ZrecordIOError>(),
+                vec![
+                    attr(py, "path", path(p)),
+                    attr(py, "op", *op),
+                    attr(py, "errno", source.raw_os_error()),
+                ],
+            ),
+            Error::ReadFailed {
+                path: p,
+                offset,
+                source,
+            } => (
+                py.get_type::<ZrecordIOError>(),
+                vec![
+                    attr(py, "path", path(p)),
+                    attr(py, "offset", *offset),
+                    attr(py, "errno", source.raw_os_error()),
+                ],
+            ),
+            Error::ChunkGone {
+                path: p,
+                chunk,
+                reason,
+            } => (
+                py.get_type::<ChunkGoneError>(),
+                vec![
+                    attr(py, "path", path(p)),
+                    attr(py, "chunk", *chunk),
+                    attr(py, "reason", reason.as_str()),
+                ],
+            ),
+            Error::Remote {
+                object,
+                range,
+                status,
+                reason,
+            } => (
+                py.get_type::<RemoteError>(),
+                vec![
+                    attr(py, "url", object.as_str()),
+                    attr(py, "range", range.as_ref().map(|r| (r.start, r.end))),
+                    attr(py, "status", *status),
+                    attr(py, "reason", reason.as_str()),
+                ],
+            ),
+            Error::PublishConflict { url, reason }
+            | Error::ConditionalCreateIgnored { url, reason } => (
+                py.get_type::<PublishConflict>(),
+                vec![
+                    attr(py, "url", url.as_str()),
+                    attr(py, "reason", reason.as_str()),
+                ],
+            ),
+            Error::WorkerPanicked { .. } | Error::Internal { .. } | Error::Poisoned { .. } => {
+                (py.get_type::<InternalError>(), Vec::new())
+            }
+            _ => (py.get_type::<ZrecordError>(), Vec::new()),
+        };
+        let err = PyErr::from_type(kind, message);
+        let value = err.value(py);
+        for (name, v) in attrs {
+            // Attributes on the instance; a failure to set one leaves the message.
+            let _ = value.setattr(name, v);
+        }
+        err
+    })
+}
+
+/// `ValueError(message)`.
+pub(crate) fn value_error(message: impl Into<String>) -> PyErr {
+    PyValueError::new_err(message.into())
+}
+
+/// Builds a `ConfigError` carrying `reason`.
+pub(crate) fn config_error(reason: impl Into<String>) -> PyErr {
+    to_py(Error::InvalidConfig {
+        reason: reason.into(),
+    })
+}
+
+/// Unused helpers keep their types referenced for stubs.
+#[allow(dead_code)]
+fn _types(_: &PyDict, _: &PyTuple) {}

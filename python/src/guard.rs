@@ -1,0 +1,23 @@
+//! Panics stop at the binding: a panic in zrecord's code becomes `zrecord.InternalError`.
+
+use crate::errors::InternalError;
+use pyo3::PyResult;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// Runs `f`, turning a panic into `InternalError` (with the panic's message) instead of
+/// letting it unwind into Python.
+pub(crate) fn guarded<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into());
+            Err(InternalError::new_err(format!(
+                "zrecord panicked (a bug; please report it): {message}"
+            )))
+        }
+    }
+}

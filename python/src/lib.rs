@@ -1,0 +1,73 @@
+//! The `zrecord._zrecord` extension module: zrecord's Rust core for Python. The pure-Python
+//! package `zrecord` (python/zrecord/) re-exports it and adds the torch and Grain adapters.
+//!
+//! Every call that reads, waits or writes releases the GIL; no Python code runs on zrecord's
+//! threads; a panic becomes `zrecord.InternalError`.
+
+mod batch;
+mod dataset;
+mod errors;
+mod guard;
+mod loader;
+mod schema;
+mod transfer;
+mod writer;
+
+use pyo3::prelude::*;
+
+/// `open(path, **options)`: the same as `Dataset(path, **options)`.
+#[pyfunction]
+#[pyo3(signature = (path, *, backend=None, verify=true, direct=false, cache_bytes=None,
+                    cache_dir=None, lookahead_bytes=None, storage_options=None))]
+#[allow(clippy::too_many_arguments)]
+fn open(
+    py: Python<'_>,
+    path: Bound<'_, PyAny>,
+    backend: Option<String>,
+    verify: bool,
+    direct: bool,
+    cache_bytes: Option<u64>,
+    cache_dir: Option<Bound<'_, PyAny>>,
+    lookahead_bytes: Option<u64>,
+    storage_options: Option<Bound<'_, pyo3::types::PyDict>>,
+) -> PyResult<dataset::PyDataset> {
+    let location = dataset::path_str(&path)?;
+    let cache_dir = cache_dir.map(|d| dataset::path_str(&d)).transpose()?;
+    let mut so = Vec::new();
+    if let Some(d) = storage_options {
+        for (k, v) in d.iter() {
+            so.push((k.extract::<String>()?, v.str()?.to_string()));
+        }
+    }
+    let options = dataset::OpenOptions {
+        backend,
+        verify,
+        direct,
+        cache_bytes,
+        cache_dir,
+        lookahead_bytes,
+        storage_options: so,
+    };
+    dataset::PyDataset::open_with(py, location, options)
+}
+
+#[pymodule]
+fn _zrecord(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(m)?;
+    m.add_class::<dataset::PyDataset>()?;
+    m.add_class::<batch::PyBatch>()?;
+    m.add_class::<batch::Ragged>()?;
+    m.add_class::<batch::Buffer>()?;
+    m.add_class::<schema::PyField>()?;
+    m.add_class::<writer::PyWriter>()?;
+    m.add_class::<loader::PyLoader>()?;
+    m.add_class::<loader::PyMix>()?;
+    m.add_function(wrap_pyfunction!(open, m)?)?;
+    m.add_function(wrap_pyfunction!(dataset::_reopen, m)?)?;
+    m.add_function(wrap_pyfunction!(loader::mix, m)?)?;
+    m.add_function(wrap_pyfunction!(transfer::push, m)?)?;
+    m.add_function(wrap_pyfunction!(transfer::pull, m)?)?;
+    m.add_function(wrap_pyfunction!(transfer::convert_npy, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,541 @@
+//! `zrecord.Loader` and `zrecord.mix`: the whole pipeline (sampler or weighted mix → shard →
+//! bucket → batch → prefetch workers), with exact and elastic resume through `state_dict`.
+
+use crate::batch::PyBatch;
+use crate::dataset::PyDataset;
+use crate::errors::{config_error, to_py, value_error};
+use crate::guard::guarded;
+use futures::task::ArcWake;
+use futures::{Stream, StreamExt};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use zrecord::pipeline::{
+    BucketConfig, Concat, DatasetSource, Exhausted, Loader, LoaderBatch, LoaderBuilder,
+    LoaderState, MergePolicy, MixConfig, OnError, RetryPolicy, SamplerConfig, SamplerMode,
+    ShardConfig, ShardMode, Source,
+};
+
+/// How often a blocked `next()` looks for a pending signal (Ctrl-C).
+const SIGNAL_CHECK: Duration = Duration::from_millis(20);
+
+/// Wakes a thread blocked in [`poll_for`].
+struct Parker {
+    woken: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl ArcWake for Parker {
+    fn wake_by_ref(arc_self: &Arc<Self>) {
+        *arc_self
+            .woken
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = true;
+        arc_self.cv.notify_one();
+    }
+}
+
+/// Polls `s` until it yields or `wait` has passed (then `Pending`; the stream is cancel safe,
+/// so polling it again later loses nothing).
+fn poll_for<S: Stream + Unpin>(
+    s: &mut S,
+    parker: &Arc<Parker>,
+    wait: Duration,
+) -> Poll<Option<S::Item>> {
+    let waker = futures::task::waker(Arc::clone(parker));
+    let mut cx = Context::from_waker(&waker);
+    let deadline = Instant::now() + wait;
+    loop {
+        *parker.woken.lock().unwrap_or_else(PoisonError::into_inner) = false;
+        if let Poll::Ready(x) = s.poll_next_unpin(&mut cx) {
+            return Poll::Ready(x);
+        }
+        let mut woken = parker.woken.lock().unwrap_or_else(PoisonError::into_inner);
+        while !*woken {
+            let now = Instant::now();
+            if now >= deadline {
+                return Poll::Pending;
+            }
+            woken = parker
+                .cv
+                .wait_timeout(woken, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+}
+
+/// A weighted mixture of datasets, for `Loader`: built by `zrecord.mix`.
+#[pyclass(frozen, module = "zrecord._zrecord", name = "Mix")]
+pub struct PyMix {
+    datasets: Vec<Py<PyDataset>>,
+    config: MixConfig,
+}
+
+/// `mix(datasets, weights, *, exhausted="restart", mode="shuffled", epochs=None, ...)`
+#[pyfunction]
+#[pyo3(signature = (datasets, weights, *, exhausted="restart", mode="shuffled", epochs=None,
+                    epoch_len=None, part_epochs=None))]
+pub(crate) fn mix(
+    datasets: Vec<Py<PyDataset>>,
+    weights: Vec<f64>,
+    exhausted: &str,
+    mode: &str,
+    epochs: Option<u64>,
+    epoch_len: Option<u64>,
+    part_epochs: Option<u64>,
+) -> PyResult<PyMix> {
+    if datasets.len() != weights.len() {
+        return Err(value_error(format!(
+            "{} datasets but {} weights",
+            datasets.len(),
+            weights.len()
+        )));
+    }
+    let exhausted = match exhausted {
+        "restart" => Exhausted::Restart,
+        "stop" => Exhausted::Stop,
+        "drop" => Exhausted::Drop,
+        other => {
+            return Err(value_error(format!(
+                "exhausted must be restart, stop or drop, not {other:?}"
+            )))
+        }
+    };
+    let mut config = MixConfig::new(weights)
+        .exhausted(exhausted)
+        .mode(sampler_mode(mode)?)
+        .epochs(epochs)
+        .epoch_len(epoch_len);
+    if let Some(p) = part_epochs {
+        config = config.part_epochs(p);
+    }
+    Ok(PyMix { datasets, config })
+}
+
+fn sampler_mode(s: &str) -> PyResult<SamplerMode> {
+    match s {
+        "sequential" => Ok(SamplerMode::Sequential),
+        "shuffled" | "shuffle" => Ok(SamplerMode::Shuffled),
+        "random" => Ok(SamplerMode::Random),
+        other => Err(value_error(format!(
+            "sampler must be sequential, shuffled or random, not {other:?}"
+        ))),
+    }
+}
+
+type OneLoader = Loader<DatasetSource>;
+type MixLoader = Loader<Concat<DatasetSource>>;
+
+enum AnyLoader {
+    One(OneLoader),
+    Mix(MixLoader),
+}
+
+type Item = zrecord::Result<LoaderBatch<zrecord::Batch>>;
+
+impl AnyLoader {
+    fn poll_for(&mut self, parker: &Arc<Parker>, wait: Duration) -> Poll<Option<Item>> {
+        match self {
+            AnyLoader::One(l) => poll_for(l, parker, wait),
+            AnyLoader::Mix(l) => poll_for(l, parker, wait),
+        }
+    }
+
+    fn state(&self) -> LoaderState {
+        match self {
+            AnyLoader::One(l) => l.state(),
+            AnyLoader::Mix(l) => l.state(),
+        }
+    }
+
+    fn stats(&self) -> zrecord::pipeline::LoaderStats {
+        match self {
+            AnyLoader::One(l) => l.stats(),
+            AnyLoader::Mix(l) => l.stats(),
+        }
+    }
+}
+
+/// Every option of the Rust builder a Python `Loader` takes.
+struct Options {
+    batch_size: u64,
+    shuffle: bool,
+    sampler: Option<String>,
+    seed: u64,
+    epochs: Option<u64>,
+    shard: Option<(u64, u64)>,
+    shard_mode: String,
+    pad_to_equal: bool,
+    drop_remainder: bool,
+    workers: usize,
+    merge: String,
+    max_lead: Option<u64>,
+    max_skips_per_round: Option<u64>,
+    bucket: Option<(u64, u64)>,
+    drop_last: bool,
+    lookahead: Option<usize>,
+    gathers_in_flight: Option<usize>,
+    worker_queue_size: Option<usize>,
+    consumer_queue_size: Option<usize>,
+    retries: Option<u32>,
+    retry_backoff: Option<f64>,
+    on_error: String,
+    fields: Option<Vec<String>>,
+    key_field: Option<String>,
+}
+
+impl Options {
+    fn apply<S: Source<Batch = zrecord::Batch>>(
+        &self,
+        mut b: LoaderBuilder<S>,
+    ) -> PyResult<LoaderBuilder<S>> {
+        let mode = match &self.sampler {
+            Some(s) => sampler_mode(s)?,
+            None if self.shuffle => SamplerMode::Shuffled,
+            None => SamplerMode::Sequential,
+        };
+        b = b
+            .sampler(SamplerConfig::default().mode(mode))
+            .seed(self.seed)
+            .epochs(self.epochs);
+        if let Some((rank, world)) = self.shard {
+            let mode = match self.shard_mode.as_str() {
+                "interleaved" => ShardMode::Interleaved,
+                "contiguous" => ShardMode::Contiguous,
+                other => {
+                    return Err(value_error(format!(
+                        "shard_mode must be interleaved or contiguous, not {other:?}"
+                    )))
+                }
+            };
+            b = b.shard(
+                ShardConfig::new(world, rank)
+                    .mode(mode)
+                    .pad_to_equal(self.pad_to_equal)
+                    .drop_remainder(self.drop_remainder),
+            );
+        }
+        if let Some((buffer, pack)) = self.bucket {
+            b = b.bucket(BucketConfig::default().buffer_size(buffer).pack_size(pack));
+        }
+        b = b
+            .batch_size(self.batch_size)
+            .drop_last(self.drop_last)
+            .num_workers(self.workers);
+        let merge = match self.merge.as_str() {
+            "strict" => MergePolicy::Strict,
+            "best_effort" => MergePolicy::BestEffort {
+                max_lead: self.max_lead.unwrap_or(4),
+                max_skips_per_round: self.max_skips_per_round.unwrap_or(1),
+            },
+            other => {
+                return Err(value_error(format!(
+                    "merge must be strict or best_effort, not {other:?}"
+                )))
+            }
+        };
+        b = b.merge(merge);
+        if let Some(n) = self.lookahead {
+            b = b.lookahead(n);
+        }
+        if let Some(n) = self.gathers_in_flight {
+            b = b.gathers_in_flight(n);
+        }
+        if let Some(n) = self.worker_queue_size {
+            b = b.worker_queue_size(n);
+        }
+        if let Some(n) = self.consumer_queue_size {
+            b = b.consumer_queue_size(n);
+        }
+        if self.retries.is_some() || self.retry_backoff.is_some() {
+            let mut r = RetryPolicy::default();
+            if let Some(a) = self.retries {
+                r = r.attempts(a.saturating_add(1));
+            }
+            if let Some(s) = self.retry_backoff {
+                r = r.backoff(Duration::from_secs_f64(s.max(0.0)));
+            }
+            b = b.retry(r);
+        }
+        b = b.on_error(match self.on_error.as_str() {
+            "stop" | "raise" => OnError::Stop,
+            "skip" => OnError::Skip,
+            other => {
+                return Err(value_error(format!(
+                    "on_error must be raise or skip, not {other:?}"
+                )))
+            }
+        });
+        Ok(b)
+    }
+
+    fn source(&self, ds: &PyDataset) -> PyResult<DatasetSource> {
+        let mut s = DatasetSource::new(&ds.inner);
+        if let Some(f) = &self.fields {
+            let names: Vec<&str> = f.iter().map(String::as_str).collect();
+            s = s.fields(&names).map_err(to_py)?;
+        }
+        if let Some(k) = &self.key_field {
+            s = s.key_field(k).map_err(to_py)?;
+        }
+        Ok(s)
+    }
+}
+
+fn parse_state(py: Python<'_>, state: &Bound<'_, PyAny>) -> PyResult<LoaderState> {
+    let text: String = if let Ok(s) = state.extract::<String>() {
+        s
+    } else {
+        py.import("json")?
+            .call_method1("dumps", (state,))?
+            .extract()?
+    };
+    serde_json::from_str(&text).map_err(|e| {
+        to_py(zrecord::Error::ResumeMismatch {
+            reason: format!("not a zrecord loader state: {e}"),
+        })
+    })
+}
+
+fn build<S: Source<Batch = zrecord::Batch>>(
+    b: LoaderBuilder<S>,
+    state: Option<LoaderState>,
+    resume_from: Option<Vec<LoaderState>>,
+) -> zrecord::Result<Loader<S>> {
+    match (state, resume_from) {
+        (Some(s), None) => b.resume(&s),
+        (None, Some(all)) => b.resume_elastic(&all),
+        (None, None) => b.build(),
+        (Some(_), Some(_)) => Err(zrecord::Error::InvalidConfig {
+            reason:
+                "give state= (this rank's checkpoint) or resume_from= (every old rank's), not both"
+                    .into(),
+        }),
+    }
+}
+
+/// Iterates batches of a dataset or a mix: `for batch in Loader(ds, batch_size=256, ...)`.
+#[pyclass(frozen, module = "zrecord._zrecord", name = "Loader")]
+pub struct PyLoader {
+    inner: Arc<Mutex<AnyLoader>>,
+    parker: Arc<Parker>,
+    batch_size: u64,
+}
+
+#[pymethods]
+impl PyLoader {
+    #[new]
+    #[pyo3(signature = (source, *, batch_size=256, shuffle=true, sampler=None, seed=0, epochs=Some(1),
+                        shard=None, shard_mode="interleaved", pad_to_equal=false, drop_remainder=false,
+                        workers=2, merge="strict", max_lead=None, max_skips_per_round=None,
+                        bucket=None, drop_last=false, lookahead=None, gathers_in_flight=None,
+                        worker_queue_size=None, consumer_queue_size=None, retries=None,
+                        retry_backoff=None, on_error="raise", fields=None, key_field=None,
+                        state=None, resume_from=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        source: Bound<'_, PyAny>,
+        batch_size: u64,
+        shuffle: bool,
+        sampler: Option<String>,
+        seed: u64,
+        epochs: Option<u64>,
+        shard: Option<(u64, u64)>,
+        shard_mode: &str,
+        pad_to_equal: bool,
+        drop_remainder: bool,
+        workers: usize,
+        merge: &str,
+        max_lead: Option<u64>,
+        max_skips_per_round: Option<u64>,
+        bucket: Option<Bound<'_, PyAny>>,
+        drop_last: bool,
+        lookahead: Option<usize>,
+        gathers_in_flight: Option<usize>,
+        worker_queue_size: Option<usize>,
+        consumer_queue_size: Option<usize>,
+        retries: Option<u32>,
+        retry_backoff: Option<f64>,
+        on_error: &str,
+        fields: Option<Vec<String>>,
+        key_field: Option<String>,
+        state: Option<Bound<'_, PyAny>>,
+        resume_from: Option<Vec<Bound<'_, PyAny>>>,
+    ) -> PyResult<Self> {
+        let bucket = match bucket {
+            None => None,
+            Some(b) if b.is_none() => None,
+            Some(b) => {
+                if let Ok(buffer) = b.extract::<u64>() {
+                    Some((buffer, batch_size))
+                } else if let Ok(d) = b.cast::<PyDict>() {
+                    let buffer = d
+                        .get_item("buffer_size")?
+                        .map(|v| v.extract())
+                        .transpose()?
+                        .unwrap_or(1024);
+                    let pack = d
+                        .get_item("pack_size")?
+                        .map(|v| v.extract())
+                        .transpose()?
+                        .unwrap_or(batch_size);
+                    Some((buffer, pack))
+                } else {
+                    return Err(config_error("bucket must be None, a buffer size, or a dict with buffer_size and pack_size"));
+                }
+            }
+        };
+        let opts = Options {
+            batch_size,
+            shuffle,
+            sampler,
+            seed,
+            epochs,
+            shard,
+            shard_mode: shard_mode.to_string(),
+            pad_to_equal,
+            drop_remainder,
+            workers,
+            merge: merge.to_string(),
+            max_lead,
+            max_skips_per_round,
+            bucket,
+            drop_last,
+            lookahead,
+            gathers_in_flight,
+            worker_queue_size,
+            consumer_queue_size,
+            retries,
+            retry_backoff,
+            on_error: on_error.to_string(),
+            fields,
+            key_field,
+        };
+        let state = state.map(|s| parse_state(py, &s)).transpose()?;
+        let resume_from = resume_from
+            .map(|v| {
+                v.iter()
+                    .map(|s| parse_state(py, s))
+                    .collect::<PyResult<Vec<_>>>()
+            })
+            .transpose()?;
+        let loader = if let Ok(ds) = source.cast::<PyDataset>() {
+            let src = Arc::new(opts.source(ds.get())?);
+            let b = opts.apply(LoaderBuilder::new(src))?;
+            AnyLoader::One(
+                py.detach(move || guarded(|| build(b, state, resume_from).map_err(to_py)))?,
+            )
+        } else if let Ok(m) = source.cast::<PyMix>() {
+            let m = m.get();
+            let parts = m
+                .datasets
+                .iter()
+                .map(|d| opts.source(d.get()).map(Arc::new))
+                .collect::<PyResult<Vec<_>>>()?;
+            let src = Arc::new(Concat::new(parts).map_err(to_py)?);
+            let b = opts.apply(LoaderBuilder::new(src))?.mix(m.config.clone());
+            AnyLoader::Mix(
+                py.detach(move || guarded(|| build(b, state, resume_from).map_err(to_py)))?,
+            )
+        } else {
+            return Err(config_error(
+                "a Loader's source is a zrecord.Dataset or a zrecord.mix(...)",
+            ));
+        };
+        Ok(PyLoader {
+            inner: Arc::new(Mutex::new(loader)),
+            parker: Arc::new(Parker {
+                woken: Mutex::new(false),
+                cv: Condvar::new(),
+            }),
+            batch_size,
+        })
+    }
+
+    fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    /// The next batch; `StopIteration` after the last. Waits with the GIL released, and
+    /// answers Ctrl-C within tens of milliseconds (the batch it was waiting for is not lost:
+    /// the checkpoint still points at it).
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyBatch>> {
+        loop {
+            let inner = Arc::clone(&self.inner);
+            let parker = Arc::clone(&self.parker);
+            let polled = py.detach(move || {
+                guarded(|| {
+                    let mut l = inner.lock().unwrap_or_else(PoisonError::into_inner);
+                    Ok(l.poll_for(&parker, SIGNAL_CHECK))
+                })
+            })?;
+            match polled {
+                Poll::Ready(None) => return Ok(None),
+                Poll::Ready(Some(Err(e))) => return Err(to_py(e)),
+                Poll::Ready(Some(Ok(b))) => {
+                    let is_pad = b.padded();
+                    let (epoch, position) = (b.epoch(), b.position());
+                    return Ok(Some(
+                        PyBatch::new(b.data).with_loader_info(is_pad, epoch, position),
+                    ));
+                }
+                Poll::Pending => py.check_signals()?,
+            }
+        }
+    }
+
+    /// The checkpoint after the last batch returned: a JSON-serialisable dict. A loader built
+    /// with `state=` this dict continues with exactly the next batch.
+    fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let state = self
+            .inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .state();
+        let text = serde_json::to_string(&state).map_err(|e| {
+            to_py(zrecord::Error::Internal {
+                reason: format!("serialising a loader state: {e}"),
+            })
+        })?;
+        py.import("json")?.call_method1("loads", (text,))
+    }
+
+    /// A snapshot of what the loader is doing: counts, queue depths, time per stage (seconds).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self
+            .inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .stats();
+        let d = PyDict::new(py);
+        d.set_item("batches", s.batches)?;
+        d.set_item("records", s.records)?;
+        d.set_item("batches_produced", s.batches_produced)?;
+        d.set_item("failed_attempts", s.failed_attempts)?;
+        d.set_item(
+            "worker_queue_depths",
+            PyList::new(py, s.worker_queue_depths)?,
+        )?;
+        d.set_item("consumer_queue_depth", s.consumer_queue_depth)?;
+        d.set_item("gathers_in_flight", s.gathers_in_flight)?;
+        d.set_item("records_in_flight", s.records_in_flight)?;
+        d.set_item("lead", s.lead)?;
+        d.set_item("max_lead", s.max_lead)?;
+        d.set_item("index_time", s.index_time.as_secs_f64())?;
+        d.set_item("gather_time", s.gather_time.as_secs_f64())?;
+        d.set_item("transform_time", s.transform_time.as_secs_f64())?;
+        d.set_item("worker_blocked", s.worker_blocked.as_secs_f64())?;
+        d.set_item("retry_wait", s.retry_wait.as_secs_f64())?;
+        d.set_item("consumer_wait", s.consumer_wait.as_secs_f64())?;
+        Ok(d)
+    }
+
+    #[getter]
+    fn batch_size(&self) -> u64 {
+        self.batch_size
+    }
+}

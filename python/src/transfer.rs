@@ -1,0 +1,113 @@
+//! `push`, `pull` and `convert_npy`: whole-dataset operations, with the GIL released.
+
+use crate::dataset::path_str;
+use crate::errors::to_py;
+use crate::guard::guarded;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use zrecord::remote::{StoreOptions, TransferOptions, TransferReport};
+
+fn options(
+    storage_options: Option<Bound<'_, PyDict>>,
+    concurrency: Option<usize>,
+    single_writer: bool,
+) -> PyResult<TransferOptions> {
+    let mut store = StoreOptions::default();
+    if let Some(d) = storage_options {
+        for (k, v) in d.iter() {
+            store = store.with(k.extract::<String>()?, v.str()?.to_string());
+        }
+    }
+    let mut o = TransferOptions::default()
+        .store(store)
+        .single_writer(single_writer);
+    if let Some(c) = concurrency {
+        o = o.concurrency(c);
+    }
+    Ok(o)
+}
+
+fn report<'py>(py: Python<'py>, r: &TransferReport) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("url", r.url.as_str())?;
+    d.set_item("generation", r.generation)?;
+    d.set_item("files_transferred", r.transferred.0)?;
+    d.set_item("bytes_transferred", r.transferred.1)?;
+    d.set_item("files_skipped", r.skipped.0)?;
+    d.set_item("bytes_skipped", r.skipped.1)?;
+    d.set_item("already_done", r.already_done)?;
+    Ok(d)
+}
+
+/// Uploads the dataset at `path` to `url` (`s3://bucket/prefix`); the commit goes last, so
+/// readers never see a partial push. Returns a report dict.
+#[pyfunction]
+#[pyo3(signature = (path, url, *, storage_options=None, concurrency=None, single_writer=false))]
+pub(crate) fn push<'py>(
+    py: Python<'py>,
+    path: Bound<'py, PyAny>,
+    url: String,
+    storage_options: Option<Bound<'py, PyDict>>,
+    concurrency: Option<usize>,
+    single_writer: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let path = path_str(&path)?;
+    let o = options(storage_options, concurrency, single_writer)?;
+    let r = py.detach(move || guarded(|| zrecord::remote::push(&path, &url, &o).map_err(to_py)))?;
+    report(py, &r)
+}
+
+/// Downloads the dataset at `url` into the directory `path`, every file checked; safe to run
+/// from several processes at once. Returns a report dict.
+#[pyfunction]
+#[pyo3(signature = (url, path, *, storage_options=None, concurrency=None))]
+pub(crate) fn pull<'py>(
+    py: Python<'py>,
+    url: String,
+    path: Bound<'py, PyAny>,
+    storage_options: Option<Bound<'py, PyDict>>,
+    concurrency: Option<usize>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let path = path_str(&path)?;
+    let o = options(storage_options, concurrency, false)?;
+    let r = py.detach(move || guarded(|| zrecord::remote::pull(&url, &path, &o).map_err(to_py)))?;
+    report(py, &r)
+}
+
+/// Converts `.npy` files (one per field, the same number of rows) into a new dataset at `out`.
+/// Returns `(rows, bytes)`.
+#[pyfunction]
+#[pyo3(signature = (inputs, out, *, field_names=None, codec="raw", chunk_size_bytes=None))]
+pub(crate) fn convert_npy(
+    py: Python<'_>,
+    inputs: Vec<Bound<'_, PyAny>>,
+    out: Bound<'_, PyAny>,
+    field_names: Option<Vec<String>>,
+    codec: &str,
+    chunk_size_bytes: Option<u64>,
+) -> PyResult<(u64, u64)> {
+    let inputs = inputs.iter().map(path_str).collect::<PyResult<Vec<_>>>()?;
+    let out = path_str(&out)?;
+    let codec = match codec {
+        "deflate" => zrecord::Codec::Deflate,
+        "raw" => zrecord::Codec::Raw,
+        other => {
+            return Err(crate::errors::value_error(format!(
+                "unknown codec {other:?}"
+            )))
+        }
+    };
+    py.detach(move || {
+        guarded(|| {
+            let mut c = zrecord::convert::NpyConvert::new(inputs.iter(), &out).codec(codec);
+            if let Some(n) = field_names {
+                c = c.field_names(n);
+            }
+            if let Some(b) = chunk_size_bytes {
+                c = c.chunk_size_bytes(b);
+            }
+            let r = c.run().map_err(to_py)?;
+            Ok((r.rows, r.bytes))
+        })
+    })
+}

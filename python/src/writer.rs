@@ -1,0 +1,310 @@
+//! `zrecord.Writer`: creates or opens a dataset and appends, modifies, deletes and commits.
+
+use crate::batch::Ragged;
+use crate::dataset::path_str;
+use crate::errors::{to_py, value_error, ZrecordError};
+use crate::guard::guarded;
+use crate::schema::{dtype_of, schema_from};
+use numpy::{PyArray1, PyArrayMethods, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+use std::sync::{Arc, Mutex, PoisonError};
+use zrecord::{DType, Field, Writer, WriterConfig};
+
+/// The contiguous bytes of `v` as field `f`'s dtype: a `bytes` object's bytes, or a NumPy
+/// array (or anything `numpy.asarray` takes) converted to the dtype, C order.
+fn value_bytes(py: Python<'_>, f: &Field, v: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    if let Ok(b) = v.cast::<PyBytes>() {
+        return Ok(b.as_bytes().to_vec());
+    }
+    // A list of ints for a byte field (not an array: arrays convert below).
+    if (f.dtype == DType::Bytes || f.dtype == DType::U8)
+        && v.cast::<numpy::PyUntypedArray>().is_err()
+    {
+        if let Ok(b) = v.extract::<Vec<u8>>() {
+            return Ok(b);
+        }
+    }
+    let np = py.import("numpy")?;
+    let dt = crate::batch::numpy_dtype(f.dtype);
+    let arr = np.call_method1("ascontiguousarray", (v, dt)).map_err(|e| {
+        value_error(format!(
+            "field {:?}: cannot convert the value to {}: {e}",
+            f.name, f.dtype
+        ))
+    })?;
+    let flat = arr
+        .call_method1("view", ("u1",))?
+        .call_method1("reshape", (-1,))?;
+    let flat = flat.cast_into::<PyArray1<u8>>()?;
+    let ro = flat.readonly();
+    Ok(ro.as_slice()?.to_vec())
+}
+
+/// A writer on one dataset: `append`, `append_batch`, `modify`, `delete`, `commit`. Use it as
+/// a context manager: leaving the block commits (or, on an exception, drops what was not
+/// committed).
+#[pyclass(frozen, module = "zrecord._zrecord", name = "Writer")]
+pub struct PyWriter {
+    inner: Arc<Mutex<Option<Writer>>>,
+    fields: Vec<Field>,
+    path: String,
+}
+
+impl PyWriter {
+    fn run<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Writer) -> zrecord::Result<T> + Send,
+    ) -> PyResult<T> {
+        let inner = Arc::clone(&self.inner);
+        py.detach(move || {
+            guarded(|| {
+                let mut g = inner.lock().unwrap_or_else(PoisonError::into_inner);
+                let w = g
+                    .as_mut()
+                    .ok_or_else(|| ZrecordError::new_err("the writer is closed"))?;
+                f(w).map_err(to_py)
+            })
+        })
+    }
+
+    fn from_writer(w: Writer, path: String) -> PyResult<Self> {
+        let ds = zrecord::Dataset::open(w.path()).map_err(to_py)?;
+        let fields = ds.schema().fields;
+        Ok(PyWriter {
+            inner: Arc::new(Mutex::new(Some(w))),
+            fields,
+            path,
+        })
+    }
+
+    /// One record's field values, in schema order, from a dict.
+    fn record(&self, py: Python<'_>, record: &Bound<'_, PyDict>) -> PyResult<Vec<Vec<u8>>> {
+        for k in record.keys() {
+            let k: String = k.extract()?;
+            if !self.fields.iter().any(|f| f.name == k) {
+                return Err(to_py(zrecord::Error::UnknownField { field: k }));
+            }
+        }
+        self.fields
+            .iter()
+            .map(|f| match record.get_item(&f.name)? {
+                Some(v) if !v.is_none() => value_bytes(py, f, &v),
+                _ => Ok(Vec::new()),
+            })
+            .collect()
+    }
+}
+
+#[pymethods]
+impl PyWriter {
+    /// Creates a new dataset at `path` with `schema` (a dict `{name: dtype}` /
+    /// `{name: (dtype, shape)}` or a list of `zrecord.Field`).
+    #[staticmethod]
+    #[pyo3(signature = (path, schema, *, chunk_size_bytes=None, num_writers=None))]
+    fn create(
+        py: Python<'_>,
+        path: Bound<'_, PyAny>,
+        schema: Bound<'_, PyAny>,
+        chunk_size_bytes: Option<u64>,
+        num_writers: Option<usize>,
+    ) -> PyResult<Self> {
+        let path = path_str(&path)?;
+        let schema = schema_from(&schema, chunk_size_bytes)?;
+        let mut config = WriterConfig::default();
+        if let Some(n) = num_writers {
+            config = config.num_writers(n);
+        }
+        let p = path.clone();
+        let w =
+            py.detach(move || guarded(|| Writer::create(&p, &schema, config).map_err(to_py)))?;
+        PyWriter::from_writer(w, path)
+    }
+
+    /// Opens the dataset at `path` for writing (one writer at a time: `WriterBusyError`).
+    #[staticmethod]
+    #[pyo3(signature = (path, *, num_writers=None))]
+    fn open(py: Python<'_>, path: Bound<'_, PyAny>, num_writers: Option<usize>) -> PyResult<Self> {
+        let path = path_str(&path)?;
+        let mut config = WriterConfig::default();
+        if let Some(n) = num_writers {
+            config = config.num_writers(n);
+        }
+        let p = path.clone();
+        let w = py.detach(move || guarded(|| Writer::open(&p, config).map_err(to_py)))?;
+        PyWriter::from_writer(w, path)
+    }
+
+    /// Appends one record (a dict of field values: arrays, scalars, `bytes`; a missing field
+    /// is an absent value); returns its index. Visible to readers after `commit`.
+    fn append(&self, py: Python<'_>, record: Bound<'_, PyDict>) -> PyResult<u64> {
+        let values = self.record(py, &record)?;
+        self.run(py, move |w| w.append(&values))
+    }
+
+    /// Appends a batch given as a dict of columns: a fixed-shape field as an array of shape
+    /// `(n, *shape)`, a variable-length one as a `Ragged` or a list of arrays/bytes. Returns
+    /// the range of new indices as `(start, stop)`.
+    fn append_batch(&self, py: Python<'_>, batch: Bound<'_, PyDict>) -> PyResult<(u64, u64)> {
+        for k in batch.keys() {
+            let k: String = k.extract()?;
+            if !self.fields.iter().any(|f| f.name == k) {
+                return Err(to_py(zrecord::Error::UnknownField { field: k }));
+            }
+        }
+        let mut n: Option<usize> = None;
+        // Per field: the bytes of every record, end to end, and each record's end.
+        let mut columns: Vec<(Vec<u8>, Vec<usize>)> = Vec::with_capacity(self.fields.len());
+        for f in &self.fields {
+            let Some(v) = batch.get_item(&f.name)? else {
+                columns.push((Vec::new(), Vec::new()));
+                continue;
+            };
+            let item = f.dtype.item_bytes() as usize;
+            let (bytes, ends) = if let Ok(r) = v.cast::<Ragged>() {
+                let r = r.get();
+                let values = value_bytes(py, f, r.values_ref(py).bind(py))?;
+                let offs: Vec<i64> = r
+                    .offsets_ref(py)
+                    .bind(py)
+                    .call_method0("tolist")?
+                    .extract()?;
+                let ends = offs.iter().skip(1).map(|&o| o as usize * item).collect();
+                (values, ends)
+            } else if v.cast::<numpy::PyUntypedArray>().is_ok() {
+                let arr = v.cast::<numpy::PyUntypedArray>()?;
+                let rows = arr.shape().first().copied().unwrap_or(0);
+                let bytes = value_bytes(py, f, &v)?;
+                let per = bytes.len().checked_div(rows).unwrap_or(0);
+                (bytes, (1..=rows).map(|r| r * per).collect())
+            } else {
+                let mut all = Vec::new();
+                let mut ends = Vec::new();
+                for x in v.try_iter()? {
+                    all.extend(value_bytes(py, f, &x?)?);
+                    ends.push(all.len());
+                }
+                (all, ends)
+            };
+            match n {
+                None => n = Some(ends.len()),
+                Some(m) if m != ends.len() => {
+                    return Err(value_error(format!(
+                        "field {:?} has {} records, another field {m}",
+                        f.name,
+                        ends.len()
+                    )))
+                }
+                _ => {}
+            }
+            columns.push((bytes, ends));
+        }
+        let n = n.unwrap_or(0);
+        self.run(py, move |w| {
+            let mut records: Vec<Vec<&[u8]>> = Vec::with_capacity(n);
+            for r in 0..n {
+                let rec = columns
+                    .iter()
+                    .map(|(bytes, ends)| {
+                        if ends.is_empty() {
+                            return &[][..];
+                        }
+                        let start = if r == 0 {
+                            0
+                        } else {
+                            ends.get(r - 1).copied().unwrap_or(0)
+                        };
+                        let end = ends.get(r).copied().unwrap_or(start);
+                        bytes.get(start..end).unwrap_or(&[])
+                    })
+                    .collect();
+                records.push(rec);
+            }
+            let range = w.append_many(&records)?;
+            Ok((range.start, range.end))
+        })
+    }
+
+    /// Replaces field `field` of record `index`.
+    fn modify(
+        &self,
+        py: Python<'_>,
+        index: u64,
+        field: String,
+        value: Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let f = self
+            .fields
+            .iter()
+            .find(|f| f.name == field)
+            .ok_or_else(|| {
+                to_py(zrecord::Error::UnknownField {
+                    field: field.clone(),
+                })
+            })?;
+        let bytes = value_bytes(py, f, &value)?;
+        self.run(py, move |w| w.modify(index, &field, &bytes))
+    }
+
+    /// Deletes record `index` (the last record moves into its place).
+    fn delete(&self, py: Python<'_>, index: u64) -> PyResult<()> {
+        self.run(py, move |w| w.delete(index))
+    }
+
+    /// Commits: everything appended, modified and deleted becomes visible at once, crash-safe.
+    /// Returns the new generation.
+    fn commit(&self, py: Python<'_>) -> PyResult<u64> {
+        self.run(py, |w| w.commit())
+    }
+
+    /// Number of records, committed or not.
+    fn __len__(&self) -> usize {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map_or(0, |w| w.len() as usize)
+    }
+
+    #[getter]
+    fn path(&self) -> String {
+        self.path.clone()
+    }
+
+    /// Drops the writer (what was not committed is not kept) and releases its lock.
+    fn close(&self, py: Python<'_>) {
+        let inner = Arc::clone(&self.inner);
+        py.detach(move || {
+            let w = inner.lock().unwrap_or_else(PoisonError::into_inner).take();
+            drop(w);
+        });
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    /// Commits unless the block raised, then closes.
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<Bound<'_, PyAny>>,
+        _exc: Option<Bound<'_, PyAny>>,
+        _tb: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let r = if exc_type.is_none() {
+            self.commit(py).map(|_| ())
+        } else {
+            Ok(())
+        };
+        self.close(py);
+        r.map(|_| false)
+    }
+}
+
+/// Unused: keeps `dtype_of` reachable from this module's docs.
+#[allow(dead_code)]
+fn _dtype(s: &str) -> PyResult<DType> {
+    dtype_of(s)
+}

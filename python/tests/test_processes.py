@@ -1,0 +1,101 @@
+"""Processes: a child forked after the parent used a dataset (and its rings, pools and
+threads) reads right on every backend, and so does a spawned one given the pickled dataset;
+a `Dataset` pickles as its path and options; Ctrl-C interrupts a blocked `next()`."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import zrecord
+from conftest import BACKENDS, image
+
+
+def _child_sum(ds, indices) -> int:
+    b = ds.take(indices)
+    loader = zrecord.Loader(ds, batch_size=32, shuffle=True, seed=1, workers=2)
+    n = sum(len(x) for x in loader)
+    return int(b["label"].sum()) * 1000 + n
+
+
+def _expect(indices, n) -> int:
+    return int(np.sum(indices)) * 1000 + n
+
+
+def _child(ds, indices, conn) -> None:
+    try:
+        conn.send(("ok", _child_sum(ds, indices)))
+    except BaseException as e:  # report, never hang the parent
+        conn.send(("error", repr(e)))
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_child_after_the_parent_used_the_dataset(small, backend, method):
+    ds = zrecord.open(small, backend=backend)
+    # The parent uses the dataset first: rings, pools, worker threads all exist now.
+    np.testing.assert_array_equal(ds.take([5])["image"][0], image(5))
+    list(zrecord.Loader(ds, batch_size=50, workers=2))
+    indices = np.arange(0, 200, 3)
+    ctx = mp.get_context(method)
+    # With fork the children use the parent's own handle (inherited, not pickled); with spawn
+    # they get it pickled (its path and options) and reopen it.
+    children = []
+    for idx in (indices, indices[::-1]):
+        parent_end, child_end = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_child, args=(ds, idx, child_end))
+        p.start()
+        child_end.close()
+        children.append((p, parent_end))
+    for p, conn in children:
+        ready = conn.poll(120)
+        if not ready:
+            p.kill()
+            p.join()
+            pytest.fail(f"a {method}ed child on {backend} hung for 120 s")
+        status, value = conn.recv()
+        p.join(30)
+        assert status == "ok", value
+        assert value == _expect(indices, 200)
+        assert p.exitcode == 0
+    # The parent still reads.
+    np.testing.assert_array_equal(ds.take([7])["image"][0], image(7))
+    assert len(list(zrecord.Loader(ds, batch_size=50, workers=2))) == 4
+
+
+def test_a_dataset_pickles_as_its_path_and_options(small):
+    ds = zrecord.open(small, backend="psync", verify=False)
+    ds2 = pickle.loads(pickle.dumps(ds))
+    assert ds2.path == ds.path and len(ds2) == len(ds)
+    assert ds2.backend == ds.backend
+    np.testing.assert_array_equal(ds2.take([9])["image"], ds.take([9])["image"])
+
+
+def test_ctrl_c_interrupts_a_blocked_next(small):
+    # A corrupt record and a long retry backoff: the worker waits 30 s before its next try, so
+    # next() blocks; SIGINT must end it with KeyboardInterrupt well before.
+    chunk = sorted((small / "chunk").iterdir())[0]
+    with open(chunk, "r+b") as f:
+        f.seek(3)
+        b = f.read(1)
+        f.seek(3)
+        f.write(bytes([b[0] ^ 1]))
+    ds = zrecord.open(small)
+    loader = zrecord.Loader(ds, batch_size=200, shuffle=False, workers=1, retries=3, retry_backoff=30.0)
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    start = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        next(iter(loader))
+    latency = time.monotonic() - start - 0.3
+    timer.cancel()
+    assert latency < 2.0, latency

@@ -1,0 +1,80 @@
+"""zrecord: a record store and data loader for ML training.
+
+Read a dataset at engine speed, one NumPy array per field per batch::
+
+    import numpy as np, zrecord
+
+    ds = zrecord.open("train.zr")                 # or "s3://bucket/prefix"
+    b = ds.take(np.array([7, 3, 7]))              # caller order, checksummed
+    b["image"]                                    # (3, *shape) array, zero-copy
+    loader = zrecord.Loader(ds, batch_size=256, shuffle=True, seed=17, workers=2)
+    for batch in loader:
+        ...
+    state = loader.state_dict()                   # JSON-serialisable; resume with state=
+
+Every call that reads, waits or writes releases the GIL. Errors are subclasses of
+:class:`zrecord.Error` carrying the file, field, index and offset where they apply.
+"""
+
+from __future__ import annotations
+
+from . import _zrecord
+from ._zrecord import (
+    Batch,
+    Buffer,
+    ChecksumError,
+    ChunkGoneError,
+    ConfigError,
+    CorruptError,
+    Dataset,
+    Error,
+    Field,
+    InternalError,
+    IOError,
+    Loader,
+    Mix,
+    NotADatasetError,
+    PublishConflict,
+    Ragged,
+    RemoteError,
+    ResumeMismatch,
+    SchemaError,
+    Writer,
+    WriterBusyError,
+    __version__,
+    convert_npy,
+    mix,
+    open,
+    pull,
+    push,
+)
+
+__all__ = [
+    "Batch",
+    "Buffer",
+    "ChecksumError",
+    "ChunkGoneError",
+    "ConfigError",
+    "CorruptError",
+    "Dataset",
+    "Error",
+    "Field",
+    "InternalError",
+    "IOError",
+    "Loader",
+    "Mix",
+    "NotADatasetError",
+    "PublishConflict",
+    "Ragged",
+    "RemoteError",
+    "ResumeMismatch",
+    "SchemaError",
+    "Writer",
+    "WriterBusyError",
+    "__version__",
+    "convert_npy",
+    "mix",
+    "open",
+    "pull",
+    "push",
+]

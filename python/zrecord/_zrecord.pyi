@@ -1,0 +1,243 @@
+"""Type stubs of the extension module ``zrecord._zrecord`` (checked with ``mypy.stubtest``)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
+_Path = str | os.PathLike[str]
+_Indices = Sequence[int] | npt.NDArray[np.integer[Any]]
+
+class Error(Exception): ...
+class CorruptError(Error): ...
+class ChecksumError(CorruptError):
+    path: str
+    field: str
+    index: int
+    offset: int
+    expected: int
+    actual: int
+
+class NotADatasetError(Error):
+    path: str
+    reason: str
+
+class SchemaError(Error): ...
+class ConfigError(Error):
+    reason: str
+
+class ResumeMismatch(Error):
+    reason: str
+
+class WriterBusyError(Error):
+    path: str
+
+class IOError(Error): ...
+class ChunkGoneError(Error):
+    path: str
+
+class RemoteError(Error):
+    url: str
+    range: tuple[int, int] | None
+    status: int | None
+    reason: str
+
+class PublishConflict(RemoteError): ...
+class InternalError(Error): ...
+
+class Buffer:
+    """Rust memory that NumPy arrays of a batch view (their ``base``)."""
+    def __len__(self) -> int: ...
+
+class Ragged:
+    """Variable-length values: ``values`` end to end, ``offsets`` (n + 1 int64)."""
+    def __new__(cls, values: Any, offsets: Any) -> Ragged: ...
+    @property
+    def values(self) -> np.ndarray: ...
+    @property
+    def offsets(self) -> npt.NDArray[np.int64]: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, j: int) -> np.ndarray: ...
+    def to_list(self) -> list[np.ndarray]: ...
+
+class Batch:
+    """One gathered batch: ``b[field]`` is an array ``(n, *shape)`` or a ``Ragged``."""
+    def __len__(self) -> int: ...
+    def __getitem__(self, key: str) -> np.ndarray | Ragged: ...
+    def __contains__(self, key: object) -> bool: ...
+    def __iter__(self) -> Iterator[str]: ...
+    def keys(self) -> list[str]: ...
+    def items(self) -> list[tuple[str, np.ndarray | Ragged]]: ...
+    def to_dict(self) -> dict[str, np.ndarray | Ragged]: ...
+    @property
+    def fields(self) -> list[str]: ...
+    @property
+    def indices(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def is_pad(self) -> npt.NDArray[np.bool_]: ...
+    @property
+    def epoch(self) -> int | None: ...
+    @property
+    def position(self) -> int | None: ...
+    @property
+    def nbytes(self) -> int: ...
+
+class Field:
+    def __new__(
+        cls, name: str, dtype: Any, shape: Sequence[int] | None = None, codec: str = "raw"
+    ) -> Field: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def shape(self) -> list[int] | None: ...
+    @property
+    def codec(self) -> str: ...
+
+class Dataset:
+    def __new__(
+        cls,
+        path: _Path,
+        *,
+        backend: str | None = None,
+        verify: bool = True,
+        direct: bool = False,
+        cache_bytes: int | None = None,
+        cache_dir: _Path | None = None,
+        lookahead_bytes: int | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> Dataset: ...
+    def __len__(self) -> int: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def generation(self) -> int: ...
+    @property
+    def fields(self) -> list[str]: ...
+    @property
+    def schema(self) -> list[Field]: ...
+    @property
+    def backend(self) -> str: ...
+    def refresh(self) -> bool: ...
+    def take(self, indices: _Indices, *, fields: Sequence[str] | None = None) -> Batch: ...
+    def __getitem__(self, index: int) -> dict[str, np.ndarray]: ...
+    def __getitems__(self, indices: _Indices) -> list[dict[str, np.ndarray]]: ...
+    def __reduce__(self) -> tuple[Any, ...]: ...
+
+def open(
+    path: _Path,
+    *,
+    backend: str | None = None,
+    verify: bool = True,
+    direct: bool = False,
+    cache_bytes: int | None = None,
+    cache_dir: _Path | None = None,
+    lookahead_bytes: int | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> Dataset: ...
+def _reopen(path: str, options: Mapping[str, Any]) -> Dataset: ...
+
+class Mix: ...
+
+def mix(
+    datasets: Sequence[Dataset],
+    weights: Sequence[float],
+    *,
+    exhausted: str = "restart",
+    mode: str = "shuffled",
+    epochs: int | None = None,
+    epoch_len: int | None = None,
+    part_epochs: int | None = None,
+) -> Mix: ...
+
+class Loader:
+    def __new__(
+        cls,
+        source: Dataset | Mix,
+        *,
+        batch_size: int = 256,
+        shuffle: bool = True,
+        sampler: str | None = None,
+        seed: int = 0,
+        epochs: int | None = 1,
+        shard: tuple[int, int] | None = None,
+        shard_mode: str = "interleaved",
+        pad_to_equal: bool = False,
+        drop_remainder: bool = False,
+        workers: int = 2,
+        merge: str = "strict",
+        max_lead: int | None = None,
+        max_skips_per_round: int | None = None,
+        bucket: int | Mapping[str, int] | None = None,
+        drop_last: bool = False,
+        lookahead: int | None = None,
+        gathers_in_flight: int | None = None,
+        worker_queue_size: int | None = None,
+        consumer_queue_size: int | None = None,
+        retries: int | None = None,
+        retry_backoff: float | None = None,
+        on_error: str = "raise",
+        fields: Sequence[str] | None = None,
+        key_field: str | None = None,
+        state: Mapping[str, Any] | str | None = None,
+        resume_from: Sequence[Mapping[str, Any] | str] | None = None,
+    ) -> Loader: ...
+    def __iter__(self) -> Loader: ...
+    def __next__(self) -> Batch: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def stats(self) -> dict[str, Any]: ...
+    @property
+    def batch_size(self) -> int: ...
+
+class Writer:
+    @staticmethod
+    def create(
+        path: _Path,
+        schema: Mapping[str, Any] | Sequence[Field],
+        *,
+        chunk_size_bytes: int | None = None,
+        num_writers: int | None = None,
+    ) -> Writer: ...
+    @staticmethod
+    def open(path: _Path, *, num_writers: int | None = None) -> Writer: ...
+    def append(self, record: Mapping[str, Any]) -> int: ...
+    def append_batch(self, batch: Mapping[str, Any]) -> tuple[int, int]: ...
+    def modify(self, index: int, field: str, value: Any) -> None: ...
+    def delete(self, index: int) -> None: ...
+    def commit(self) -> int: ...
+    def close(self) -> None: ...
+    def __len__(self) -> int: ...
+    @property
+    def path(self) -> str: ...
+    def __enter__(self) -> Writer: ...
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool: ...
+
+def push(
+    path: _Path,
+    url: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    concurrency: int | None = None,
+    single_writer: bool = False,
+) -> dict[str, Any]: ...
+def pull(
+    url: str,
+    path: _Path,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    concurrency: int | None = None,
+) -> dict[str, Any]: ...
+def convert_npy(
+    inputs: Sequence[_Path],
+    out: _Path,
+    *,
+    field_names: Sequence[str] | None = None,
+    codec: str = "raw",
+    chunk_size_bytes: int | None = None,
+) -> tuple[int, int]: ...
