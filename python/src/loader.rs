@@ -256,7 +256,13 @@ impl Options {
                 r = r.attempts(a.saturating_add(1));
             }
             if let Some(s) = self.retry_backoff {
-                r = r.backoff(Duration::from_secs_f64(s.max(0.0)));
+                let backoff = Duration::try_from_secs_f64(s.max(0.0))
+                    .map_err(|e| value_error(format!("retry_backoff {s}: {e}")))?;
+                // The waits double from `retry_backoff`, up to 30 times it (at least the
+                // default's 1 s).
+                r = r
+                    .backoff(backoff)
+                    .max_backoff(backoff.saturating_mul(30).max(r.max_backoff));
             }
             b = b.retry(r);
         }

@@ -81,7 +81,7 @@ def test_a_dataset_pickles_as_its_path_and_options(small):
 
 
 def test_ctrl_c_interrupts_a_blocked_next(small):
-    # A corrupt record and a long retry backoff: the worker waits 30 s before its next try, so
+    # A corrupt record and a long retry backoff: the worker waits 20 s before its next try, so
     # next() blocks; SIGINT must end it with KeyboardInterrupt well before.
     chunk = sorted((small / "chunk").iterdir())[0]
     with open(chunk, "r+b") as f:
@@ -90,7 +90,7 @@ def test_ctrl_c_interrupts_a_blocked_next(small):
         f.seek(3)
         f.write(bytes([b[0] ^ 1]))
     ds = zrecord.open(small)
-    loader = zrecord.Loader(ds, batch_size=200, shuffle=False, workers=1, retries=3, retry_backoff=30.0)
+    loader = zrecord.Loader(ds, batch_size=200, shuffle=False, workers=1, retries=3, retry_backoff=20.0)
     timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
     start = time.monotonic()
     timer.start()

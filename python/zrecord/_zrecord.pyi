@@ -3,12 +3,42 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence, final
 
 import numpy as np
 import numpy.typing as npt
 
 __version__: str
+__all__ = [
+    "Batch",
+    "Buffer",
+    "ChecksumError",
+    "ChunkGoneError",
+    "ConfigError",
+    "CorruptError",
+    "Dataset",
+    "Error",
+    "Field",
+    "IOError",
+    "InternalError",
+    "Loader",
+    "Mix",
+    "NotADatasetError",
+    "PublishConflict",
+    "Ragged",
+    "RemoteError",
+    "ResumeMismatch",
+    "SchemaError",
+    "Writer",
+    "WriterBusyError",
+    "__version__",
+    "_reopen",
+    "convert_npy",
+    "mix",
+    "open",
+    "pull",
+    "push",
+]
 
 _Path = str | os.PathLike[str]
 _Indices = Sequence[int] | npt.NDArray[np.integer[Any]]
@@ -50,10 +80,12 @@ class RemoteError(Error):
 class PublishConflict(RemoteError): ...
 class InternalError(Error): ...
 
+@final
 class Buffer:
     """Rust memory that NumPy arrays of a batch view (their ``base``)."""
     def __len__(self) -> int: ...
 
+@final
 class Ragged:
     """Variable-length values: ``values`` end to end, ``offsets`` (n + 1 int64)."""
     def __new__(cls, values: Any, offsets: Any) -> Ragged: ...
@@ -62,14 +94,15 @@ class Ragged:
     @property
     def offsets(self) -> npt.NDArray[np.int64]: ...
     def __len__(self) -> int: ...
-    def __getitem__(self, j: int) -> np.ndarray: ...
+    def __getitem__(self, j: int, /) -> np.ndarray: ...
     def to_list(self) -> list[np.ndarray]: ...
 
+@final
 class Batch:
     """One gathered batch: ``b[field]`` is an array ``(n, *shape)`` or a ``Ragged``."""
     def __len__(self) -> int: ...
-    def __getitem__(self, key: str) -> np.ndarray | Ragged: ...
-    def __contains__(self, key: object) -> bool: ...
+    def __getitem__(self, key: str, /) -> np.ndarray | Ragged: ...
+    def __contains__(self, key: object, /) -> bool: ...
     def __iter__(self) -> Iterator[str]: ...
     def keys(self) -> list[str]: ...
     def items(self) -> list[tuple[str, np.ndarray | Ragged]]: ...
@@ -87,6 +120,7 @@ class Batch:
     @property
     def nbytes(self) -> int: ...
 
+@final
 class Field:
     def __new__(
         cls, name: str, dtype: Any, shape: Sequence[int] | None = None, codec: str = "raw"
@@ -100,6 +134,7 @@ class Field:
     @property
     def codec(self) -> str: ...
 
+@final
 class Dataset:
     def __new__(
         cls,
@@ -126,8 +161,8 @@ class Dataset:
     def backend(self) -> str: ...
     def refresh(self) -> bool: ...
     def take(self, indices: _Indices, *, fields: Sequence[str] | None = None) -> Batch: ...
-    def __getitem__(self, index: int) -> dict[str, np.ndarray]: ...
-    def __getitems__(self, indices: _Indices) -> list[dict[str, np.ndarray]]: ...
+    def __getitem__(self, index: int, /) -> dict[str, np.ndarray]: ...
+    def __getitems__(self, indices: _Indices, /) -> list[dict[str, np.ndarray]]: ...
     def __reduce__(self) -> tuple[Any, ...]: ...
 
 def open(
@@ -143,6 +178,7 @@ def open(
 ) -> Dataset: ...
 def _reopen(path: str, options: Mapping[str, Any]) -> Dataset: ...
 
+@final
 class Mix: ...
 
 def mix(
@@ -156,6 +192,7 @@ def mix(
     part_epochs: int | None = None,
 ) -> Mix: ...
 
+@final
 class Loader:
     def __new__(
         cls,
@@ -165,7 +202,7 @@ class Loader:
         shuffle: bool = True,
         sampler: str | None = None,
         seed: int = 0,
-        epochs: int | None = 1,
+        epochs: int | None = ...,
         shard: tuple[int, int] | None = None,
         shard_mode: str = "interleaved",
         pad_to_equal: bool = False,
@@ -195,6 +232,7 @@ class Loader:
     @property
     def batch_size(self) -> int: ...
 
+@final
 class Writer:
     @staticmethod
     def create(
@@ -216,7 +254,7 @@ class Writer:
     @property
     def path(self) -> str: ...
     def __enter__(self) -> Writer: ...
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool: ...
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any, /) -> bool: ...
 
 def push(
     path: _Path,
