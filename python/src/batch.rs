@@ -2,12 +2,12 @@
 //! NumPy array over the batch's memory.
 
 use crate::errors::{to_py, value_error};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use numpy::ndarray::{ArrayViewD, IxDyn};
 use numpy::{PyArray, PyArray1};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use zrecord::DType;
 
 /// Memory of a Rust batch that NumPy arrays view: their `base`. It keeps the bytes alive for
@@ -216,23 +216,67 @@ impl Ragged {
     }
 }
 
+/// A gathered batch with each field's values end to end in one buffer: built without the GIL,
+/// on a loader's worker thread or inside `take`'s gather call, so the Python thread only wraps
+/// buffers in arrays. The gathered batch itself is dropped once its values are laid out.
+pub(crate) struct Columns {
+    indices: Vec<u64>,
+    fields: Vec<(String, DType)>,
+    shapes: Vec<Option<Vec<u64>>>,
+    /// Per field: the values and each record's length in bytes.
+    cols: Vec<(Bytes, Vec<usize>)>,
+}
+
+impl Columns {
+    /// Lays out `batch`'s fields as columns: zero-copy where a field's values already lie back
+    /// to back (aligned for its dtype), else one copy into a buffer of the field's own.
+    pub(crate) fn of(batch: zrecord::Batch) -> Columns {
+        let fields: Vec<(String, DType)> = batch.fields().map(|(n, d)| (n.to_string(), d)).collect();
+        let shapes = (0..fields.len()).map(|f| batch.shape(f).map(<[u64]>::to_vec)).collect();
+        let cols = fields
+            .iter()
+            .enumerate()
+            .map(|(f, (_, d))| column_bytes(&batch, f, d.item_bytes() as usize))
+            .collect();
+        Columns {
+            indices: batch.indices().to_vec(),
+            fields,
+            shapes,
+            cols,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.indices.len()
+    }
+
+    fn position(&self, name: &str) -> zrecord::Result<usize> {
+        self.fields
+            .iter()
+            .position(|(n, _)| n == name)
+            .ok_or_else(|| zrecord::Error::UnknownField {
+                field: name.to_string(),
+            })
+    }
+}
+
 /// One gathered batch: `len(b)` records, `b[name]` one NumPy array per field (fixed shape:
 /// `(n, *shape)`; variable length: a [`Ragged`]), `b.indices`, `b.is_pad`.
 #[pyclass(frozen, module = "zrecord._zrecord", name = "Batch", mapping)]
 pub struct PyBatch {
-    pub(crate) inner: Arc<zrecord::Batch>,
-    pub(crate) is_pad: Option<Vec<bool>>,
-    pub(crate) epoch: Option<u64>,
-    pub(crate) position: Option<u64>,
+    columns: Columns,
+    is_pad: Option<Vec<bool>>,
+    epoch: Option<u64>,
+    position: Option<u64>,
     /// Each field's array, built at first use.
     cache: Mutex<Vec<Option<Py<PyAny>>>>,
 }
 
 impl PyBatch {
-    pub(crate) fn new(inner: zrecord::Batch) -> PyBatch {
-        let n = inner.fields().count();
+    pub(crate) fn new(columns: Columns) -> PyBatch {
+        let n = columns.fields.len();
         PyBatch {
-            inner: Arc::new(inner),
+            columns,
             is_pad: None,
             epoch: None,
             position: None,
@@ -248,20 +292,15 @@ impl PyBatch {
     }
 
     fn field_names(&self) -> Vec<String> {
-        self.inner.fields().map(|(n, _)| n.to_string()).collect()
+        self.columns.fields.iter().map(|(n, _)| n.clone()).collect()
     }
 
     /// The array (or `Ragged`) of field `f`, built once.
     fn field(&self, py: Python<'_>, f: usize) -> PyResult<Py<PyAny>> {
-        if let Some(Some(a)) = self
-            .cache
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(f)
-        {
+        if let Some(Some(a)) = self.cache.lock().unwrap_or_else(PoisonError::into_inner).get(f) {
             return Ok(a.clone_ref(py));
         }
-        let built = build_field(py, &self.inner, f)?;
+        let built = build_field(py, &self.columns, f)?;
         let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(slot) = cache.get_mut(f) {
             *slot = Some(built.clone_ref(py));
@@ -271,18 +310,13 @@ impl PyBatch {
 
     fn position_of(&self, key: &Bound<'_, PyAny>) -> PyResult<usize> {
         let name: String = key.extract()?;
-        self.inner.field_position(&name).map_err(to_py)
+        self.columns.position(&name).map_err(to_py)
     }
 }
 
-/// Field `f`'s values as one byte buffer, zero-copy when they lie back to back, else copied
-/// (with the GIL released) into a buffer of their own; and each record's length.
-fn column_bytes(
-    py: Python<'_>,
-    batch: &Arc<zrecord::Batch>,
-    f: usize,
-    align: usize,
-) -> (Bytes, Vec<usize>) {
+/// Field `f`'s values as one byte buffer, zero-copy when they lie back to back (aligned to
+/// `align`), else copied into a buffer of their own; and each record's length.
+fn column_bytes(batch: &zrecord::Batch, f: usize, align: usize) -> (Bytes, Vec<usize>) {
     let lens: Vec<usize> = (0..batch.len())
         .map(|r| batch.value_len(r, f).unwrap_or(0))
         .collect();
@@ -292,23 +326,25 @@ fn column_bytes(
         }
     }
     let total: usize = lens.iter().sum();
-    let b = Arc::clone(batch);
-    let bytes = py.detach(move || {
-        // 8-byte-aligned storage, so any dtype's view of it is aligned.
-        let mut words = vec![0u64; total.div_ceil(8)];
-        let out: &mut [u8] = bytemuck_cast(&mut words);
-        let mut at = 0usize;
-        for r in 0..b.len() {
-            if let Some(v) = b.get(r, f) {
-                if let Some(dst) = out.get_mut(at..at + v.len()) {
-                    dst.copy_from_slice(v);
-                }
-                at += v.len();
-            }
+    // No zero-fill: the buffer grows by each value. The allocator's alignment (16 bytes on
+    // glibc) suits every dtype; a buffer that is not aligned for `align` is copied once more
+    // into 8-byte-aligned words.
+    let mut out = BytesMut::with_capacity(total);
+    for r in 0..batch.len() {
+        if let Some(v) = batch.get(r, f) {
+            out.extend_from_slice(v);
         }
-        Bytes::from_owner(Words { words, len: total })
-    });
-    (bytes, lens)
+    }
+    let out = out.freeze();
+    if (out.as_ptr() as usize).is_multiple_of(align) {
+        return (out, lens);
+    }
+    let mut words = vec![0u64; total.div_ceil(8)];
+    bytemuck_cast(&mut words)
+        .get_mut(..total)
+        .unwrap_or_default()
+        .copy_from_slice(&out);
+    (Bytes::from_owner(Words { words, len: total }), lens)
 }
 
 /// `u64` storage seen as bytes.
@@ -338,14 +374,15 @@ fn bytemuck_cast_ref(words: &[u64]) -> &[u8] {
 }
 
 /// Builds field `f`'s NumPy array (fixed shape) or `Ragged` (variable length).
-fn build_field(py: Python<'_>, batch: &Arc<zrecord::Batch>, f: usize) -> PyResult<Py<PyAny>> {
-    let (name, dtype) = batch
-        .fields()
-        .nth(f)
-        .map(|(n, d)| (n.to_string(), d))
+fn build_field(py: Python<'_>, c: &Columns, f: usize) -> PyResult<Py<PyAny>> {
+    let ((name, dtype), (bytes, lens)) = c
+        .fields
+        .get(f)
+        .zip(c.cols.get(f))
         .ok_or_else(|| value_error(format!("no field #{f}")))?;
+    let (name, dtype, bytes) = (name.clone(), *dtype, bytes.clone());
     let item = dtype.item_bytes() as usize;
-    let (bytes, lens) = column_bytes(py, batch, f, item);
+    let index_of = |r: usize| c.indices.get(r).copied().unwrap_or(r as u64);
     let not_items = |e: String| {
         to_py(zrecord::Error::ShapeMismatch {
             field: name.clone(),
@@ -353,19 +390,19 @@ fn build_field(py: Python<'_>, batch: &Arc<zrecord::Batch>, f: usize) -> PyResul
         })
     };
     let total = bytes.len();
-    if let Some(shape) = batch.shape(f) {
+    if let Some(Some(shape)) = c.shapes.get(f) {
         let per: u64 = shape.iter().product::<u64>() * item as u64;
         if let Some((r, &len)) = lens.iter().enumerate().find(|(_, &l)| l as u64 != per) {
-            let index = batch.indices().get(r).copied().unwrap_or(r as u64);
             return Err(to_py(zrecord::Error::ShapeMismatch {
                 field: name,
                 reason: format!(
-                    "record {index} (position {r} of the batch) has {len} bytes, but shape \
-                     {shape:?} of {dtype} needs {per} bytes (an absent value has no fixed shape)"
+                    "record {} (position {r} of the batch) has {len} bytes, but shape \
+                     {shape:?} of {dtype} needs {per} bytes (an absent value has no fixed shape)",
+                    index_of(r)
                 ),
             }));
         }
-        let mut dims: Vec<usize> = vec![batch.len()];
+        let mut dims: Vec<usize> = vec![c.len()];
         dims.extend(shape.iter().map(|&d| d as usize));
         let arr = dtype_array(py, dtype, bytes, &dims)?
             .ok_or_else(|| not_items(format!("{total} bytes for shape {dims:?}")))?;
@@ -377,12 +414,12 @@ fn build_field(py: Python<'_>, batch: &Arc<zrecord::Batch>, f: usize) -> PyResul
     offsets.push(0);
     for (r, &len) in lens.iter().enumerate() {
         if len % item != 0 {
-            let index = batch.indices().get(r).copied().unwrap_or(r as u64);
             return Err(to_py(zrecord::Error::ShapeMismatch {
                 field: name,
                 reason: format!(
-                    "record {index} (position {r} of the batch) has {len} bytes, not a whole \
-                     number of {dtype} items"
+                    "record {} (position {r} of the batch) has {len} bytes, not a whole \
+                     number of {dtype} items",
+                    index_of(r)
                 ),
             }));
         }
@@ -392,7 +429,7 @@ fn build_field(py: Python<'_>, batch: &Arc<zrecord::Batch>, f: usize) -> PyResul
     let values = dtype_array(py, dtype, bytes, &[total / item])?
         .ok_or_else(|| not_items(format!("{total} bytes")))?;
     let offsets = PyArray::from_vec(py, offsets);
-    let ragged = Ragged::from_parts(values.unbind(), offsets.into_any().unbind(), batch.len());
+    let ragged = Ragged::from_parts(values.unbind(), offsets.into_any().unbind(), c.len());
     Ok(Bound::new(py, ragged)?.into_any().unbind())
 }
 
@@ -400,7 +437,7 @@ fn build_field(py: Python<'_>, batch: &Arc<zrecord::Batch>, f: usize) -> PyResul
 impl PyBatch {
     /// Number of records.
     fn __len__(&self) -> usize {
-        self.inner.len()
+        self.columns.len()
     }
 
     /// The field's array: `(n, *shape)` for a fixed-shape field, a `Ragged` otherwise.
@@ -411,7 +448,7 @@ impl PyBatch {
 
     fn __contains__(&self, key: Bound<'_, PyAny>) -> bool {
         key.extract::<String>()
-            .is_ok_and(|k| self.inner.field_position(&k).is_ok())
+            .is_ok_and(|k| self.columns.position(&k).is_ok())
     }
 
     fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -450,7 +487,7 @@ impl PyBatch {
     /// The dataset index of each record (`int64`).
     #[getter]
     fn indices<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
-        let v: Vec<i64> = self.inner.indices().iter().map(|&i| i as i64).collect();
+        let v: Vec<i64> = self.columns.indices.iter().map(|&i| i as i64).collect();
         PyArray::from_vec(py, v)
     }
 
@@ -460,7 +497,7 @@ impl PyBatch {
         let v = self
             .is_pad
             .clone()
-            .unwrap_or_else(|| vec![false; self.inner.len()]);
+            .unwrap_or_else(|| vec![false; self.columns.len()]);
         PyArray::from_vec(py, v)
     }
 
@@ -479,18 +516,19 @@ impl PyBatch {
     /// Total bytes of the batch's values.
     #[getter]
     fn nbytes(&self) -> usize {
-        self.inner.total_bytes()
+        self.columns.cols.iter().map(|(b, _)| b.len()).sum()
     }
 
     fn __repr__(&self) -> String {
         let fields: Vec<String> = self
-            .inner
-            .fields()
+            .columns
+            .fields
+            .iter()
             .map(|(n, d)| format!("{n}: {d}"))
             .collect();
         format!(
             "<zrecord.Batch of {} records {{{}}}>",
-            self.inner.len(),
+            self.columns.len(),
             fields.join(", ")
         )
     }

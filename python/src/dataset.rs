@@ -1,6 +1,6 @@
 //! `zrecord.Dataset`: a read handle on a dataset directory or an `s3://` URL.
 
-use crate::batch::{record_dict, PyBatch};
+use crate::batch::{record_dict, Columns, PyBatch};
 use crate::errors::{config_error, to_py, value_error};
 use crate::guard::guarded;
 use numpy::PyArrayMethods;
@@ -142,7 +142,7 @@ impl PyDataset {
                         ds.gather_fields_blocking(&indices, &names)
                     }
                 };
-                r.map_err(to_py)
+                r.map(Columns::of).map_err(to_py)
             })
         })?;
         Ok(PyBatch::new(batch))

@@ -1,7 +1,7 @@
 //! `zrecord.Loader` and `zrecord.mix`: the whole pipeline (sampler or weighted mix → shard →
 //! bucket → batch → prefetch workers), with exact and elastic resume through `state_dict`.
 
-use crate::batch::PyBatch;
+use crate::batch::{Columns, PyBatch};
 use crate::dataset::PyDataset;
 use crate::errors::{config_error, to_py, value_error};
 use crate::guard::guarded;
@@ -126,15 +126,15 @@ fn sampler_mode(s: &str) -> PyResult<SamplerMode> {
     }
 }
 
-type OneLoader = Loader<DatasetSource>;
-type MixLoader = Loader<Concat<DatasetSource>>;
+type OneLoader = Loader<DatasetSource, Columns>;
+type MixLoader = Loader<Concat<DatasetSource>, Columns>;
 
 enum AnyLoader {
     One(OneLoader),
     Mix(MixLoader),
 }
 
-type Item = zrecord::Result<LoaderBatch<zrecord::Batch>>;
+type Item = zrecord::Result<LoaderBatch<Columns>>;
 
 impl AnyLoader {
     fn poll_for(&mut self, parker: &Arc<Parker>, wait: Duration) -> Poll<Option<Item>> {
@@ -310,7 +310,9 @@ fn build<S: Source<Batch = zrecord::Batch>>(
     b: LoaderBuilder<S>,
     state: Option<LoaderState>,
     resume_from: Option<Vec<LoaderState>>,
-) -> zrecord::Result<Loader<S>> {
+) -> zrecord::Result<Loader<S, Columns>> {
+    // The columns are laid out on the worker threads, in parallel and without the GIL.
+    let b = b.transform(|batch, _| Ok(Columns::of(batch)));
     match (state, resume_from) {
         (Some(s), None) => b.resume(&s),
         (None, Some(all)) => b.resume_elastic(&all),
