@@ -24,6 +24,8 @@ py=$(bash benches/python/setup.sh)
 "$py" benches/baselines/numpy_memmap.py "$data/r1k" --batches 1 > /dev/null
 "$py" benches/python/peers.py build "$data/r1k"
 batches=${BATCHES:-4000}
+# numpy's OpenBLAS threads spin after use; none of these runs does linear algebra.
+export OPENBLAS_NUM_THREADS=1
 warm() { for f in "$@"; do dd if="$f" iflag=nocache count=0 status=none; cat "$f" > /dev/null; done; }
 ds_files() { ls "$data"/r1k/chunk/* "$data"/r1k/*.offsets; }
 rust_take() { warm $(ds_files); taskset -c 0 $z bench gather "$data/r1k" --backend mmap --batches "$batches" --json; }
