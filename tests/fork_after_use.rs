@@ -126,7 +126,11 @@ fn child_reads(ds: &Dataset, reopen: &str, cfg: &ReadConfig) -> Result<(), Strin
     }
     // One big batch: enough checksum work for the finishing pool's helpers.
     let all: Vec<u64> = (0..N).rev().collect();
-    check(&gathered(ds.gather_blocking(&all), "big gather")?, &all, &[0, 1])?;
+    check(
+        &gathered(ds.gather_blocking(&all), "big gather")?,
+        &all,
+        &[0, 1],
+    )?;
     let idx = indices(3000, 200, 0..N);
     let snap = ds.snapshot();
     check(
@@ -324,10 +328,10 @@ fn auto() {
     local(Backend::Auto);
 }
 
+/// A dataset published to a fresh s3s-fs, read with a chunk cache of `cache_bytes`.
 #[cfg(feature = "remote")]
-#[test]
-fn remote() {
-    use zrecord::remote::{push, RemoteConfig, TransferOptions};
+fn remote(cache_bytes: u64) {
+    use zrecord::remote::{pending_fills, push, RemoteConfig, TransferOptions};
     let server = s3::S3Server::start();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("ds");
@@ -339,14 +343,37 @@ fn remote() {
         &TransferOptions::default().store(server.options()),
     )
     .unwrap();
-    // No chunk cache: every read of the child is a range request of its own.
     let cfg = ReadConfig::default().with_remote(
         RemoteConfig::default()
             .store(server.options())
             .cache_dir(tmp.path().join("cache"))
-            .cache_bytes(0),
+            .cache_bytes(cache_bytes),
     );
+    if cache_bytes > 0 {
+        // Every chunk cached first: the dataset below reads them as local chunks.
+        let warm = Dataset::open_with(&url, cfg.clone()).unwrap();
+        let all: Vec<u64> = (0..N).collect();
+        check(&warm.gather_blocking(&all).unwrap(), &all, &[0, 1]).unwrap();
+        while pending_fills() > 0 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
     let ds = Arc::new(Dataset::open_with(&url, cfg.clone()).unwrap());
     assert_eq!(ds.backend_name(), "remote");
     fork_after_use(ds, &url, &cfg, tmp.path().join("child.txt"));
+}
+
+/// No chunk cache: every read of the child is a range request of its own.
+#[cfg(feature = "remote")]
+#[test]
+fn remote_uncached() {
+    remote(0);
+}
+
+/// Every chunk in the cache: the child reads them as local chunks (through zrecord's local
+/// backend and their mappings).
+#[cfg(feature = "remote")]
+#[test]
+fn remote_cached() {
+    remote(1 << 30);
 }
