@@ -38,7 +38,10 @@ pub(crate) fn pid() -> u32 {
         let r = unsafe { libc::pthread_atfork(None, None, Some(forgotten)) };
         if r != 0 {
             // Without the handler the cache could outlive a fork: ask the kernel every time.
-            tracing::warn!(error = r, "pthread_atfork failed; zrecord checks its process id on every use");
+            tracing::warn!(
+                error = r,
+                "pthread_atfork failed; zrecord checks its process id on every use"
+            );
             return std::process::id();
         }
     }
@@ -217,7 +220,10 @@ mod tests {
         let mut status = 0;
         // SAFETY: waits for our own child.
         assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
-        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "{status:#x}");
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "{status:#x}"
+        );
         assert_eq!(*l.get_or_init(|_| (0, 0)), (parent, 0));
         assert_eq!(pid(), parent);
     }

@@ -30,9 +30,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::off_runtime;
 use super::store::{spawn, Store};
-use crate::io::fork::ForkLocal;
 use crate::checksum::crc32c_append;
 use crate::error::{Error, Result};
+use crate::io::fork::ForkLocal;
 
 /// Age past which a temporary file is a killed writer's leftover.
 const STALE_TMP: Duration = Duration::from_secs(3600);

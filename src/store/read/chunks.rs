@@ -9,6 +9,7 @@
 
 use crate::error::{Error, Result};
 use crate::format::meta::Meta;
+use crate::io::fork::{take_unlocked, ForkLocal};
 use crate::io::fs;
 use crate::io::job::{FileId, ReadFile};
 use crate::io::mmap::SharedMap;
@@ -16,7 +17,6 @@ use crate::store::layout;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use crate::io::fork::{take_unlocked, ForkLocal};
 use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::SystemTime;
 

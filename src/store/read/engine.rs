@@ -5,10 +5,10 @@ use super::backend::{ReadBackend, ZeroCopy};
 use super::config::{forced_backend, Backend, ReadConfig};
 use super::window::{Window, Windowed};
 use crate::error::{Error, Result};
+use crate::io::fork::ForkLocal;
 use crate::io::job::ReadJob;
 use crate::io::pool::WorkerPool;
 use crate::io::psync::PsyncPool;
-use crate::io::fork::ForkLocal;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// io_uring: one ring thread per engine keeps many reads of many jobs in flight.
