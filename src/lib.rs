@@ -101,19 +101,19 @@ pub mod testing {
     /// (queued and running readahead, kept `O_DIRECT` reads), once no read of the window is
     /// running. Datasets opened with the same budgets share one window.
     pub fn read_window_held(ds: &crate::Dataset) -> usize {
-        ds.engine().pools.window.settle()
+        ds.engine().pools().window.settle()
     }
 
     /// Files the read window of `ds`'s engine holds open for kept `O_DIRECT` reads, once no
     /// read of the window is running.
     pub fn read_window_files(ds: &crate::Dataset) -> usize {
-        ds.engine().pools.window.settle();
-        ds.engine().pools.window.files()
+        ds.engine().pools().window.settle();
+        ds.engine().pools().window.files()
     }
 
     /// Reads the read window of `ds`'s engine has queued so far (readahead ranges and
     /// `O_DIRECT` reads), whatever became of them.
     pub fn read_window_announced(ds: &crate::Dataset) -> u64 {
-        ds.engine().pools.window.announced()
+        ds.engine().pools().window.announced()
     }
 }

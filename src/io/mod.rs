@@ -11,11 +11,14 @@
 //!   real file system (`vfs::StdFs`); `fault` holds the simulated and fault-injecting ones
 //!   used by the crash and I/O-error tests.
 //! - `pool`: the worker threads async gathers run on (page faults, checksums, inflate).
+//! - `fork`: the process id, and `ForkLocal`, one value per process: what `fork()`'s child must
+//!   make again (threads, rings, runtimes, registries, budgets) instead of using its parent's.
 //!
 //! Which of these serves a read is the read engine's business (`store/read/`).
 
 #[cfg(feature = "testing")]
 pub(crate) mod fault;
+pub(crate) mod fork;
 pub(crate) mod fs;
 pub(crate) mod job;
 pub(crate) mod mmap;

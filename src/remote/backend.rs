@@ -13,6 +13,7 @@ use super::cache::Cache;
 use super::store::{block_on, spawn_abortable, Store};
 use super::RemoteConfig;
 use crate::error::{Error, Result};
+use crate::io::fork::{take_unlocked, ForkLocal};
 use crate::io::job::ReadJob;
 use crate::{ReadBackend, ZeroCopy};
 
@@ -74,10 +75,18 @@ pub(crate) struct RemoteBackend {
     /// zrecord's local backend, for batches that read only local chunks (cached ones).
     local: Option<Arc<dyn ReadBackend>>,
     /// Keys whose cached copy was found damaged: read from the store from now on, even where
-    /// a snapshot holds the cached file open.
-    damaged: Mutex<HashSet<String>>,
+    /// a snapshot holds the cached file open. (Per process: a child of `fork()` takes over its
+    /// parent's set unless a parent thread held it at the fork.)
+    damaged: ForkLocal<Mutex<HashSet<String>>>,
+    /// This process's lookahead (see [`RemoteBackend::lookahead_state`]).
+    ahead: ForkLocal<Lookahead>,
+}
+
+/// The requests lookahead started in one process, and its permits.
+#[derive(Debug)]
+struct Lookahead {
     /// Requests started ahead of the reads that will ask for them.
-    ahead: Mutex<Ahead>,
+    started: Mutex<Ahead>,
     /// Lookahead requests in flight at once: `lookahead_requests`.
     permits: Arc<tokio::sync::Semaphore>,
 }
@@ -136,16 +145,32 @@ impl RemoteBackend {
         cache: Option<Arc<Cache>>,
         local: Option<Arc<dyn ReadBackend>>,
     ) -> Self {
-        let permits = config.lookahead_requests.max(1);
         Self {
             store,
             config,
             cache,
             local,
-            damaged: Mutex::new(HashSet::new()),
-            ahead: Mutex::new(Ahead::default()),
-            permits: Arc::new(tokio::sync::Semaphore::new(permits)),
+            damaged: ForkLocal::new(),
+            ahead: ForkLocal::new(),
         }
+    }
+
+    /// This process's lookahead: a child of `fork()` starts with none (its parent's requests
+    /// run on the parent's runtime, whose threads the child does not have: their answers would
+    /// never come) and all permits free.
+    fn lookahead_state(&self) -> &Lookahead {
+        self.ahead.get_or_init(|_| Lookahead {
+            started: Mutex::new(Ahead::default()),
+            permits: Arc::new(tokio::sync::Semaphore::new(
+                self.config.lookahead_requests.max(1),
+            )),
+        })
+    }
+
+    /// This process's set of damaged cached copies.
+    fn damaged(&self) -> &Mutex<HashSet<String>> {
+        self.damaged
+            .get_or_init(|parent| Mutex::new(parent.and_then(take_unlocked).unwrap_or_default()))
     }
 
     /// The remote ops of `job` and every op's key (`None`: read locally).
@@ -176,7 +201,7 @@ impl RemoteBackend {
         }
         let key = self.cache.as_ref()?.key_of(r.path)?;
         let damaged = self
-            .damaged
+            .damaged()
             .lock()
             .map(|d| d.contains(&key))
             .unwrap_or(false);
@@ -280,7 +305,8 @@ impl ReadBackend for RemoteBackend {
         let Ok((requests, _)) = self.plan(job, &remote, &keys) else {
             return;
         };
-        let Ok(mut ahead) = self.ahead.lock() else {
+        let state = self.lookahead_state();
+        let Ok(mut ahead) = state.started.lock() else {
             return;
         };
         ahead.drop_where(Some(u64::MAX));
@@ -295,7 +321,7 @@ impl ReadBackend for RemoteBackend {
             }
             let (tx, rx) = tokio::sync::oneshot::channel();
             let store = Arc::clone(&self.store);
-            let permits = Arc::clone(&self.permits);
+            let permits = Arc::clone(&state.permits);
             let begun = Arc::new(std::sync::atomic::AtomicBool::new(false));
             let started = Arc::clone(&begun);
             let Some(task) = spawn_abortable(async move {
@@ -329,7 +355,7 @@ impl ReadBackend for RemoteBackend {
     }
 
     fn end_lookahead(&self, session: u64) {
-        if let Ok(mut a) = self.ahead.lock() {
+        if let Ok(mut a) = self.lookahead_state().started.lock() {
             a.drop_where(Some(session));
         }
     }
@@ -349,7 +375,7 @@ impl ReadBackend for RemoteBackend {
         cache.invalidate(&key);
         // Whether this drop is new or another gather's, the key is read from the store from
         // now on: a retry (off the mappings) reads other bytes.
-        if let Ok(mut d) = self.damaged.lock() {
+        if let Ok(mut d) = self.damaged().lock() {
             d.insert(key);
             return true;
         }
@@ -422,7 +448,7 @@ impl ReadBackend for RemoteBackend {
         // Requests lookahead started already: their answers, awaited in place.
         // One still waiting for a permit (behind later batches' lookahead) is taken over:
         // aborted, and issued now by this read.
-        let started: Vec<Option<Started>> = match self.ahead.lock() {
+        let started: Vec<Option<Started>> = match self.lookahead_state().started.lock() {
             Ok(mut a) if !a.started.is_empty() => requests
                 .iter()
                 .map(|r| {

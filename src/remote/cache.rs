@@ -32,6 +32,7 @@ use super::off_runtime;
 use super::store::{spawn, Store};
 use crate::checksum::crc32c_append;
 use crate::error::{Error, Result};
+use crate::io::fork::ForkLocal;
 
 /// Age past which a temporary file is a killed writer's leftover.
 const STALE_TMP: Duration = Duration::from_secs(3600);
@@ -46,13 +47,17 @@ pub(crate) const USE_INTERVAL: Duration = Duration::from_secs(1);
 /// Eviction runs at least this often after fills, whatever this process counts.
 const EVICT_INTERVAL: Duration = Duration::from_secs(30);
 
-/// Cache fills in flight in this process.
-static FILLING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// Cache fills in flight in this process (a child of `fork()` counts its own: its parent's
+/// fills run on threads it does not have).
+fn filling_count() -> &'static std::sync::atomic::AtomicUsize {
+    static FILLING: ForkLocal<std::sync::atomic::AtomicUsize> = ForkLocal::new();
+    FILLING.get_or_init(|_| std::sync::atomic::AtomicUsize::new(0))
+}
 
 /// Chunk downloads into the cache running in this process (background work a short-lived
 /// process may want to wait for before exiting, or the next process starts with a cold cache).
 pub fn pending_fills() -> usize {
-    FILLING.load(std::sync::atomic::Ordering::Acquire)
+    filling_count().load(std::sync::atomic::Ordering::Acquire)
 }
 
 /// "Not counted yet" in [`Cache::held`].
@@ -63,7 +68,9 @@ const UNKNOWN: u64 = u64::MAX;
 pub(crate) struct Cache {
     dir: PathBuf,
     limit: u64,
-    filling: Mutex<HashSet<String>>,
+    /// Keys this process is fetching (per process: a child of `fork()` fetches none of its
+    /// parent's).
+    filling: ForkLocal<Mutex<HashSet<String>>>,
     /// Bytes of cached files as the last eviction left them plus what this process filled
     /// since; [`UNKNOWN`] before the first eviction.
     held: AtomicU64,
@@ -107,13 +114,18 @@ impl Cache {
         Ok(Cache {
             dir,
             limit,
-            filling: Mutex::new(HashSet::new()),
+            filling: ForkLocal::new(),
             held: AtomicU64::new(UNKNOWN),
             evicted_at: Mutex::new(None),
             used: Mutex::new(HashMap::new()),
             mirrored,
             damaged: Mutex::new(HashSet::new()),
         })
+    }
+
+    /// The keys this process is fetching.
+    fn filling(&self) -> &Mutex<HashSet<String>> {
+        self.filling.get_or_init(|_| Mutex::new(HashSet::new()))
     }
 
     /// The file object `key` is cached in.
@@ -180,7 +192,7 @@ impl Cache {
             return;
         }
         let fresh = self
-            .filling
+            .filling()
             .lock()
             .map(|mut f| f.insert(key.to_string()))
             .unwrap_or(false);
@@ -190,7 +202,7 @@ impl Cache {
         let cache = Arc::clone(self);
         let store = Arc::clone(store);
         let key = key.to_string();
-        FILLING.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        filling_count().fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         spawn(async move {
             let result = cache.fetch(&store, &key, size, crc).await;
             match result {
@@ -213,10 +225,10 @@ impl Cache {
                         "caching a chunk failed; it is read from the store");
                 }
             }
-            if let Ok(mut f) = cache.filling.lock() {
+            if let Ok(mut f) = cache.filling().lock() {
                 f.remove(&key);
             }
-            FILLING.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+            filling_count().fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         });
     }
 

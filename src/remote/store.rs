@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::ops::Range;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -15,6 +15,7 @@ use object_store::{
 };
 
 use crate::error::{Error, Result};
+use crate::io::fork::ForkLocal;
 
 /// Options of the object-store client: `object_store` configuration keys and values (for S3:
 /// `aws_endpoint`, `aws_access_key_id`, `aws_secret_access_key`, `aws_region`,
@@ -77,12 +78,14 @@ impl StoreOptions {
     }
 }
 
-/// The runtime every object-store request runs on: two worker threads, started on first use.
+/// The runtime every object-store request runs on: two worker threads, started on first use in
+/// each process (a child of `fork()` has none of its parent's threads: it starts its own, and
+/// leaves the parent's runtime alone, never dropped).
 fn runtime() -> Result<&'static tokio::runtime::Runtime> {
-    static RUNTIME: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> =
-        OnceLock::new();
+    static RUNTIME: ForkLocal<std::result::Result<tokio::runtime::Runtime, String>> =
+        ForkLocal::new();
     RUNTIME
-        .get_or_init(|| {
+        .get_or_init(|_| {
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .thread_name("zrecord-remote")
@@ -138,10 +141,25 @@ where
 pub(crate) struct Store {
     /// The dataset URL, without a trailing `/`.
     url: String,
-    inner: Arc<dyn ObjectStore>,
+    /// This process's client (see [`Store::inner`]).
+    client: ForkLocal<std::result::Result<Arc<dyn ObjectStore>, String>>,
+    /// How to make the client again in a child of `fork()` (`None`: the parent's is kept, for
+    /// an in-memory store).
+    builder: Option<Rebuild>,
     prefix: ObjectPath,
     retries: u32,
     backoff: Duration,
+}
+
+/// The client's configuration, kept to make the client again after `fork()`. Its `Debug` shows
+/// nothing: it holds the credentials.
+#[derive(Clone)]
+struct Rebuild(AmazonS3Builder);
+
+impl std::fmt::Debug for Rebuild {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Rebuild(..)")
+    }
 }
 
 /// What a conditional create found.
@@ -204,19 +222,41 @@ impl Store {
                 .timeout
                 .saturating_mul(options.retries.saturating_add(1)),
         };
+        let builder = builder.with_retry(retry);
         let inner = builder
-            .with_retry(retry)
+            .clone()
             .build()
             .map_err(|e| bad(format!("cannot configure the store: {e}")))?;
         let prefix = ObjectPath::parse(prefix)
             .map_err(|e| bad(format!("not a valid object prefix: {e}")))?;
         Ok(Arc::new(Store {
             url,
-            inner: Arc::new(inner),
+            client: ForkLocal::with(Ok(Arc::new(inner))),
+            builder: Some(Rebuild(builder)),
             prefix,
             retries: options.retries,
             backoff: options.backoff,
         }))
+    }
+
+    /// This process's client. A child of `fork()` makes its own, with connections of its own:
+    /// the parent's pooled connections are sockets the parent still uses, registered with a
+    /// runtime whose threads the child does not have.
+    fn inner(&self) -> Result<&Arc<dyn ObjectStore>> {
+        self.client
+            .get_or_init(|parent| match (&self.builder, parent) {
+                (Some(Rebuild(b)), _) => b
+                    .clone()
+                    .build()
+                    .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
+                    .map_err(|e| e.to_string()),
+                (None, Some(p)) => p.clone(),
+                (None, None) => Err("no client".into()),
+            })
+            .as_ref()
+            .map_err(|reason| Error::InvalidConfig {
+                reason: format!("{}: cannot configure the store: {reason}", self.url),
+            })
     }
 
     /// The dataset URL.
@@ -261,7 +301,7 @@ impl Store {
         let mut delay = self.backoff;
         let mut attempt = 0u32;
         loop {
-            let result = self.inner.get_range(&path, range.clone()).await;
+            let result = self.inner()?.get_range(&path, range.clone()).await;
             let error = match result {
                 Ok(b) if b.len() as u64 == want => return Ok(b),
                 Ok(b) => Error::Remote {
@@ -290,7 +330,7 @@ impl Store {
     /// Bytes `range` of object `key` straight through the client (its own retries only), for
     /// the baseline: returns the number of bytes.
     pub(crate) async fn raw_get_range(&self, key: &str, range: Range<u64>) -> Result<u64> {
-        self.inner
+        self.inner()?
             .get_range(&self.path(key), range.clone())
             .await
             .map(|b| b.len() as u64)
@@ -300,14 +340,14 @@ impl Store {
     /// The whole object `key`.
     pub(crate) async fn get(&self, key: &str) -> Result<Bytes> {
         let path = self.path(key);
-        let result = self.inner.get(&path).await;
+        let result = self.inner()?.get(&path).await;
         let got = result.map_err(|e| self.error(key, None, &e))?;
         got.bytes().await.map_err(|e| self.error(key, None, &e))
     }
 
     /// The size of object `key`, `None` if there is none.
     pub(crate) async fn head(&self, key: &str) -> Result<Option<u64>> {
-        match self.inner.head(&self.path(key)).await {
+        match self.inner()?.head(&self.path(key)).await {
             Ok(m) => Ok(Some(m.size)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(self.error(key, None, &e)),
@@ -316,7 +356,7 @@ impl Store {
 
     /// Writes object `key` (overwriting).
     pub(crate) async fn put(&self, key: &str, bytes: Bytes) -> Result<()> {
-        self.inner
+        self.inner()?
             .put(&self.path(key), PutPayload::from_bytes(bytes))
             .await
             .map(|_| ())
@@ -325,7 +365,7 @@ impl Store {
 
     /// Deletes object `key` (nothing if there is none).
     pub(crate) async fn delete(&self, key: &str) -> Result<()> {
-        match self.inner.delete(&self.path(key)).await {
+        match self.inner()?.delete(&self.path(key)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.error(key, None, &e)),
         }
@@ -347,7 +387,7 @@ impl Store {
                 ..PutOptions::default()
             };
             let payload = PutPayload::from_bytes(bytes.clone());
-            match self.inner.put_opts(&self.path(key), payload, opts).await {
+            match self.inner()?.put_opts(&self.path(key), payload, opts).await {
                 Ok(_) => return Ok(Create::Created),
                 Err(
                     object_store::Error::AlreadyExists { .. }
@@ -380,7 +420,7 @@ impl Store {
         read: impl Fn(u64, usize) -> Result<Bytes>,
     ) -> Result<()> {
         let upload = self
-            .inner
+            .inner()?
             .put_multipart(&self.path(key))
             .await
             .map_err(|e| self.error(key, None, &e))?;
@@ -418,7 +458,7 @@ impl Store {
         let mut attempt = 0u32;
         loop {
             let mut out = Vec::new();
-            let mut stream = self.inner.list(Some(&base));
+            let mut stream = self.inner()?.list(Some(&base));
             let mut failed = None;
             while let Some(item) = stream.next().await {
                 match item {
@@ -484,7 +524,8 @@ mod tests {
     fn memory() -> Arc<Store> {
         Arc::new(Store {
             url: "s3://memory/ds".into(),
-            inner: Arc::new(object_store::memory::InMemory::new()),
+            client: ForkLocal::with(Ok(Arc::new(object_store::memory::InMemory::new()))),
+            builder: None,
             prefix: ObjectPath::from("ds"),
             retries: 0,
             backoff: Duration::from_millis(1),

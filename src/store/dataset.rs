@@ -310,7 +310,7 @@ impl GatherFuture {
         gather: impl FnOnce() -> Result<Batch> + Send + 'static,
     ) -> GatherFuture {
         let (tx, rx) = futures::channel::oneshot::channel();
-        engine.pools.workers.spawn(move || {
+        engine.pools().workers.spawn(move || {
             if tx.is_canceled() {
                 return;
             }
@@ -344,7 +344,7 @@ impl GatherFuture {
                 let _ = tx.send(Err(e));
             }
             Ok(fields) => {
-                let pools = Arc::clone(&engine.pools);
+                let pools = Arc::clone(engine.pools());
                 pools.workers.spawn(move || {
                     if tx.is_canceled() {
                         return;

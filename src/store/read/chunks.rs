@@ -9,6 +9,7 @@
 
 use crate::error::{Error, Result};
 use crate::format::meta::Meta;
+use crate::io::fork::{take_unlocked, ForkLocal};
 use crate::io::fs;
 use crate::io::job::{FileId, ReadFile};
 use crate::io::mmap::SharedMap;
@@ -60,6 +61,24 @@ impl Budget {
             held: AtomicUsize::new(0),
             ring: Mutex::new(VecDeque::new()),
         }
+    }
+
+    /// This process's budget of `kind`, capped at `cap()`, taking over `parent`'s (the budget
+    /// of the process this one was forked from): the handles in its ring hold descriptors and
+    /// mappings this process inherited, so they stay counted and closable. A ring some thread
+    /// of the parent held at the fork stays locked forever: then the count is kept and the
+    /// ring starts empty (those handles are closed when dropped, never for room).
+    fn of_process(parent: Option<&Budget>, kind: Kind, cap: impl FnOnce() -> usize) -> Budget {
+        let Some(parent) = parent else {
+            return Budget::new(kind, cap());
+        };
+        let b = Budget::new(kind, parent.cap);
+        b.held
+            .store(parent.held.load(Ordering::Acquire), Ordering::Release);
+        if let Some(ring) = take_unlocked(&parent.ring) {
+            *lock(&b.ring) = ring;
+        }
+        b
     }
 
     /// Counts `n` new resources, first closing least-recently-used ones while at the cap.
@@ -121,73 +140,87 @@ struct JobFiles {
 /// Permits for the files of one job; given back when dropped.
 pub(crate) struct JobPermit {
     n: usize,
+    /// The permits of the process that took them.
+    of: &'static JobFiles,
 }
 
 impl Drop for JobPermit {
     fn drop(&mut self) {
-        let mut free = lock(&JOB_FILES.free);
+        let mut free = lock(&self.of.free);
         *free += self.n;
         drop(free);
-        JOB_FILES.freed.notify_all();
+        self.of.freed.notify_all();
     }
 }
 
-static JOB_FILES: LazyLock<JobFiles> = LazyLock::new(|| {
-    let max = (FDS.cap / 2).max(1);
-    JobFiles {
-        max,
-        free: Mutex::new(max),
-        freed: Condvar::new(),
-    }
-});
+/// This process's job permits. A child of `fork()` starts with all of them free: the permits
+/// its parent's threads held at the fork belong to jobs that do not exist in the child.
+fn job_files() -> &'static JobFiles {
+    static JOB_FILES: ForkLocal<JobFiles> = ForkLocal::new();
+    JOB_FILES.get_or_init(|_| {
+        let max = (fds().cap / 2).max(1);
+        JobFiles {
+            max,
+            free: Mutex::new(max),
+            freed: Condvar::new(),
+        }
+    })
+}
 
 /// Files one job may name at most.
 pub(crate) fn max_job_files() -> usize {
-    JOB_FILES.max
+    job_files().max
 }
 
 /// Permits for `n` (at most [`max_job_files`]) descriptors held by a job, if they are free
 /// now: for reads that may be skipped (a loader's announced batches), never waited for.
 pub(crate) fn try_job_permit(n: usize) -> Option<JobPermit> {
-    let n = n.clamp(1, JOB_FILES.max);
-    let mut free = lock(&JOB_FILES.free);
+    let of = job_files();
+    let n = n.clamp(1, of.max);
+    let mut free = lock(&of.free);
     if *free < n {
         return None;
     }
     *free -= n;
-    Some(JobPermit { n })
+    Some(JobPermit { n, of })
 }
 
 /// Waits until `n` (at most [`max_job_files`]) descriptors may be held by a job.
 pub(crate) fn job_permit(n: usize) -> JobPermit {
-    let n = n.clamp(1, JOB_FILES.max);
-    let mut free = lock(&JOB_FILES.free);
+    let of = job_files();
+    let n = n.clamp(1, of.max);
+    let mut free = lock(&of.free);
     while *free < n {
-        free = JOB_FILES
-            .freed
-            .wait(free)
-            .unwrap_or_else(PoisonError::into_inner);
+        free = of.freed.wait(free).unwrap_or_else(PoisonError::into_inner);
     }
     *free -= n;
-    JobPermit { n }
+    JobPermit { n, of }
 }
 
 /// Descriptors: a quarter of the soft `RLIMIT_NOFILE` (the rest is the program's), at least 4,
-/// at most 65,536.
-static FDS: LazyLock<Budget> = LazyLock::new(|| {
-    let cap = fs::descriptor_limit().map_or(65_536, |l| (l / 4).clamp(4, 65_536) as usize);
-    Budget::new(Kind::Fd, cap)
-});
+/// at most 65,536. One budget per process ([`Budget::of_process`]).
+fn fds() -> &'static Budget {
+    static FDS: ForkLocal<Budget> = ForkLocal::new();
+    FDS.get_or_init(|parent| {
+        Budget::of_process(parent, Kind::Fd, || {
+            fs::descriptor_limit().map_or(65_536, |l| (l / 4).clamp(4, 65_536) as usize)
+        })
+    })
+}
 
-/// Mappings: a quarter of `vm.max_map_count`, at most 16,384.
-static MAPS: LazyLock<Budget> = LazyLock::new(|| {
-    let cap = fs::mapping_limit().map_or(16_384, |l| (l / 4).clamp(16, 16_384) as usize);
-    Budget::new(Kind::Map, cap)
-});
+/// Mappings: a quarter of `vm.max_map_count`, at most 16,384. One budget per process.
+fn maps() -> &'static Budget {
+    static MAPS: ForkLocal<Budget> = ForkLocal::new();
+    MAPS.get_or_init(|parent| {
+        Budget::of_process(parent, Kind::Map, || {
+            fs::mapping_limit().map_or(16_384, |l| (l / 4).clamp(16, 16_384) as usize)
+        })
+    })
+}
 
 /// Descriptors the chunk budget allows, for tests and reports.
 pub fn descriptor_budget() -> usize {
-    FDS.cap
+    fds().cap
 }
 
 #[derive(Debug, Default)]
@@ -204,8 +237,10 @@ pub(crate) struct ChunkHandle {
     path: PathBuf,
     size: u64,
     identity: FileId,
-    open: Mutex<Open>,
-    map: Mutex<Option<SharedMap>>,
+    /// The descriptors held, per process (see [`ChunkHandle::open`]).
+    open: ForkLocal<Mutex<Open>>,
+    /// The mapping held, per process (see [`ChunkHandle::mapped`]).
+    map: ForkLocal<Mutex<Option<SharedMap>>>,
     fd_used: AtomicBool,
     map_used: AtomicBool,
     /// `O_DIRECT` was refused here (reported once); direct reads use the page cache.
@@ -237,7 +272,7 @@ const USE_INTERVAL_MS: u64 = 1000;
 /// chunks are read from their objects.
 #[cfg_attr(not(feature = "remote"), allow(dead_code))]
 pub(crate) fn release_unlinked_copies() {
-    for budget in [&*FDS, &*MAPS] {
+    for budget in [fds(), maps()] {
         let handles: Vec<Arc<ChunkHandle>> = lock(&budget.ring)
             .iter()
             .filter_map(Weak::upgrade)
@@ -263,8 +298,8 @@ impl ChunkHandle {
             path,
             size: c.size,
             identity,
-            open: Mutex::new(Open { file, direct: None }),
-            map: Mutex::new(None),
+            open: ForkLocal::with(Mutex::new(Open { file, direct: None })),
+            map: ForkLocal::with(Mutex::new(None)),
             fd_used: AtomicBool::new(false),
             map_used: AtomicBool::new(false),
             direct_refused: AtomicBool::new(false),
@@ -274,6 +309,21 @@ impl ChunkHandle {
             used_at: AtomicU64::new(0),
             evicted: AtomicBool::new(false),
         })
+    }
+
+    /// The descriptors this handle holds in this process. A child of `fork()` takes over the
+    /// ones its parent held (inherited descriptors of the same files) unless a parent thread
+    /// held the lock at the fork: then it opens the chunk again when it reads it.
+    fn open(&self) -> &Mutex<Open> {
+        self.open
+            .get_or_init(|parent| Mutex::new(parent.and_then(take_unlocked).unwrap_or_default()))
+    }
+
+    /// The mapping this handle holds in this process, taken over from the parent's like
+    /// [`ChunkHandle::open`] (mappings are inherited across `fork()`).
+    fn mapped(&self) -> &Mutex<Option<SharedMap>> {
+        self.map
+            .get_or_init(|parent| Mutex::new(parent.and_then(take_unlocked).flatten()))
     }
 
     /// For a cached copy: records a use (at most once per [`USE_INTERVAL_MS`]): sets the
@@ -300,7 +350,7 @@ impl ChunkHandle {
         if self.drop_if_unlinked() {
             return;
         }
-        let held = lock(&self.open).file.clone();
+        let held = lock(self.open()).file.clone();
         let stamp = SystemTime::now();
         match held.as_ref().and_then(|f| f.local()) {
             Some(f) => {
@@ -320,7 +370,7 @@ impl ChunkHandle {
             return false;
         }
         let has_fd = {
-            let o = lock(&self.open);
+            let o = lock(self.open());
             o.file.is_some() || o.direct.is_some()
         };
         let gone = match has_fd {
@@ -336,8 +386,8 @@ impl ChunkHandle {
         }
         self.evicted.store(true, Ordering::Release);
         let mut taken = Taken::default();
-        self.release(Kind::Fd, &FDS, &mut taken);
-        self.release(Kind::Map, &MAPS, &mut taken);
+        self.release(Kind::Fd, fds(), &mut taken);
+        self.release(Kind::Map, maps(), &mut taken);
         drop(taken);
         true
     }
@@ -363,7 +413,7 @@ impl ChunkHandle {
     fn release(&self, kind: Kind, budget: &Budget, taken: &mut Taken) {
         match kind {
             Kind::Fd => {
-                let mut o = lock(&self.open);
+                let mut o = lock(self.open());
                 let files: Vec<Arc<ReadFile>> =
                     o.file.take().into_iter().chain(o.direct.take()).collect();
                 drop(o);
@@ -371,7 +421,7 @@ impl ChunkHandle {
                 taken.files.extend(files);
             }
             Kind::Map => {
-                if let Some(m) = lock(&self.map).take() {
+                if let Some(m) = lock(self.mapped()).take() {
                     budget.unreserve(1);
                     taken.maps.push(m);
                 }
@@ -383,7 +433,7 @@ impl ChunkHandle {
     /// later commit removed it): closing it would lose the file.
     fn unlinked(&self) -> bool {
         use std::os::unix::fs::MetadataExt;
-        let o = lock(&self.open);
+        let o = lock(self.open());
         o.file
             .iter()
             .chain(o.direct.iter())
@@ -428,7 +478,7 @@ impl ChunkHandle {
     /// counted against the budget (`reserve(1)` was made for it), unless another thread stored
     /// one first: then theirs is returned and the reservation given back.
     fn keep(self: &Arc<Self>, file: Arc<ReadFile>) -> Arc<ReadFile> {
-        let mut guard = lock(&self.open);
+        let mut guard = lock(self.open());
         let o = &mut *guard;
         let (slot, other) = match file.direct {
             true => (&mut o.direct, o.file.is_some()),
@@ -437,13 +487,13 @@ impl ChunkHandle {
         if let Some(theirs) = slot {
             let theirs = Arc::clone(theirs);
             drop(guard);
-            FDS.unreserve(1);
+            fds().unreserve(1);
             return theirs;
         }
         *slot = Some(Arc::clone(&file));
         drop(guard);
         if !other {
-            FDS.enlist(self);
+            fds().enlist(self);
         }
         file
     }
@@ -458,10 +508,10 @@ impl ChunkHandle {
             return Ok(Arc::clone(object));
         }
         self.fd_used.store(true, Ordering::Release);
-        if let Some(f) = &lock(&self.open).file {
+        if let Some(f) = &lock(self.open()).file {
             return Ok(Arc::clone(f));
         }
-        FDS.reserve(1);
+        fds().reserve(1);
         match self.open_checked(&self.path, 0) {
             Ok(f) => Ok(self.keep(Arc::new(ReadFile::local_file(
                 f,
@@ -470,7 +520,7 @@ impl ChunkHandle {
                 self.identity,
             )))),
             Err(e) => {
-                FDS.unreserve(1);
+                fds().unreserve(1);
                 // A cached copy gone by now (evicted, or dropped as damaged): its object.
                 match (&e, &self.fallback) {
                     (Error::ChunkGone { .. }, Some(object)) => Ok(Arc::clone(object)),
@@ -492,14 +542,14 @@ impl ChunkHandle {
             return Ok(None);
         }
         self.fd_used.store(true, Ordering::Release);
-        if let Some(f) = &lock(&self.open).direct {
+        if let Some(f) = &lock(self.open()).direct {
             return Ok(Some(Arc::clone(f)));
         }
         // Reopen the very file a held descriptor names, where there is one: the path may name
         // another file by now (a rebalance removed the chunk, and a later one reused its id).
         // Without /proc, the path, checked against the chunk's identity.
-        let held = lock(&self.open).file.clone();
-        FDS.reserve(1);
+        let held = lock(self.open()).file.clone();
+        fds().reserve(1);
         let opened = match &held {
             Some(f) => {
                 let link = PathBuf::from(format!("/proc/self/fd/{}", f.fd()));
@@ -526,11 +576,11 @@ impl ChunkHandle {
                 self.identity,
             ))))),
             Err(e @ Error::ChunkGone { .. }) => {
-                FDS.unreserve(1);
+                fds().unreserve(1);
                 Err(e)
             }
             Err(e) => {
-                FDS.unreserve(1);
+                fds().unreserve(1);
                 if !self.direct_refused.swap(true, Ordering::AcqRel) {
                     tracing::warn!(path = %self.path.display(), error = %e,
                         "O_DIRECT is refused; reading this chunk through the page cache");
@@ -548,7 +598,7 @@ impl ChunkHandle {
         }
         self.map_used.store(true, Ordering::Release);
         self.note_use();
-        if let Some(m) = &*lock(&self.map) {
+        if let Some(m) = &*lock(self.mapped()) {
             return Ok(Some(m.clone()));
         }
         let file = self.file()?;
@@ -556,44 +606,40 @@ impl ChunkHandle {
         let Some(local) = file.local() else {
             return Ok(None);
         };
-        MAPS.reserve(1);
+        maps().reserve(1);
         let mapped = SharedMap::new(local, &self.path, self.size);
         let m = match mapped {
             Ok(m) => m,
             Err(e) => {
-                MAPS.unreserve(1);
+                maps().unreserve(1);
                 if !self.map_refused.swap(true, Ordering::AcqRel) {
                     tracing::warn!(error = %e, "cannot map chunk; reading it through the I/O backend");
                 }
                 return Ok(None);
             }
         };
-        let mut slot = lock(&self.map);
+        let mut slot = lock(self.mapped());
         if let Some(theirs) = &*slot {
             let theirs = theirs.clone();
             drop(slot);
-            MAPS.unreserve(1);
+            maps().unreserve(1);
             return Ok(Some(theirs));
         }
         *slot = Some(m.clone());
         drop(slot);
-        MAPS.enlist(self);
+        maps().enlist(self);
         Ok(Some(m))
     }
 }
 
 impl Drop for ChunkHandle {
     fn drop(&mut self) {
-        let o = std::mem::take(self.open.get_mut().unwrap_or_else(PoisonError::into_inner));
-        FDS.unreserve(usize::from(o.file.is_some()) + usize::from(o.direct.is_some()));
-        if self
-            .map
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-            .is_some()
-        {
-            MAPS.unreserve(1);
+        // (In a child of `fork()`, what it took over from the parent's handle: the descriptor
+        // copies and mapping the child inherited.)
+        let o = std::mem::take(&mut *lock(self.open()));
+        fds().unreserve(usize::from(o.file.is_some()) + usize::from(o.direct.is_some()));
+        if lock(self.mapped()).take().is_some() {
+            maps().unreserve(1);
         }
     }
 }
@@ -711,7 +757,7 @@ impl ChunkSet {
         path: PathBuf,
         fallback: Option<Arc<ReadFile>>,
     ) -> Result<Arc<ChunkHandle>> {
-        let room = FDS.held.load(Ordering::Acquire) < FDS.cap;
+        let room = fds().held.load(Ordering::Acquire) < fds().cap;
         // Without room in the budget, the file is open only while its identity is read.
         let f = fs::open_read(&path)?;
         let len = fs::file_len(&f, &path)?;
@@ -733,8 +779,8 @@ impl ChunkSet {
         let held = file.is_some();
         let h = ChunkHandle::new(c, path, identity, file, None, fallback);
         if held {
-            FDS.reserve(1);
-            FDS.enlist(&h);
+            fds().reserve(1);
+            fds().enlist(&h);
         }
         Ok(h)
     }

@@ -5,6 +5,7 @@ use super::backend::{ReadBackend, ZeroCopy};
 use super::config::{forced_backend, Backend, ReadConfig};
 use super::window::{Window, Windowed};
 use crate::error::{Error, Result};
+use crate::io::fork::ForkLocal;
 use crate::io::job::ReadJob;
 use crate::io::pool::WorkerPool;
 use crate::io::psync::PsyncPool;
@@ -85,7 +86,7 @@ impl ReadBackend for Mapped {
 /// process: a program that opens datasets with k distinct budgets has k sets at most.
 #[derive(Debug)]
 pub(crate) struct Pools {
-    key: (usize, usize, usize),
+    key: PoolKey,
     #[cfg(feature = "uring")]
     ring: OnceLock<Option<Arc<crate::io::uring::Ring>>>,
     psync: OnceLock<std::result::Result<Arc<PsyncPool>, String>>,
@@ -93,6 +94,14 @@ pub(crate) struct Pools {
     pub(crate) workers: WorkerPool,
     /// The read window of the loaders' announced batches, within the bytes-in-flight budget.
     pub(crate) window: Arc<Window>,
+}
+
+/// The budgets a set of pools serves: queue depth, bytes in flight, threads.
+type PoolKey = (usize, usize, usize);
+
+/// The budgets of `cfg`.
+fn pool_key(cfg: &ReadConfig) -> PoolKey {
+    (cfg.queue_depth, cfg.max_bytes_in_flight, cfg.threads)
 }
 
 /// Cores the engine may keep busy: `available_parallelism` (cgroups and the affinity mask:
@@ -120,11 +129,13 @@ impl Pools {
         }
     }
 
-    /// The pools for `cfg`'s budgets: an existing set if a live dataset uses the same ones.
-    fn get(cfg: &ReadConfig) -> Arc<Pools> {
-        static ALL: Mutex<Vec<Arc<Pools>>> = Mutex::new(Vec::new());
-        let key = (cfg.queue_depth, cfg.max_bytes_in_flight, cfg.threads);
+    /// This process's pools for the budgets `key`: an existing set if a dataset used the same
+    /// ones. A child of `fork()` has a registry of its own (the parent's, and its lock, which a
+    /// parent thread may have held at the fork, are left alone), so it starts its own threads.
+    fn get(key: PoolKey) -> Arc<Pools> {
+        static ALL: ForkLocal<Mutex<Vec<Arc<Pools>>>> = ForkLocal::new();
         let mut all = ALL
+            .get_or_init(|_| Mutex::new(Vec::new()))
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(p) = all.iter().find(|p| p.key == key) {
@@ -205,6 +216,98 @@ impl Pools {
             window: Arc::clone(&self.window),
         }))
     }
+
+    /// zrecord's backend `want` on these pools, and the backend it really is (`Psync` for
+    /// `Uring` where io_uring is unavailable).
+    fn backend(&self, want: Backend) -> Result<(Arc<dyn ReadBackend>, Backend)> {
+        let io = self.windowed(want)?;
+        let effective = match want {
+            Backend::Uring if io.name() != "uring" => Backend::Psync,
+            b => b,
+        };
+        let backend: Arc<dyn ReadBackend> = match effective {
+            Backend::Mmap => Arc::new(Mapped {
+                name: "mmap",
+                policy: ZeroCopy::Always,
+                io,
+            }),
+            Backend::Auto => Arc::new(Mapped {
+                name: "auto",
+                policy: ZeroCopy::WhenResident,
+                io,
+            }),
+            _ => io,
+        };
+        Ok((backend, effective))
+    }
+}
+
+/// One of zrecord's own backends, made again in each process: after `fork()` the child reads
+/// through rings and threads of its own, never through its parent's (whose threads it does not
+/// have; an io_uring instance is shared across `fork()`, so submitting to the parent's ring
+/// would also disturb the parent).
+#[derive(Debug)]
+struct PerProcess {
+    key: PoolKey,
+    /// The backend it is (after `ZRECORD_IO` and the io_uring fallback of the first process).
+    backend: Backend,
+    /// This process's: the backend, or why it could not be made.
+    built: ForkLocal<std::result::Result<Arc<dyn ReadBackend>, String>>,
+}
+
+impl PerProcess {
+    fn current(&self) -> Result<&Arc<dyn ReadBackend>> {
+        self.built
+            .get_or_init(|_| {
+                Pools::get(self.key)
+                    .backend(self.backend)
+                    .map(|(b, _)| b)
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|reason| Error::ThreadSpawn {
+                what: "the read backend of a forked process",
+                reason: reason.clone(),
+            })
+    }
+}
+
+impl ReadBackend for PerProcess {
+    fn name(&self) -> &str {
+        self.backend.name()
+    }
+
+    fn read(&self, job: ReadJob) -> Result<ReadJob> {
+        self.current()?.read(job)
+    }
+
+    fn zero_copy(&self) -> ZeroCopy {
+        match self.backend {
+            Backend::Mmap => ZeroCopy::Always,
+            Backend::Auto => ZeroCopy::WhenResident,
+            _ => ZeroCopy::Never,
+        }
+    }
+
+    fn refetch(&self, path: &std::path::Path) -> bool {
+        self.current().is_ok_and(|b| b.refetch(path))
+    }
+
+    fn wants_lookahead(&self) -> bool {
+        self.current().is_ok_and(|b| b.wants_lookahead())
+    }
+
+    fn lookahead(&self, session: u64, job: &ReadJob) {
+        if let Ok(b) = self.current() {
+            b.lookahead(session, job);
+        }
+    }
+
+    fn end_lookahead(&self, session: u64) {
+        if let Ok(b) = self.current() {
+            b.end_lookahead(session);
+        }
+    }
 }
 
 /// What a dataset reads with: its backend, the pools, and the options of its [`ReadConfig`].
@@ -213,7 +316,10 @@ pub(crate) struct Engine {
     pub(crate) backend: Arc<dyn ReadBackend>,
     /// The zrecord backend in use (`None` for a custom one).
     pub(crate) effective: Option<Backend>,
-    pub(crate) pools: Arc<Pools>,
+    /// The budgets of its pools.
+    key: PoolKey,
+    /// This process's pools (see [`Engine::pools`]).
+    pools: ForkLocal<Arc<Pools>>,
     pub(crate) verify_checksums: bool,
     pub(crate) direct_io: bool,
     /// The read window's residency probes: announced batches found resident in a row, and
@@ -237,6 +343,12 @@ impl crate::store::snapshot::Snapshot {
 }
 
 impl Engine {
+    /// This process's pools for the engine's budgets: a child of `fork()` gets its own on first
+    /// use (worker, finishing and window threads of its own; the parent's are not in it).
+    pub(crate) fn pools(&self) -> &Arc<Pools> {
+        self.pools.get_or_init(|_| Pools::get(self.key))
+    }
+
     /// Whether the read window should probe this announced batch for residency: every batch
     /// while batches turn out cold, then (after a run of warm ones) one in 2, 4, … up to 64,
     /// so warm data costs one atomic add per announced batch. A batch not probed is taken as
@@ -265,36 +377,26 @@ impl Engine {
     /// `ZRECORD_IO` (an unknown value is an error), with `Uring` on the pread pool where
     /// io_uring is unavailable.
     pub(crate) fn new(cfg: &ReadConfig) -> Result<Engine> {
-        let pools = Pools::get(cfg);
+        let key = pool_key(cfg);
+        let pools = Pools::get(key);
         let (backend, effective) = match &cfg.custom {
             Some(b) => (Arc::clone(b), None),
             None => {
                 let want = forced_backend()?.unwrap_or(cfg.backend);
-                let io = pools.windowed(want)?;
-                let effective = match want {
-                    Backend::Uring if io.name() != "uring" => Backend::Psync,
-                    b => b,
-                };
-                let backend: Arc<dyn ReadBackend> = match effective {
-                    Backend::Mmap => Arc::new(Mapped {
-                        name: "mmap",
-                        policy: ZeroCopy::Always,
-                        io,
-                    }),
-                    Backend::Auto => Arc::new(Mapped {
-                        name: "auto",
-                        policy: ZeroCopy::WhenResident,
-                        io,
-                    }),
-                    _ => io,
-                };
+                let (built, effective) = pools.backend(want)?;
+                let backend: Arc<dyn ReadBackend> = Arc::new(PerProcess {
+                    key,
+                    backend: effective,
+                    built: ForkLocal::with(Ok(built)),
+                });
                 (backend, Some(effective))
             }
         };
         Ok(Engine {
             backend,
             effective,
-            pools,
+            key,
+            pools: ForkLocal::with(pools),
             verify_checksums: cfg.verify_checksums,
             direct_io: cfg.direct_io,
             warm_streak: Default::default(),
@@ -314,7 +416,9 @@ pub fn read_backend(cfg: &ReadConfig) -> Result<Arc<dyn ReadBackend>> {
 pub fn uring_available() -> bool {
     #[cfg(feature = "uring")]
     {
-        Pools::get(&ReadConfig::default()).ring().is_some()
+        Pools::get(pool_key(&ReadConfig::default()))
+            .ring()
+            .is_some()
     }
     #[cfg(not(feature = "uring"))]
     {

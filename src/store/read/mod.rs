@@ -141,7 +141,7 @@ fn gather_part_once(
     let zero_copy = match mapped {
         true => {
             let _span = tracing::trace_span!("zrecord.mapped", values = res.wants.len()).entered();
-            mapped::gather(&res, &engine.pools.finish, verify)?
+            mapped::gather(&res, &engine.pools().finish, verify)?
         }
         false => None,
     };
@@ -367,7 +367,7 @@ fn gather_io(res: &Resolved<'_>, engine: &Engine) -> Result<Values> {
                 dst: None,
             });
         }
-        run_parallel(&engine.pools.finish, res, &in_place, &mut [], true)?;
+        run_parallel(&engine.pools().finish, res, &in_place, &mut [], true)?;
     }
     let mut staged = Vec::new();
     for ((w, &l), &slot) in wants.iter().zip(&plan.landing).zip(&starts) {
@@ -383,7 +383,7 @@ fn gather_io(res: &Resolved<'_>, engine: &Engine) -> Result<Values> {
             dst: Some((slot, w.e.logical_len as usize)),
         });
     }
-    run_parallel(&engine.pools.finish, res, &staged, &mut out, verify)?;
+    run_parallel(&engine.pools().finish, res, &staged, &mut out, verify)?;
     drop(staged);
     let spans = wants
         .iter()

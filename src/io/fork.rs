@@ -1,0 +1,230 @@
+//! After `fork()`: which process this is, and values that belong to one process.
+//!
+//! A child of `fork()` has a copy of its parent's memory but only the thread that forked: the
+//! ring, pool and runtime threads the parent's values refer to are gone, and a lock another
+//! parent thread held at that moment stays locked forever. A [`ForkLocal`] holds one value per
+//! process: a process that finds a value made by another (its parent) makes its own, and may
+//! take over what is free in the parent's copy. The parent's copy is never dropped in the child
+//! (dropping it could wait on threads or locks that no longer exist, or close what the parent
+//! still uses through shared descriptors): it stays, untouched, as a small leak per fork.
+//!
+//! The process id is read once per process and cached; a `pthread_atfork` child handler (one
+//! atomic store, async-signal-safe) clears the cache in every child of `fork()`, so the check
+//! costs an atomic load. (Python's `os.fork`, `multiprocessing` and torch's `DataLoader` workers
+//! fork through libc's `fork()`, which runs the handler.)
+
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+
+/// This process's id, or 0 before it is known (and again in a child of `fork()`).
+static PID: AtomicU32 = AtomicU32::new(0);
+/// The child handler is registered.
+static REGISTERED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn forgotten() {
+    PID.store(0, Ordering::Relaxed);
+}
+
+/// The id of the calling process.
+pub(crate) fn pid() -> u32 {
+    let p = PID.load(Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    if !REGISTERED.swap(true, Ordering::AcqRel) {
+        // SAFETY: `forgotten` is a plain `extern "C" fn` that lives as long as the program and
+        // only stores to an atomic, which is async-signal-safe (what a handler run in the child
+        // of a multi-threaded process may do).
+        let r = unsafe { libc::pthread_atfork(None, None, Some(forgotten)) };
+        if r != 0 {
+            // Without the handler the cache could outlive a fork: ask the kernel every time.
+            tracing::warn!(
+                error = r,
+                "pthread_atfork failed; zrecord checks its process id on every use"
+            );
+            return std::process::id();
+        }
+    }
+    let p = std::process::id();
+    // A fork between the registration and this store leaves 0 in the child: it asks again.
+    PID.store(p, Ordering::Relaxed);
+    p
+}
+
+struct Entry<T> {
+    pid: u32,
+    value: T,
+}
+
+/// One `T` per process: the first use in a process makes it ([`ForkLocal::get_or_init`]); a
+/// child's first use makes the child's own, whatever the parent's is doing.
+pub(crate) struct ForkLocal<T> {
+    slot: AtomicPtr<Entry<T>>,
+    /// Owns `T`s (for drop check and auto traits: `Send`/`Sync` are implemented below).
+    _owns: PhantomData<*const T>,
+}
+
+// SAFETY: a `ForkLocal` owns its `T`s; moving it to another thread moves them (dropped there):
+// `T: Send` suffices.
+unsafe impl<T: Send> Send for ForkLocal<T> {}
+// SAFETY: through `&ForkLocal` threads get `&T` (needs `T: Sync`) and may create the `T` that
+// another thread drops later (needs `T: Send`).
+unsafe impl<T: Send + Sync> Sync for ForkLocal<T> {}
+
+impl<T> ForkLocal<T> {
+    /// Empty: the first use makes the value.
+    pub(crate) const fn new() -> ForkLocal<T> {
+        ForkLocal {
+            slot: AtomicPtr::new(std::ptr::null_mut()),
+            _owns: PhantomData,
+        }
+    }
+
+    /// Holding `value`, as this process's.
+    pub(crate) fn with(value: T) -> ForkLocal<T> {
+        let entry = Box::new(Entry { pid: pid(), value });
+        ForkLocal {
+            slot: AtomicPtr::new(Box::into_raw(entry)),
+            _owns: PhantomData,
+        }
+    }
+
+    /// This process's value, made by `init` if there is none yet. `init` gets the value of the
+    /// process this one was forked from, if that had one, to take over what is safe to take:
+    /// nothing that a thread or lock of the parent may hold (use `try_lock`, never `lock`).
+    /// Two threads of one process may both run `init`; one value is kept, the other dropped.
+    pub(crate) fn get_or_init(&self, mut init: impl FnMut(Option<&T>) -> T) -> &T {
+        let pid = pid();
+        let mut current = self.slot.load(Ordering::Acquire);
+        loop {
+            // SAFETY: a non-null pointer in `slot` comes from `Box::into_raw` and is freed only
+            // by `Drop` (which has `&mut self`, so no `&T` handed out lives): entries replaced
+            // by a child are leaked, never freed, so the reference lives as long as `&self`.
+            let old = unsafe { current.as_ref() };
+            if let Some(e) = old {
+                if e.pid == pid {
+                    return &e.value;
+                }
+            }
+            let value = init(old.map(|e| &e.value));
+            let fresh = Box::into_raw(Box::new(Entry { pid, value }));
+            match self
+                .slot
+                .compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire)
+            {
+                // The other process's entry, if any, is left as it is (leaked).
+                // SAFETY: `fresh` is now in `slot`: freed only by `Drop`, as above.
+                Ok(_) => return unsafe { &(*fresh).value },
+                Err(now) => {
+                    // SAFETY: `fresh` came from `Box::into_raw` above and was never published.
+                    drop(unsafe { Box::from_raw(fresh) });
+                    current = now;
+                }
+            }
+        }
+    }
+
+    /// This process's value, if it has one.
+    pub(crate) fn get(&self) -> Option<&T> {
+        let current = self.slot.load(Ordering::Acquire);
+        // SAFETY: as in `get_or_init`.
+        let e = unsafe { current.as_ref() }?;
+        (e.pid == pid()).then_some(&e.value)
+    }
+}
+
+impl<T> Default for ForkLocal<T> {
+    fn default() -> Self {
+        ForkLocal::new()
+    }
+}
+
+impl<T> Drop for ForkLocal<T> {
+    fn drop(&mut self) {
+        let p = *self.slot.get_mut();
+        if p.is_null() {
+            return;
+        }
+        // SAFETY: `p` came from `Box::into_raw` and `&mut self` means no reference to it lives.
+        let entry = unsafe { Box::from_raw(p) };
+        if entry.pid != pid() {
+            // Another process's value: its drop could wait on threads or locks this process
+            // does not have.
+            std::mem::forget(entry);
+        }
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for ForkLocal<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.get() {
+            Some(v) => f.debug_tuple("ForkLocal").field(v).finish(),
+            None => f.write_str("ForkLocal(<not made in this process>)"),
+        }
+    }
+}
+
+/// The value behind `m` taken out, if no thread holds it (in a child of `fork()`, a lock held at
+/// the fork is held forever); `None` if one does.
+pub(crate) fn take_unlocked<T: Default>(m: &std::sync::Mutex<T>) -> Option<T> {
+    match m.try_lock() {
+        Ok(mut g) => Some(std::mem::take(&mut *g)),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(std::mem::take(&mut *p.into_inner())),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+    use super::*;
+
+    #[test]
+    fn one_value_per_process() {
+        let l = ForkLocal::<u32>::new();
+        assert!(l.get().is_none());
+        assert_eq!(*l.get_or_init(|prev| prev.copied().unwrap_or(7)), 7);
+        assert_eq!(*l.get_or_init(|_| 9), 7);
+        assert_eq!(l.get(), Some(&7));
+        assert_eq!(pid(), std::process::id());
+        let w = ForkLocal::with(String::from("x"));
+        assert_eq!(w.get().map(String::as_str), Some("x"));
+    }
+
+    /// A child of `fork()` knows it is another process at once, makes its own value from its
+    /// parent's, and takes nothing from a lock held at the fork.
+    #[test]
+    fn a_child_makes_its_own() {
+        let parent = pid();
+        let l = ForkLocal::<(u32, u32)>::new();
+        assert_eq!(*l.get_or_init(|_| (parent, 0)), (parent, 0));
+        let held = std::sync::Mutex::new(vec![1u8]);
+        let free = std::sync::Mutex::new(vec![2u8]);
+        let guard = held.lock().unwrap();
+        // SAFETY: the child only reads memory, makes a value and `_exit`s.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            let me = pid();
+            let v = *l.get_or_init(|prev| (me, prev.map_or(0, |p| p.0)));
+            let ok = me == std::process::id()
+                && me != parent
+                && v == (me, parent)
+                && *l.get_or_init(|_| (0, 0)) == v
+                && take_unlocked(&held).is_none()
+                && take_unlocked(&free) == Some(vec![2]);
+            // SAFETY: ends the child without running the test harness's exit handlers.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        drop(guard);
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "{status:#x}"
+        );
+        assert_eq!(*l.get_or_init(|_| (0, 0)), (parent, 0));
+        assert_eq!(pid(), parent);
+    }
+}
