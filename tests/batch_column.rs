@@ -7,11 +7,13 @@ use zrecord::{Backend, Codec, DType, Dataset, Field, ReadConfig, Schema, Writer,
 
 fn value(i: u64, f: usize) -> Vec<u8> {
     let len = match f {
-        0 => 64,                  // a whole slot: back to back in the slab
+        0 => 64,                   // a whole slot: back to back in the slab
         1 => (i % 5) as usize * 3, // ragged, some absent
         _ => 1024,
     };
-    (0..len).map(|k| (i as usize * 31 + k * 7 + f) as u8).collect()
+    (0..len)
+        .map(|k| (i as usize * 31 + k * 7 + f) as u8)
+        .collect()
 }
 
 #[test]

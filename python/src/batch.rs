@@ -231,8 +231,11 @@ impl Columns {
     /// Lays out `batch`'s fields as columns: zero-copy where a field's values already lie back
     /// to back (aligned for its dtype), else one copy into a buffer of the field's own.
     pub(crate) fn of(batch: zrecord::Batch) -> Columns {
-        let fields: Vec<(String, DType)> = batch.fields().map(|(n, d)| (n.to_string(), d)).collect();
-        let shapes = (0..fields.len()).map(|f| batch.shape(f).map(<[u64]>::to_vec)).collect();
+        let fields: Vec<(String, DType)> =
+            batch.fields().map(|(n, d)| (n.to_string(), d)).collect();
+        let shapes = (0..fields.len())
+            .map(|f| batch.shape(f).map(<[u64]>::to_vec))
+            .collect();
         let cols = fields
             .iter()
             .enumerate()
@@ -297,7 +300,12 @@ impl PyBatch {
 
     /// The array (or `Ragged`) of field `f`, built once.
     fn field(&self, py: Python<'_>, f: usize) -> PyResult<Py<PyAny>> {
-        if let Some(Some(a)) = self.cache.lock().unwrap_or_else(PoisonError::into_inner).get(f) {
+        if let Some(Some(a)) = self
+            .cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(f)
+        {
             return Ok(a.clone_ref(py));
         }
         let built = build_field(py, &self.columns, f)?;

@@ -328,9 +328,38 @@ fn build<S: Source<Batch = zrecord::Batch>>(
 /// Iterates batches of a dataset or a mix: `for batch in Loader(ds, batch_size=256, ...)`.
 #[pyclass(frozen, module = "zrecord._zrecord", name = "Loader")]
 pub struct PyLoader {
-    inner: Arc<Mutex<AnyLoader>>,
+    /// `None` only while being dropped in another process (see `Drop`).
+    inner: Option<Arc<Mutex<AnyLoader>>>,
     parker: Arc<Parker>,
     batch_size: u64,
+    /// The process that built the loader: its worker threads live only there.
+    pid: u32,
+}
+
+impl PyLoader {
+    /// The loader, or an error in a child of `fork()`: the worker threads did not cross the
+    /// fork, and a lock one of them held could never be released there.
+    fn loader(&self) -> PyResult<&Arc<Mutex<AnyLoader>>> {
+        if std::process::id() != self.pid {
+            return Err(config_error(
+                "this Loader was built in another process (before a fork): its worker threads \
+                 live there; build a new Loader in this process",
+            ));
+        }
+        self.inner
+            .as_ref()
+            .ok_or_else(|| config_error("the loader is gone"))
+    }
+}
+
+impl Drop for PyLoader {
+    fn drop(&mut self) {
+        // In a child of fork() the parent's loader is leaked, not dropped: dropping it would
+        // take queue locks a parent thread may have held at the fork.
+        if std::process::id() != self.pid {
+            std::mem::forget(self.inner.take());
+        }
+    }
 }
 
 #[pymethods]
@@ -455,7 +484,8 @@ impl PyLoader {
             ));
         };
         Ok(PyLoader {
-            inner: Arc::new(Mutex::new(loader)),
+            inner: Some(Arc::new(Mutex::new(loader))),
+            pid: std::process::id(),
             parker: Arc::new(Parker {
                 woken: Mutex::new(false),
                 cv: Condvar::new(),
@@ -473,7 +503,7 @@ impl PyLoader {
     /// the checkpoint still points at it).
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyBatch>> {
         loop {
-            let inner = Arc::clone(&self.inner);
+            let inner = Arc::clone(self.loader()?);
             let parker = Arc::clone(&self.parker);
             let polled = py.detach(move || {
                 guarded(|| {
@@ -500,7 +530,7 @@ impl PyLoader {
     /// with `state=` this dict continues with exactly the next batch.
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let state = self
-            .inner
+            .loader()?
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .state();
@@ -515,7 +545,7 @@ impl PyLoader {
     /// A snapshot of what the loader is doing: counts, queue depths, time per stage (seconds).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self
-            .inner
+            .loader()?
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .stats();

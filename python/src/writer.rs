@@ -49,6 +49,29 @@ pub struct PyWriter {
     inner: Arc<Mutex<Option<Writer>>>,
     fields: Vec<Field>,
     path: String,
+    /// The process that opened the writer: its append tasks and its lock live only there.
+    pid: u32,
+}
+
+impl Drop for PyWriter {
+    fn drop(&mut self) {
+        // In a child of fork() the parent's writer is leaked, not dropped: dropping it would
+        // wait on append tasks that did not cross the fork (and release the parent's lock).
+        if std::process::id() != self.pid {
+            std::mem::forget(std::mem::replace(
+                &mut self.inner,
+                Arc::new(Mutex::new(None)),
+            ));
+        }
+    }
+}
+
+/// The error for a writer used in a child of `fork()`.
+fn forked() -> PyErr {
+    ZrecordError::new_err(
+        "this Writer was opened in another process (before a fork): its append tasks and its \
+         lock live there; open a Writer in this process",
+    )
 }
 
 impl PyWriter {
@@ -57,6 +80,9 @@ impl PyWriter {
         py: Python<'_>,
         f: impl FnOnce(&mut Writer) -> zrecord::Result<T> + Send,
     ) -> PyResult<T> {
+        if std::process::id() != self.pid {
+            return Err(forked());
+        }
         let inner = Arc::clone(&self.inner);
         py.detach(move || {
             guarded(|| {
@@ -76,6 +102,7 @@ impl PyWriter {
             inner: Arc::new(Mutex::new(Some(w))),
             fields,
             path,
+            pid: std::process::id(),
         })
     }
 
@@ -260,6 +287,9 @@ impl PyWriter {
 
     /// Number of records, committed or not.
     fn __len__(&self) -> usize {
+        if std::process::id() != self.pid {
+            return 0;
+        }
         self.inner
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -274,6 +304,9 @@ impl PyWriter {
 
     /// Drops the writer (what was not committed is not kept) and releases its lock.
     fn close(&self, py: Python<'_>) {
+        if std::process::id() != self.pid {
+            return;
+        }
         let inner = Arc::clone(&self.inner);
         py.detach(move || {
             let w = inner.lock().unwrap_or_else(PoisonError::into_inner).take();

@@ -99,3 +99,49 @@ def test_ctrl_c_interrupts_a_blocked_next(small):
     latency = time.monotonic() - start - 0.3
     timer.cancel()
     assert latency < 2.0, latency
+
+
+def _use_parents_loader(loader, writer, conn) -> None:
+    out = []
+    try:
+        next(iter(loader))
+        out.append("loader ran")
+    except zrecord.ConfigError as e:
+        out.append("loader refused" if "another process" in str(e) else repr(e))
+    try:
+        writer.commit()
+        out.append("writer ran")
+    except zrecord.Error as e:
+        out.append("writer refused" if "another process" in str(e) else repr(e))
+    del loader, writer  # dropping the parent's objects must not wait on its threads
+    import gc
+
+    gc.collect()
+    conn.send(out)
+    conn.close()
+
+
+def test_a_forked_child_is_refused_the_parents_loader_and_writer(small, tmp_path):
+    ds = zrecord.open(small)
+    loader = zrecord.Loader(ds, batch_size=10, workers=2, epochs=None)
+    it = iter(loader)
+    next(it)
+    writer = zrecord.Writer.create(tmp_path / "w.zr", {"x": "u8"})
+    writer.append({"x": np.array([1], np.uint8)})
+    ctx = mp.get_context("fork")
+    parent_end, child_end = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_use_parents_loader, args=(loader, writer, child_end))
+    p.start()
+    child_end.close()
+    if not parent_end.poll(60):
+        p.kill()
+        p.join()
+        pytest.fail("the child hung on the parent's loader or writer")
+    assert parent_end.recv() == ["loader refused", "writer refused"]
+    p.join(30)
+    assert p.exitcode == 0
+    # The parent's own loader and writer carry on.
+    assert len(next(it)) == 10
+    assert writer.commit() >= 1
+    writer.close()
+    assert len(zrecord.open(tmp_path / "w.zr")) == 1
