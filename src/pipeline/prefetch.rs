@@ -1182,7 +1182,7 @@ struct Pending<B> {
     /// `None` until computed (`result` says why it could not be).
     batch: Option<IndexBatch>,
     future: Option<(
-        super::source::GatherFuture<B>,
+        super::source::SourceFuture<B>,
         super::stats::InFlight,
         Arc<GatherSignal>,
     )>,

@@ -186,6 +186,10 @@ static MAPS: LazyLock<Budget> = LazyLock::new(|| {
 });
 
 /// Descriptors the chunk budget allows, for tests and reports.
+#[cfg_attr(
+    not(any(feature = "diagnostics", feature = "remote")),
+    allow(dead_code, reason = "used by push and by `zrecord::diagnostics`")
+)]
 pub fn descriptor_budget() -> usize {
     FDS.cap
 }
