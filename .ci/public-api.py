@@ -14,6 +14,7 @@ Usage:
   .ci/public-api.py --check    compare with docs/public-api.txt, print a diff, exit 1 if they differ
   .ci/public-api.py --write    rewrite docs/public-api.txt
   .ci/public-api.py --count    print the number of public paths and of distinct items
+  .ci/public-api.py --origins  each public path and the module path of the item it names
 
 Python 3.11, no third-party packages.
 """
@@ -544,6 +545,7 @@ def surface(root):
     lines = []
     items = set()
     texts = []
+    origin = []
 
     def prefix(cfg, dep):
         p = "".join(f"#[{c}] " for c in dict.fromkeys(cfg))
@@ -551,6 +553,8 @@ def surface(root):
 
     def emit(path, it, cfg, dep):
         items.add(id(it))
+        origin.append((path, "::".join(it.module.path + [it.name]) if it.kind != "extern"
+                       else it.sig))
         dep = dep or it.deprecated
         if it.kind == "extern":
             lines.append(f"{prefix(cfg, dep)}pub use {path} = {it.sig}")
@@ -560,10 +564,10 @@ def surface(root):
         sig = re.sub(rf"\b{it.kind} {re.escape(it.name)}\b", f"{it.kind} {path}", sig, count=1)
         lines.append(f"{prefix(cfg, dep)}pub {sig}")
         for m in it.members:
-            lines.append(f"{prefix(cfg, dep)}  {path} :: {m}")
+            lines.append(f"  {prefix(cfg, dep)}{path} :: {m}")
         texts.append((path, it.module, [it.sig or ""] + it.members))
         for mcfg, mdep, m, mod in impls.get(id(it), []):
-            lines.append(f"{prefix(cfg + mcfg, dep or mdep)}  impl {path} :: pub {m}")
+            lines.append(f"  {prefix(cfg + mcfg, dep or mdep)}impl {path} :: pub {m}")
             texts.append((path, mod, [m]))
 
     def visit(module, path, cfg, dep, stack):
@@ -613,11 +617,15 @@ def surface(root):
     hidden = set()
     for path, module, sigs in texts:
         for sig in sigs:
-            for name in set(re.findall(r"\b[A-Z][A-Za-z0-9_]*\b", sig)):
-                for it, _ in r.resolve(module, [name]):
+            names = [[n] for n in set(re.findall(r"(?<!::)\b[A-Z][A-Za-z0-9_]*\b", sig))]
+            names += [p.split("::") for p in set(re.findall(r"\bcrate(?:::\w+)+", sig))]
+            for segs in names:
+                name = segs[-1]
+                for it, _ in r.resolve(module, segs):
                     if it.kind in ("struct", "enum", "trait", "type", "union") and \
                             id(it) not in items:
                         hidden.add(f"{path}: {'::'.join(it.module.path + [name])}")
+    surface.origin = origin
     return lines, items, sorted(hidden)
 
 
@@ -641,7 +649,7 @@ def main():
     # Keep each item's member lines under it: sort blocks, not lines.
     blocks, cur = [], []
     for line in lines:
-        if not re.sub(r"^(#\[[^\]]*\]\]? )*", "", line).startswith("  ") and cur:
+        if not line.startswith("  ") and cur:
             blocks.append(cur)
             cur = []
         cur.append(line)
@@ -655,11 +663,15 @@ def main():
             ordered.extend(b)
     text = "\n".join(ordered) + "\n"
     top = [line for line in ordered
-           if not re.sub(r"^(#\[[^\]]*\]\]? )*", "", line).startswith(("  ", "pub mod "))]
+           if not line.startswith("  ")
+           and not re.sub(r"^(#\[[^\]]*\]\]? )*", "", line).startswith("pub mod ")]
     arg = sys.argv[1] if len(sys.argv) > 1 else ""
     if arg == "--count":
         print(f"{len(top)} public paths, {len(items)} distinct items, "
               f"{len(ordered)} lines with members")
+    elif arg == "--origins":
+        for path, where in sorted(set(surface.origin)):
+            print(f"{path}\t{where}")
     elif arg == "--hidden":
         print("\n".join(hidden))
     elif arg == "--write":
