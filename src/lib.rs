@@ -96,10 +96,10 @@ pub use store::writer::{
 )]
 pub type ReadOptions = ReadConfig;
 
-/// Moved to [`diagnostics::evict_page_cache`] (feature `diagnostics`).
+/// Moved to `zrecord::diagnostics::evict_page_cache` (feature `diagnostics`).
 ///
 /// # Errors
-/// As [`diagnostics::evict_page_cache`].
+/// As `zrecord::diagnostics::evict_page_cache`.
 #[deprecated(
     note = "moved to `zrecord::diagnostics::evict_page_cache` (feature `diagnostics`); kept \
             here for one release, see CHANGELOG.md"
@@ -108,7 +108,7 @@ pub fn evict_page_cache(path: &std::path::Path) -> Result<()> {
     io::fs::evict_page_cache(path)
 }
 
-/// Moved to [`diagnostics::gather_stats`] (feature `diagnostics`).
+/// Moved to `zrecord::diagnostics::gather_stats` (feature `diagnostics`).
 #[deprecated(
     note = "moved to `zrecord::diagnostics::gather_stats` (feature `diagnostics`); kept here \
             for one release, see CHANGELOG.md"
@@ -117,17 +117,17 @@ pub fn gather_stats() -> io::pool::Stats {
     io::pool::stats()
 }
 
-/// Moved to [`diagnostics::GatherStats`] (feature `diagnostics`).
+/// Moved to `zrecord::diagnostics::GatherStats` (feature `diagnostics`).
 #[deprecated(
     note = "moved to `zrecord::diagnostics::GatherStats` (feature `diagnostics`); kept here \
             for one release, see CHANGELOG.md"
 )]
 pub type GatherStats = io::pool::Stats;
 
-/// Moved to [`diagnostics::forced_backend`] (feature `diagnostics`).
+/// Moved to `zrecord::diagnostics::forced_backend` (feature `diagnostics`).
 ///
 /// # Errors
-/// As [`diagnostics::forced_backend`].
+/// As `zrecord::diagnostics::forced_backend`.
 #[deprecated(
     note = "moved to `zrecord::diagnostics::forced_backend` (feature `diagnostics`); kept here \
             for one release, see CHANGELOG.md"
@@ -136,8 +136,9 @@ pub fn forced_backend() -> Result<Option<Backend>> {
     store::read::forced_backend()
 }
 
-/// Bench and diagnostic helpers (feature `diagnostics`, off by default; the `zrecord bench`
-/// command, the benches and the fuzz targets turn it on): page-cache eviction, the read
+/// Bench and diagnostic helpers (feature `diagnostics`, off by default; the `cli` feature, for
+/// `zrecord bench`, and the fuzz crate turn it on, and the tests have it through the crate's
+/// dev-dependency on itself): page-cache eviction, the read
 /// engine's counters, the backend an environment variable forces, the descriptor budget, the
 /// object store's counters and baseline, and the format's encoders and decoders the fuzz
 /// targets drive. Not a stable API: these names follow the engine's internals.

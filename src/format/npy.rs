@@ -27,7 +27,7 @@
 //! [`NpyHeader::fortran_segments`]), so larger blocks mean fewer, longer reads.
 //!
 //! ```
-//! use zrecord::format::npy::NpyReader;
+//! use zrecord::diagnostics::NpyReader; // feature `diagnostics`
 //! use zrecord::DType;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {

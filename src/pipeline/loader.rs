@@ -563,7 +563,7 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     /// in the order of a fresh loader with the new shard settings from the same seed. The
     /// new ranks' shard settings (total, index, mode, padding, dropping), worker counts and
     /// merge policy may differ from the old ones; every other setting must be the same. See
-    /// the [`super::elastic`] module for what happens to bucket buffers and drop settings.
+    /// the elastic-resume section of the [`crate::pipeline`] documentation and `pipeline/elastic.rs` for what happens to bucket buffers and drop settings.
     ///
     /// # Errors
     /// [`Error::ResumeMismatch`], naming the rank and what differs, if the checkpoints are not
