@@ -161,8 +161,6 @@ def until_body(tokens, i):
             depth += 1
         elif t == ">" and depth:
             depth -= 1
-        elif t == "->":
-            pass
         elif t in ("{", ";") and depth == 0:
             return i
         i += 1
@@ -533,8 +531,6 @@ class Resolver:
 
 def surface(root):
     r = Resolver(root)
-    for m in all_modules(root):
-        pass
     impls = {}
     for m in all_modules(root):
         for segs, members in m.impls:
@@ -640,11 +636,6 @@ def all_modules(m):
 def main():
     root = load([], SRC / "lib.rs")
     lines, items, hidden = surface(root)
-
-    def key(line):
-        # Sort by path, whatever the cfg prefix; members stay under their type.
-        body = re.sub(r"^(#\[[^\]]*\]\]? )*", "", line)
-        return body
     ordered = []
     # Keep each item's member lines under it: sort blocks, not lines.
     blocks, cur = [], []
