@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use futures::executor::block_on;
-use zrecord::format::codec::Deflater;
-use zrecord::format::meta::Meta;
+use zrecord::diagnostics::Deflater;
+use zrecord::diagnostics::Meta;
 use zrecord::pipeline::{LoaderBuilder, LoaderState};
 use zrecord::Codec;
 use zrecord_fuzz::{
@@ -25,7 +25,7 @@ fn write(target: &str, data: &[u8]) {
         .join("corpus")
         .join(target);
     std::fs::create_dir_all(&dir).unwrap();
-    let name = format!("seed-{:08x}", zrecord::checksum::crc32c(data));
+    let name = format!("seed-{:08x}", zrecord::diagnostics::crc32c(data));
     std::fs::write(dir.join(name), data).unwrap();
 }
 

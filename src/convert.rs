@@ -18,7 +18,7 @@
 //! after its commit: on any error no dataset appears at the output and the hidden directory is
 //! removed (a process killed by a signal can leave only that hidden directory behind).
 //!
-//! Headers are decoded by [`crate::format::npy`], not by the `npyz` crate: npyz reads element by
+//! Headers are decoded by zrecord's own `.npy` reader, not by the `npyz` crate: npyz reads element by
 //! element through typed iterators, leaves Fortran-order data in file order, and reports
 //! problems as `std::io::Error` text; this pipeline needs bulk reads of stored rows, a
 //! transpose of Fortran-order blocks, both byte orders converted in place, and typed errors that
@@ -57,6 +57,7 @@
 //! ```
 
 use crate::error::{Error, Result};
+pub use crate::format::npy::{NpyError, NpyErrorKind};
 use crate::format::npy::{NpyHeader, NpyReader};
 use crate::format::{MAX_CHUNKS, MAX_RECORD_BYTES};
 use crate::store::schema::DEFAULT_CHUNK_SIZE_BYTES;

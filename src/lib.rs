@@ -38,6 +38,14 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Where things are
+//!
+//! The store is at the crate root; the loader pipeline at [`pipeline`]; datasets on object
+//! stores at `remote` (feature `remote`, on by default); `.npy` conversion at [`convert`]. Off by
+//! default: `diagnostics` (feature `diagnostics`: bench and diagnostic helpers, the format's
+//! decoders for fuzzing) and `testing` (feature `testing`: simulated and fault-injecting file
+//! systems). Each public name has one path; `docs/public-api.txt` lists them all.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 // io_uring, `posix_fadvise`, `sync_file_range`, `mincore`, `O_DIRECT` and `/proc/self/fd` are
@@ -48,26 +56,36 @@ compile_error!(
      sync_file_range, mincore and O_DIRECT"
 );
 
-pub mod checksum;
+mod checksum;
 pub mod convert;
-pub mod error;
-pub mod format;
+mod error;
+mod format;
 mod hash;
+mod io;
 pub mod pipeline;
 #[cfg(feature = "remote")]
 pub mod remote;
+mod store;
 
+// The public face: every name a user needs, once, at the root; the loader's at `pipeline::`,
+// the object store's at `remote::`, `.npy` conversion at `convert::`, bench and diagnostic
+// helpers at `diagnostics::` (feature `diagnostics`), test machinery at `testing::` (feature
+// `testing`). docs/public-api.txt lists all of it; CI checks that the list is current.
 pub use error::{Error, Result};
 pub use format::dtype::{Codec, DType};
-mod io;
-pub mod store;
-
-pub use io::fs::evict_page_cache;
+pub use format::{MAX_CHUNKS, MAX_CHUNK_BYTES, MAX_RECORDS, MAX_RECORD_BYTES};
 pub use io::job::{ReadJob, ReadRange};
-pub use io::pool::{stats as gather_stats, Stats as GatherStats};
 pub use store::batch::{Batch, Element};
+pub use store::dataset::{Dataset, GatherFuture};
 pub use store::read::{
-    forced_backend, read_backend, uring_available, Backend, ReadBackend, ReadConfig, ZeroCopy,
+    read_backend, uring_available, Backend, ReadBackend, ReadConfig, ZeroCopy,
+    DEFAULT_MAX_BYTES_IN_FLIGHT, DEFAULT_QUEUE_DEPTH, DEFAULT_THREADS,
+};
+pub use store::scan::Scan;
+pub use store::schema::{Field, Schema, DEFAULT_CHUNK_SIZE_BYTES};
+pub use store::snapshot::{RecordLocation, Snapshot};
+pub use store::writer::{
+    RebalanceReport, Writer, WriterConfig, MAX_QUEUE_DEPTH, MAX_WRITERS, MAX_WRITE_BUFFER_BYTES,
 };
 
 /// The name of [`ReadConfig`] in 0.1.0. Its builder methods (`default`, `with_backend`,
@@ -78,11 +96,72 @@ pub use store::read::{
 )]
 pub type ReadOptions = ReadConfig;
 
-pub use store::dataset::Dataset;
-pub use store::dataset::GatherFuture;
-pub use store::schema::{Field, Schema};
-pub use store::snapshot::{RecordLocation, Snapshot};
-pub use store::writer::{RebalanceReport, Writer, WriterConfig};
+/// Moved to `zrecord::diagnostics::evict_page_cache` (feature `diagnostics`).
+///
+/// # Errors
+/// As `zrecord::diagnostics::evict_page_cache`.
+#[deprecated(
+    note = "moved to `zrecord::diagnostics::evict_page_cache` (feature `diagnostics`); kept \
+            here for one release, see CHANGELOG.md"
+)]
+pub fn evict_page_cache(path: &std::path::Path) -> Result<()> {
+    io::fs::evict_page_cache(path)
+}
+
+/// Moved to `zrecord::diagnostics::gather_stats` (feature `diagnostics`).
+#[deprecated(
+    note = "moved to `zrecord::diagnostics::gather_stats` (feature `diagnostics`); kept here \
+            for one release, see CHANGELOG.md"
+)]
+pub fn gather_stats() -> io::pool::Stats {
+    io::pool::stats()
+}
+
+/// Moved to `zrecord::diagnostics::GatherStats` (feature `diagnostics`).
+#[deprecated(
+    note = "moved to `zrecord::diagnostics::GatherStats` (feature `diagnostics`); kept here \
+            for one release, see CHANGELOG.md"
+)]
+pub type GatherStats = io::pool::Stats;
+
+/// Moved to `zrecord::diagnostics::forced_backend` (feature `diagnostics`).
+///
+/// # Errors
+/// As `zrecord::diagnostics::forced_backend`.
+#[deprecated(
+    note = "moved to `zrecord::diagnostics::forced_backend` (feature `diagnostics`); kept here \
+            for one release, see CHANGELOG.md"
+)]
+pub fn forced_backend() -> Result<Option<Backend>> {
+    store::read::forced_backend()
+}
+
+/// Bench and diagnostic helpers (feature `diagnostics`, off by default; the `cli` feature, for
+/// `zrecord bench`, and the fuzz crate turn it on, and the tests have it through the crate's
+/// dev-dependency on itself): page-cache eviction, the read
+/// engine's counters, the backend an environment variable forces, the descriptor budget, the
+/// object store's counters and baseline, and the format's encoders and decoders the fuzz
+/// targets drive. Not a stable API: these names follow the engine's internals.
+#[cfg(feature = "diagnostics")]
+pub mod diagnostics {
+    pub use crate::checksum::{crc32c, crc32c_append, entry_crc};
+    pub use crate::format::codec::{inflate, Deflater};
+    pub use crate::format::entry::{decode_patch, encode_patch, Entry, ENTRY_BYTES, PATCH_BYTES};
+    pub use crate::format::meta::{ChunkMeta, FieldMeta, Meta, MetaError, TableMeta};
+    pub use crate::format::npy::{NpyHeader, NpyReader};
+    pub use crate::format::{FORMAT_VERSION, MAX_TABLE_ENTRIES};
+    pub use crate::io::fs::evict_page_cache;
+    pub use crate::io::pool::{stats as gather_stats, Stats as GatherStats};
+    #[cfg(feature = "remote")]
+    pub use crate::remote::backend::{stats as remote_stats, RemoteStats};
+    #[cfg(feature = "remote")]
+    pub use crate::remote::baseline::range_get_loop;
+    #[cfg(feature = "remote")]
+    pub use crate::remote::cache::pending_fills;
+    pub use crate::store::read::chunks::descriptor_budget;
+    pub use crate::store::read::forced_backend;
+    pub use crate::store::scan::SCAN_BLOCK_BYTES;
+}
 
 /// Test machinery (feature `testing`, off by default): the file-system seam every file
 /// operation of the writer and of recovery goes through, the real file system, and the

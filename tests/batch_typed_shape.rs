@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use zrecord::format::meta::Meta;
+use zrecord::diagnostics::Meta;
 use zrecord::{DType, Dataset, Error, Field, ReadConfig, Schema, Writer, WriterConfig};
 
 /// A dataset of 4 records: field "x" holds four f32 (16 bytes) in records 0, 1 and 3 and is

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::executor::block_on;
 use zrecord::pipeline::{
-    GatherFuture, LoaderBuilder, LoaderState, MemorySource, SamplerConfig, SamplerMode, Source,
+    LoaderBuilder, LoaderState, MemorySource, SamplerConfig, SamplerMode, Source, SourceFuture,
 };
 
 /// Gathers on a thread of their own that sleeps a little (more for some batches than others,
@@ -63,7 +63,7 @@ impl Source for Delayed {
         self.inner.gather(indices)
     }
 
-    fn gather_async(self: Arc<Self>, indices: Vec<u64>) -> GatherFuture<Self::Batch> {
+    fn gather_async(self: Arc<Self>, indices: Vec<u64>) -> SourceFuture<Self::Batch> {
         let now = self.alive.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_alive.fetch_max(now, Ordering::SeqCst);
         let alive = Alive(Arc::clone(&self.alive));

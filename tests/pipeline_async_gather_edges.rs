@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use futures::executor::block_on;
 use zrecord::pipeline::{
-    BucketConfig, BucketKey, GatherFuture, LoaderBuilder, MemorySource, RetryPolicy, SamplerConfig,
-    SamplerMode, Source,
+    BucketConfig, BucketKey, LoaderBuilder, MemorySource, RetryPolicy, SamplerConfig, SamplerMode,
+    Source, SourceFuture,
 };
 
 type Records = Vec<Vec<u8>>;
@@ -64,7 +64,7 @@ impl Source for AsyncOnly {
         })
     }
 
-    fn gather_async(self: Arc<Self>, indices: Vec<u64>) -> GatherFuture<Records> {
+    fn gather_async(self: Arc<Self>, indices: Vec<u64>) -> SourceFuture<Records> {
         let (tx, rx) = futures::channel::oneshot::channel();
         let delay = self.delay;
         let this = Arc::clone(&self);
@@ -318,7 +318,7 @@ impl Source for Hung {
         self.inner.gather(indices)
     }
 
-    fn gather_async(self: Arc<Self>, _indices: Vec<u64>) -> GatherFuture<Records> {
+    fn gather_async(self: Arc<Self>, _indices: Vec<u64>) -> SourceFuture<Records> {
         let guard = CountDrop(Arc::clone(&self.dropped));
         Box::pin(async move {
             let _guard = guard;

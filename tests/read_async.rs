@@ -198,13 +198,13 @@ fn thousands_of_gathers_dropped_mid_flight_on_tokio() {
     // Every abandoned gather was still run to its end (or skipped before it started): none is
     // left holding buffers. The last gathers above were awaited, so only stragglers of the
     // dropped ones can still be finishing; wait for them without asserting any timing.
-    let mut stats = zrecord::gather_stats();
+    let mut stats = zrecord::diagnostics::gather_stats();
     for _ in 0..6000 {
         if stats.gathers_started == stats.gathers_finished {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
-        stats = zrecord::gather_stats();
+        stats = zrecord::diagnostics::gather_stats();
     }
     assert_eq!(stats.gathers_started, stats.gathers_finished, "{stats:?}");
     println!("{stats:?}");

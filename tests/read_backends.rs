@@ -101,7 +101,7 @@ fn every_backend_returns_the_same_bytes() {
     if !zrecord::uring_available() {
         println!("io_uring is unavailable here: Backend::Uring runs on the pread fallback");
     }
-    if let Some(b) = zrecord::forced_backend().unwrap() {
+    if let Some(b) = zrecord::diagnostics::forced_backend().unwrap() {
         println!("ZRECORD_IO forces every dataset onto {b}");
     }
     for backend in [Backend::Uring, Backend::Psync, Backend::Mmap, Backend::Auto] {

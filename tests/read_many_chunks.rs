@@ -105,7 +105,7 @@ fn child_reads_every_backend() {
         .find(|l| l.starts_with("Max open files"))
         .unwrap();
     assert!(line.contains(&format!(" {LIMIT} ")), "{line}");
-    assert!(zrecord::store::read::descriptor_budget() <= 16);
+    assert!(zrecord::diagnostics::descriptor_budget() <= 16);
 
     let configs = [
         ReadConfig::default().with_backend(Backend::Uring),
@@ -196,7 +196,7 @@ fn child_reads_every_backend() {
         churn.gather_blocking(&idx).unwrap();
         seen.extend(big());
     }
-    let budget = zrecord::store::read::descriptor_budget();
+    let budget = zrecord::diagnostics::descriptor_budget();
     assert!(
         seen.len() > 2 * budget,
         "the churn held only {} chunk files over its batches: nothing was closed",

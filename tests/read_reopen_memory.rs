@@ -26,7 +26,7 @@ fn reopening_a_dataset_does_not_grow_memory() {
     let chunks = std::fs::read_dir(dir.join("chunk")).unwrap().count();
     assert!(chunks >= 1000, "{chunks} chunks");
     // Every load opens every chunk: the budget must hold them all (RLIMIT_NOFILE >= 8192).
-    let budget = zrecord::store::read::descriptor_budget();
+    let budget = zrecord::diagnostics::descriptor_budget();
     assert!(
         budget > 2 * chunks,
         "the descriptor budget {budget} is too small for this test: raise RLIMIT_NOFILE"

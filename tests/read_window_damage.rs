@@ -47,7 +47,7 @@ fn a_damaged_record_through_the_window_is_a_checksum_error() {
                 .with_direct_io(direct);
             let ds = Dataset::open_with(&dir, cfg).unwrap();
             // Cold: the window reads ahead (the damaged byte was written back first).
-            zrecord::evict_page_cache(&chunk).unwrap();
+            zrecord::diagnostics::evict_page_cache(&chunk).unwrap();
             let before = zrecord::testing::read_window_announced(&ds);
             let mut loader = Loader::builder(Arc::new(DatasetSource::new(&ds)))
                 .sampler(

@@ -82,7 +82,7 @@ fn child_announces_many_chunks() {
             let session = 100 * b as u64 + round;
             Source::lookahead(&ds, session, &next);
             let kept = zrecord::testing::read_window_files(&ds);
-            let most = zrecord::store::read::descriptor_budget() / 2;
+            let most = zrecord::diagnostics::descriptor_budget() / 2;
             assert!(
                 kept > 0 && kept <= most,
                 "{backend:?}: the window holds {kept} files (most {most})"

@@ -34,7 +34,7 @@ fn build(dir: &std::path::Path) {
 
 fn evict(dir: &std::path::Path) {
     for e in std::fs::read_dir(dir.join("chunk")).unwrap() {
-        zrecord::evict_page_cache(&e.unwrap().path()).unwrap();
+        zrecord::diagnostics::evict_page_cache(&e.unwrap().path()).unwrap();
     }
 }
 

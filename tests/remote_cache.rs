@@ -10,7 +10,8 @@ mod s3;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use zrecord::remote::{push, stats, RemoteConfig, TransferOptions};
+use zrecord::diagnostics::remote_stats as stats;
+use zrecord::remote::{push, RemoteConfig, TransferOptions};
 use zrecord::{DType, Dataset, Field, ReadConfig, Schema, Writer, WriterConfig};
 
 fn record(i: u64) -> Vec<u8> {

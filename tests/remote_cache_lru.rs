@@ -12,7 +12,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use zrecord::remote::{pending_fills, push, RemoteConfig, TransferOptions};
+use zrecord::diagnostics::pending_fills;
+use zrecord::remote::{push, RemoteConfig, TransferOptions};
 use zrecord::{DType, Dataset, Field, ReadConfig, Schema, Writer, WriterConfig};
 
 fn record(i: u64) -> Vec<u8> {

@@ -121,7 +121,7 @@ fn epoch_completes_exactly_with_a_node_killed_mid_epoch() {
         }
         consumed += 1;
         if consumed == kill_after {
-            requests_at_kill = Some(zrecord::remote::stats().requests);
+            requests_at_kill = Some(zrecord::diagnostics::remote_stats().requests);
             cluster.kill(1);
             assert!(!cluster.is_running(1));
         }
@@ -136,7 +136,7 @@ fn epoch_completes_exactly_with_a_node_killed_mid_epoch() {
     // The batches after the kill were read from the cluster, not all prefetched before it (the
     // other test of this file makes no range requests: it pulls).
     let at_kill = requests_at_kill.unwrap();
-    let total = zrecord::remote::stats().requests;
+    let total = zrecord::diagnostics::remote_stats().requests;
     eprintln!(
         "range requests through node 0: {at_kill} before node 1 was killed, {} after",
         total - at_kill

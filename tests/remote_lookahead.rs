@@ -10,8 +10,9 @@ mod s3;
 use std::sync::Arc;
 
 use futures::executor::block_on;
+use zrecord::diagnostics::remote_stats as stats;
 use zrecord::pipeline::{DatasetSource, Loader, LoaderBatch};
-use zrecord::remote::{push, stats, RemoteConfig, TransferOptions};
+use zrecord::remote::{push, RemoteConfig, TransferOptions};
 use zrecord::{DType, Dataset, Field, ReadConfig, Schema, Writer, WriterConfig};
 
 fn record(i: u64) -> Vec<u8> {

@@ -8,7 +8,7 @@ mod support;
 
 use std::path::Path;
 use support::tree;
-use zrecord::format::meta::Meta;
+use zrecord::diagnostics::Meta;
 use zrecord::{DType, Dataset, Error, Field, Schema, Writer, WriterConfig};
 
 /// A committed dataset of 300 records over a few chunks.

@@ -151,7 +151,7 @@ fn unknown_format_version_is_refused_by_readers_and_the_writer() {
     let body_start = text.find("{\"format\"").unwrap();
     let body_end = text.rfind(",\"crc32c\"").unwrap();
     let body = text[body_start..body_end].replace("\"version\":1", "\"version\":2");
-    let crc = zrecord::checksum::crc32c(body.as_bytes());
+    let crc = zrecord::diagnostics::crc32c(body.as_bytes());
     std::fs::write(
         dir.join("meta.json"),
         format!("{{\"meta\":{body},\"crc32c\":{crc}}}\n"),

@@ -3,7 +3,7 @@
 //! superseded table file — and reports a damaged entry without stopping.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use zrecord::store::scan::SCAN_BLOCK_BYTES;
+use zrecord::diagnostics::SCAN_BLOCK_BYTES;
 use zrecord::{Codec, DType, Dataset, Field, Schema, Snapshot, Writer, WriterConfig};
 
 fn schema() -> Schema {

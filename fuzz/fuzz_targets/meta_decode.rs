@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use zrecord::format::meta::Meta;
+use zrecord::diagnostics::Meta;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(meta) = Meta::decode(data) else {

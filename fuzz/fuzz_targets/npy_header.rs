@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use zrecord::format::npy::NpyHeader;
+use zrecord::diagnostics::NpyHeader;
 
 fuzz_target!(|data: &[u8]| {
     let len = NpyHeader::header_len(data);

@@ -16,9 +16,9 @@ use std::sync::Mutex;
 
 use libdeflater::Decompressor;
 use libfuzzer_sys::fuzz_target;
-use zrecord::format::codec::inflate;
-use zrecord::format::entry::Entry;
-use zrecord::format::MAX_RECORD_BYTES;
+use zrecord::diagnostics::inflate;
+use zrecord::diagnostics::Entry;
+use zrecord::MAX_RECORD_BYTES;
 use zrecord::Codec;
 use zrecord_fuzz::{raw_entry, Input};
 
@@ -92,7 +92,7 @@ fuzz_target!(|data: &[u8]| {
     // 1. Through the entry, as a read does.
     let physical = stored.len().min(CAP) as u32;
     let stored_part = &stored[..physical as usize];
-    let crc = zrecord::checksum::crc32c(stored_part);
+    let crc = zrecord::diagnostics::crc32c(stored_part);
     let entry = raw_entry(codec, physical, logical, crc);
     if let Ok(e) = Entry::decode(0, &entry) {
         assert!(u64::from(e.logical_len) <= MAX_RECORD_BYTES);

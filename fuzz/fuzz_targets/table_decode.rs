@@ -8,7 +8,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use zrecord::format::entry::{decode_patch, encode_patch, Entry, ENTRY_BYTES, PATCH_BYTES};
+use zrecord::diagnostics::{decode_patch, encode_patch, Entry, ENTRY_BYTES, PATCH_BYTES};
 use zrecord_fuzz::{fix_entry_crc, Input, TABLE_FIX_CRC};
 
 fuzz_target!(|data: &[u8]| {

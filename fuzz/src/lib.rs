@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use zrecord::format::entry::{Entry, ENTRY_BYTES, PATCH_BYTES};
-use zrecord::format::meta::Meta;
+use zrecord::diagnostics::{Entry, ENTRY_BYTES, PATCH_BYTES};
+use zrecord::diagnostics::Meta;
 use zrecord::pipeline::{
     BatchConfig, BucketConfig, LoaderConfig, MemorySource, MergePolicy, PrefetchConfig,
     SamplerConfig, SamplerMode, ShardConfig, ShardMode,
@@ -81,7 +81,7 @@ pub const TABLE_FIX_CRC: u8 = 1;
 /// Writes the entry CRC of `index` into a 24-byte offset-entry slot.
 pub fn fix_entry_crc(index: u64, slot: &mut [u8]) {
     if let Some(body) = slot.get(..20).and_then(|b| <&[u8; 20]>::try_from(b).ok()) {
-        let crc = zrecord::checksum::entry_crc(index, body);
+        let crc = zrecord::diagnostics::entry_crc(index, body);
         if let Some(c) = slot.get_mut(20..24) {
             c.copy_from_slice(&crc.to_le_bytes());
         }
@@ -483,7 +483,7 @@ pub fn forged(base: &Base, files: &BTreeMap<PathBuf, Option<Vec<u8>>>) -> bool {
         } else if name.ends_with(".patches") {
             for (i, slot) in new.chunks(PATCH_BYTES).enumerate() {
                 let old_slot = old.get(i * PATCH_BYTES..(i + 1) * PATCH_BYTES);
-                if old_slot != Some(slot) && zrecord::format::entry::decode_patch(slot).is_ok() {
+                if old_slot != Some(slot) && zrecord::diagnostics::decode_patch(slot).is_ok() {
                     return true;
                 }
             }
@@ -498,7 +498,7 @@ pub fn forged(base: &Base, files: &BTreeMap<PathBuf, Option<Vec<u8>>>) -> bool {
                 let (Some(was), Some(now)) = (old.get(s..e), new.get(s..e)) else {
                     continue;
                 };
-                if was != now && zrecord::checksum::crc32c(now) == entry.data_crc {
+                if was != now && zrecord::diagnostics::crc32c(now) == entry.data_crc {
                     return true;
                 }
             }
@@ -520,7 +520,7 @@ fn base_entries(base: &Base) -> Vec<Entry> {
         } else if name.ends_with(".patches") {
             for slot in b.chunks(PATCH_BYTES) {
                 v.extend(
-                    zrecord::format::entry::decode_patch(slot)
+                    zrecord::diagnostics::decode_patch(slot)
                         .ok()
                         .map(|(_, e)| e),
                 );

@@ -27,7 +27,7 @@
 //! [`NpyHeader::fortran_segments`]), so larger blocks mean fewer, longer reads.
 //!
 //! ```
-//! use zrecord::format::npy::NpyReader;
+//! use zrecord::diagnostics::NpyReader; // feature `diagnostics`
 //! use zrecord::DType;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -187,6 +187,13 @@ fn checked_sizes(shape: &[u64], item_bytes: u64, data_offset: u64) -> Option<(u6
     Some((items_per_row, row_bytes, data_bytes))
 }
 
+#[cfg_attr(
+    not(feature = "diagnostics"),
+    allow(
+        dead_code,
+        reason = "the fuzz targets and tests call these through `zrecord::diagnostics`"
+    )
+)]
 impl NpyHeader {
     /// The length of the whole header (magic to the end of the header text, where the data
     /// starts), from the first 12 bytes of the file (10 suffice for version 1.0).
@@ -846,9 +853,20 @@ pub struct NpyReader<R> {
     next_row: u64,
     /// Where `inner` is positioned (to skip redundant seeks).
     pos: u64,
+    #[cfg_attr(
+        not(feature = "diagnostics"),
+        allow(dead_code, reason = "read_rows uses it")
+    )]
     scratch: Vec<u8>,
 }
 
+#[cfg_attr(
+    not(feature = "diagnostics"),
+    allow(
+        dead_code,
+        reason = "the fuzz targets and tests call these through `zrecord::diagnostics`"
+    )
+)]
 impl<R: Read + Seek> NpyReader<R> {
     /// Reads and decodes the header; `inner` must be positioned at the start of the file.
     /// Does not check the file's length: see [`NpyHeader::check_file_len`].

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::stage::{Sample, Stage};
 use crate::{Error, Result};
 
-/// Configuration of a [`Batch`].
+/// Configuration of a [`Batcher`].
 ///
 /// Built from [`BatchConfig::default`] or [`BatchConfig::new`] with chainable setters, so options
 /// added later do not break callers:
@@ -85,14 +85,15 @@ impl IndexBatch {
     }
 }
 
-/// The batch stage.
+/// The batch stage: groups each epoch's items into [`IndexBatch`]es (`.batch()` in
+/// [`super::StageExt`]; [`crate::Batch`] is a batch of records)
 #[derive(Debug, Clone)]
-pub struct Batch<S> {
+pub struct Batcher<S> {
     upstream: S,
     config: BatchConfig,
 }
 
-impl<S: Stage<Item = Sample>> Batch<S> {
+impl<S: Stage<Item = Sample>> Batcher<S> {
     /// Batches `upstream`.
     ///
     /// # Errors
@@ -115,7 +116,7 @@ impl<S: Stage<Item = Sample>> Batch<S> {
     }
 }
 
-impl<S: Stage<Item = Sample>> Stage for Batch<S> {
+impl<S: Stage<Item = Sample>> Stage for Batcher<S> {
     type Item = IndexBatch;
 
     fn epochs(&self) -> Option<u64> {
@@ -180,7 +181,7 @@ mod tests {
                 .epochs(Some(2)),
         )
         .unwrap();
-        Batch::new(s, BatchConfig::new(batch_size).drop_last(drop_last))
+        Batcher::new(s, BatchConfig::new(batch_size).drop_last(drop_last))
             .unwrap()
             .cursor()
             .into_iter()
@@ -206,7 +207,7 @@ mod tests {
             vec![vec![0, 1], vec![2, 3], vec![0, 1], vec![2, 3]]
         );
         assert_eq!(batches(1, 2, true), Vec::<Vec<u64>>::new());
-        assert!(Batch::new(
+        assert!(Batcher::new(
             Sampler::new(1, SamplerConfig::default()).unwrap(),
             BatchConfig::new(0).drop_last(false)
         )

@@ -1,11 +1,8 @@
 //! [`Concat`]: several sources served as one, part after part, in the index space a
 //! [`super::Mix`] samples from.
 //!
-//! Part `s` of `K` owns the indices `[offset_s, offset_s + len_s)`, the offsets being the prefix
-//! sums of the part lengths ([`Source::part_lens`] reports them, so a loader built with
-//! [`super::LoaderBuilder::mix`] weights the parts). A gather splits its indices by part,
-//! gathers each part once (its indices in the caller's relative order) and puts the records
-//! back together into one batch in the caller's order, through [`Concatenate`].
+//! The rest of this documentation is on [`Concat`], where rustdoc shows it: the module is private
+//! and `zrecord::pipeline` re-exports its public items.
 
 use std::sync::Arc;
 
@@ -73,7 +70,16 @@ impl<T> Concatenate for Vec<T> {
     }
 }
 
-/// Several sources as one: see the module documentation.
+/// Several sources as one.
+///
+/// [`Concat`]: several sources served as one, part after part, in the index space a
+/// [`super::Mix`] samples from.
+///
+/// Part `s` of `K` owns the indices `[offset_s, offset_s + len_s)`, the offsets being the prefix
+/// sums of the part lengths ([`Source::part_lens`] reports them, so a loader built with
+/// [`super::LoaderBuilder::mix`] weights the parts). A gather splits its indices by part,
+/// gathers each part once (its indices in the caller's relative order) and puts the records
+/// back together into one batch in the caller's order, through [`Concatenate`].
 ///
 /// `S` may be unsized: `Concat<dyn Source<Batch = B>>` concatenates sources of different types
 /// that gather the same batch type.

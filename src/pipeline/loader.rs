@@ -30,7 +30,7 @@ use std::task::{Context, Poll};
 use futures::stream::{FusedStream, Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 
-use super::batch::{Batch, BatchConfig, IndexBatch};
+use super::batch::{BatchConfig, Batcher, IndexBatch};
 use super::bucket::{Bucket, BucketConfig, BucketKey};
 use super::elastic::{self, ChainSpec, ElasticChain, ElasticState};
 use super::mix::{Mix, MixConfig};
@@ -216,9 +216,9 @@ impl LoaderConfig {
 #[derive(Debug, Clone)]
 pub enum IndexChain {
     /// Without bucketing.
-    Plain(Batch<Shard<Root>>),
+    Plain(Batcher<Shard<Root>>),
     /// With bucketing.
-    Bucketed(Batch<Bucket<Shard<Root>>>),
+    Bucketed(Batcher<Bucket<Shard<Root>>>),
 }
 
 impl Stage for IndexChain {
@@ -519,13 +519,13 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
         let c = &self.config;
         let shard = Shard::new(root, shard)?;
         Ok(match c.bucket {
-            None => IndexChain::Plain(Batch::new(shard, c.batch)?),
+            None => IndexChain::Plain(Batcher::new(shard, c.batch)?),
             Some(b) => {
                 let key = self
                     .key
                     .clone()
                     .unwrap_or_else(|| BucketKey::item_len(Arc::clone(&self.source)));
-                IndexChain::Bucketed(Batch::new(Bucket::new(shard, b, key)?, c.batch)?)
+                IndexChain::Bucketed(Batcher::new(Bucket::new(shard, b, key)?, c.batch)?)
             }
         })
     }
@@ -563,7 +563,7 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     /// in the order of a fresh loader with the new shard settings from the same seed. The
     /// new ranks' shard settings (total, index, mode, padding, dropping), worker counts and
     /// merge policy may differ from the old ones; every other setting must be the same. See
-    /// the [`super::elastic`] module for what happens to bucket buffers and drop settings.
+    /// the elastic-resume section of the [`crate::pipeline`] documentation and `pipeline/elastic.rs` for what happens to bucket buffers and drop settings.
     ///
     /// # Errors
     /// [`Error::ResumeMismatch`], naming the rank and what differs, if the checkpoints are not

@@ -1,69 +1,7 @@
 //! Weighted mixing: a root stage that interleaves K sources ("parts") by weight.
 //!
-//! The mix yields [`Sample`]s whose `index` lives in the *concatenated* index space of the
-//! parts: part `s` of length `L_s` owns `[offset_s, offset_s + L_s)`, the offsets being the
-//! prefix sums of the part lengths (see [`Mix::part_offsets`], [`Mix::locate`], and
-//! [`super::Concat`], the source that serves that index space).
-//!
-//! # The schedule
-//!
-//! Which part the item at global position `g = epoch · epoch_len + position` comes from is a
-//! pure function of `g`, computed in O(log K) with no state but the cursor:
-//!
-//! - Weights are quantised to integers `q_s` summing to about 2^32 (largest remainder, each at
-//!   least 1; see [`Mix::quantised_weights`]). The description records the integers, so a
-//!   checkpoint comparison is exact.
-//! - A balanced binary tree splits the parts into a left half and a right half by part index,
-//!   recursively. A node whose left subtree weighs `A` and right subtree `B` (`W = A + B`) has a
-//!   seeded phase `φ = hash(seed, node id, segment) mod W`. The items arriving at the node are
-//!   numbered by their sub-position `t = 0, 1, …`; item `t` goes left iff `c(t + 1) > c(t)`,
-//!   where `c(t) = floor((t·A + φ) / W)`. The left child sees it at sub-position `c(t)`, the
-//!   right child at `t − c(t)`.
-//! - Leaf `s` at sub-position `c` is part `s`'s `c`-th draw: position `c mod L_s` of epoch
-//!   `c div L_s` of the part's own [`Sampler`] (mode [`MixConfig::mode`], seed
-//!   `hash(seed, s)`), so each part runs through its own epochs at its own pace.
-//!
-//! # The window bound
-//!
-//! Over **any** window of `n` consecutive items, part `s` gets `n·q_s/Q` items up to an error
-//! strictly below `depth = ceil(log2 K')` (`K'` the number of non-empty parts, `Q = Σ q`).
-//!
-//! Why: `c(t)` counts the items among sub-positions `[0, t)` that go left, and `c(t₀ + m) −
-//! c(t₀)` is `floor` or `ceil` of `m·A/W` (the sequence is Sturmian: balanced), so a window of
-//! `m` consecutive arrivals at a node sends `m·A/W` of them left, up to an error below 1; and
-//! the items sent to a child are again *consecutive* sub-positions there. By induction along the
-//! path to leaf `s` with ratios `r₁ … r_d` (`Π r = q_s/Q`): if `|m_k − n·p_k| < k` then
-//! `|m_{k+1} − n·p_k·r| ≤ |m_{k+1} − m_k·r| + r·|m_k − n·p_k| < 1 + k`. Against the user's
-//! normalised weights `w_s`, quantisation adds at most `n·(K + 1)/2^32`: the counts stay within
-//! `depth + n·(K + 1)/2^32` of `n·w_s`. The schedule runs on `g`, not on `(epoch, position)`,
-//! so the bound also holds across mix epochs.
-//!
-//! The bound is tight: with one heavy part among light ones, every node on the heavy part's path
-//! sends almost everything its way, the levels' errors add up undamped, and some windows come
-//! within a fraction of `depth` (`tests/pipeline_mix_tight.rs`). That is why the tree is
-//! balanced: a chain of nodes would put the last parts `K − 1` levels deep.
-//!
-//! # Exhaustion
-//!
-//! Part `s` may serve `budget_s = L_s × part_epochs` draws (`L_s` the epoch length of its
-//! sampler: its length, or the window-rounded length of a sequential sampler); what happens
-//! next is [`Exhausted`]:
-//!
-//! - [`Exhausted::Restart`] never exhausts: a part starts another epoch of its own. The mix has
-//!   [`MixConfig::epochs`] epochs of [`MixConfig::epoch_len`] items.
-//! - [`Exhausted::Stop`]: one mix epoch, ending right before the first item that would overdraw
-//!   a part (found by binary search on the monotone per-part count functions).
-//! - [`Exhausted::Drop`]: one mix epoch of `Σ budget_s` items in at most K segments. When a part
-//!   has served its budget, a new tree over the remaining parts (phases seeded by the segment
-//!   number) continues from each part's current draw count, so every record of every part
-//!   appears exactly `part_epochs` times (with shuffled parts). Each segment's tree runs on the
-//!   weights as given, renormalised over the parts left and quantised again to about 2^32, so
-//!   the window bound holds within each segment against those weights, with `K'` the parts
-//!   left: light parts keep their ratios once the heavy ones are gone. The segments are
-//!   computed once, in [`Mix::new`]; the description records the weights as given (they, not
-//!   the first integers, determine the later segments).
-//!
-//! Parts of length 0 get no weight; if every part is empty the mix is empty.
+//! The rest of this documentation is on [`Mix`], where rustdoc shows it: the module is private
+//! and `zrecord::pipeline` re-exports its public items.
 
 use std::sync::Arc;
 
@@ -385,7 +323,74 @@ impl Segment {
     }
 }
 
-/// The mix stage: see the module documentation.
+/// The mix stage.
+///
+/// Weighted mixing: a root stage that interleaves K sources ("parts") by weight.
+///
+/// The mix yields [`Sample`]s whose `index` lives in the *concatenated* index space of the
+/// parts: part `s` of length `L_s` owns `[offset_s, offset_s + L_s)`, the offsets being the
+/// prefix sums of the part lengths (see [`Mix::part_offsets`], [`Mix::locate`], and
+/// [`super::Concat`], the source that serves that index space).
+///
+/// # The schedule
+///
+/// Which part the item at global position `g = epoch · epoch_len + position` comes from is a
+/// pure function of `g`, computed in O(log K) with no state but the cursor:
+///
+/// - Weights are quantised to integers `q_s` summing to about 2^32 (largest remainder, each at
+///   least 1; see [`Mix::quantised_weights`]). The description records the integers, so a
+///   checkpoint comparison is exact.
+/// - A balanced binary tree splits the parts into a left half and a right half by part index,
+///   recursively. A node whose left subtree weighs `A` and right subtree `B` (`W = A + B`) has a
+///   seeded phase `φ = hash(seed, node id, segment) mod W`. The items arriving at the node are
+///   numbered by their sub-position `t = 0, 1, …`; item `t` goes left iff `c(t + 1) > c(t)`,
+///   where `c(t) = floor((t·A + φ) / W)`. The left child sees it at sub-position `c(t)`, the
+///   right child at `t − c(t)`.
+/// - Leaf `s` at sub-position `c` is part `s`'s `c`-th draw: position `c mod L_s` of epoch
+///   `c div L_s` of the part's own [`Sampler`] (mode [`MixConfig::mode`], seed
+///   `hash(seed, s)`), so each part runs through its own epochs at its own pace.
+///
+/// # The window bound
+///
+/// Over **any** window of `n` consecutive items, part `s` gets `n·q_s/Q` items up to an error
+/// strictly below `depth = ceil(log2 K')` (`K'` the number of non-empty parts, `Q = Σ q`).
+///
+/// Why: `c(t)` counts the items among sub-positions `[0, t)` that go left, and `c(t₀ + m) −
+/// c(t₀)` is `floor` or `ceil` of `m·A/W` (the sequence is Sturmian: balanced), so a window of
+/// `m` consecutive arrivals at a node sends `m·A/W` of them left, up to an error below 1; and
+/// the items sent to a child are again *consecutive* sub-positions there. By induction along the
+/// path to leaf `s` with ratios `r₁ … r_d` (`Π r = q_s/Q`): if `|m_k − n·p_k| < k` then
+/// `|m_{k+1} − n·p_k·r| ≤ |m_{k+1} − m_k·r| + r·|m_k − n·p_k| < 1 + k`. Against the user's
+/// normalised weights `w_s`, quantisation adds at most `n·(K + 1)/2^32`: the counts stay within
+/// `depth + n·(K + 1)/2^32` of `n·w_s`. The schedule runs on `g`, not on `(epoch, position)`,
+/// so the bound also holds across mix epochs.
+///
+/// The bound is tight: with one heavy part among light ones, every node on the heavy part's path
+/// sends almost everything its way, the levels' errors add up undamped, and some windows come
+/// within a fraction of `depth` (`tests/pipeline_mix_tight.rs`). That is why the tree is
+/// balanced: a chain of nodes would put the last parts `K − 1` levels deep.
+///
+/// # Exhaustion
+///
+/// Part `s` may serve `budget_s = L_s × part_epochs` draws (`L_s` the epoch length of its
+/// sampler: its length, or the window-rounded length of a sequential sampler); what happens
+/// next is [`Exhausted`]:
+///
+/// - [`Exhausted::Restart`] never exhausts: a part starts another epoch of its own. The mix has
+///   [`MixConfig::epochs`] epochs of [`MixConfig::epoch_len`] items.
+/// - [`Exhausted::Stop`]: one mix epoch, ending right before the first item that would overdraw
+///   a part (found by binary search on the monotone per-part count functions).
+/// - [`Exhausted::Drop`]: one mix epoch of `Σ budget_s` items in at most K segments. When a part
+///   has served its budget, a new tree over the remaining parts (phases seeded by the segment
+///   number) continues from each part's current draw count, so every record of every part
+///   appears exactly `part_epochs` times (with shuffled parts). Each segment's tree runs on the
+///   weights as given, renormalised over the parts left and quantised again to about 2^32, so
+///   the window bound holds within each segment against those weights, with `K'` the parts
+///   left: light parts keep their ratios once the heavy ones are gone. The segments are
+///   computed once, in [`Mix::new`]; the description records the weights as given (they, not
+///   the first integers, determine the later segments).
+///
+/// Parts of length 0 get no weight; if every part is empty the mix is empty.
 ///
 /// Cheap to clone (each prefetch worker runs its own copy): the precomputed schedule is shared.
 #[derive(Debug, Clone)]
@@ -586,7 +591,7 @@ impl Mix {
     }
 
     /// The depth of the schedule tree, `ceil(log2 K')` over the `K'` non-empty parts: the
-    /// window bound of the module documentation.
+    /// window bound in [`Mix`]'s documentation.
     pub fn depth(&self) -> u32 {
         let active = self.0.draw_lens.iter().filter(|&&l| l > 0).count();
         usize::BITS - active.saturating_sub(1).leading_zeros()

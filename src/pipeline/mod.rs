@@ -15,7 +15,7 @@
 //!
 //! # Stages
 //!
-//! Every index-side stage ([`Sampler`], [`Mix`], [`Shard`], [`Bucket`], [`Batch`]) implements
+//! Every index-side stage ([`Sampler`], [`Mix`], [`Shard`], [`Bucket`], [`Batcher`]) implements
 //! [`Stage`]: a deterministic, seekable function from `(epoch, position)` to an item,
 //! composable by hand with [`StageExt`]
 //! (`sampler.shard(..)?.bucket(..)?.batch(..)?.prefetch(..)?`). Because every stage is such a
@@ -27,13 +27,79 @@
 //!
 //! # Streams
 //!
-//! The same stages exist as [`futures::Stream`] adapters in [`stream`]: [`Checkpoint`] says
-//! what a checkpointable stream is, and [`CheckpointExt`] adds `.shard() .bucket() .batch()
-//! .prefetch() .map_items() .filter_items()` to any of them, so a stage of your own fits
-//! anywhere in a checkpointed chain (`sampler.cursor().filter_items(..).shard(..)?…`). The
-//! seekable chain above is the fast path (workers split the work without coordination, O(1)
-//! resume, every shard mode, best-effort merge); the stream chain accepts any stage. See
-//! [`stream`] for when to use which.
+//! The same stages exist as [`futures::Stream`] adapters, so a stage of your own fits anywhere
+//! in a checkpointed chain (`sampler.cursor().filter_items(..).shard(..)?…`). The seekable chain
+//! above is the fast path (workers split the work without coordination, O(1) resume, every shard
+//! mode, best-effort merge); the stream chain accepts any stage.
+//!
+//! ```text
+//! any Checkpoint stream ─► shard ─► bucket ─► batch ─► prefetch ─► Result<LoaderBatch<T>>
+//!   (a Cursor over a stage,    (each adapter a Checkpoint stream; map_items / filter_items
+//!    or your own stage)         or your own stage fit between any two)
+//! ```
+//!
+//! - [`Checkpoint`] says what a checkpointable stream is: a [`futures::Stream`] with a serde
+//!   [`Checkpoint::State`], the position after the last item yielded, and
+//!   [`Checkpoint::restore`] to go back there. Its documentation is the contract.
+//! - [`CheckpointExt`] (blanket-implemented) adds the adapters `.shard() .bucket() .batch()
+//!   .prefetch() .map_items() .filter_items()`:
+//!   [`ShardStream`], [`BucketStream`], [`BatchStream`], [`PrefetchStream`], [`MapItems`],
+//!   [`FilterItems`]. Each adapter's state is a small serde struct holding its input's state,
+//!   so the state of a whole chain is one nested value, checkpointed wherever each input can
+//!   report and restore its position.
+//! - A [`Cursor`] over any seekable [`Stage`] is a [`Checkpoint`] stream (its
+//!   state is its [`CursorState`]): `sampler.cursor()` starts a stream chain.
+//!
+//! Over a cursor, the adapters place items exactly as the seekable stages do (they count the
+//! items of each epoch, an epoch being a run of one [`Sample::epoch`] value), so
+//! `sampler.cursor().shard(c)?.bucket(..)?.batch(..)?` yields the batches of
+//! `sampler.shard(c)?.bucket(..)?.batch(..)?.cursor()`, for the interleaved shard.
+//!
+//! ## Which chain
+//!
+//! - The **seekable chain** ([`StageExt`], [`LoaderBuilder`]) is the fast path:
+//!   every stage is a pure function of `(epoch, position)`, so each prefetch worker runs its own
+//!   share without coordination, a resume is O(1), the shard has every mode, and the merge can
+//!   be best-effort. Use it (through [`Loader`]) unless you need a stage of your own.
+//! - The **stream chain** accepts any stage: a filter, a stage that drops or repeats items, a
+//!   stream read from elsewhere. The index side runs on the consumer's task, the gathers on
+//!   worker threads; a restore replays at most one bucket buffer from its input.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use futures::executor::block_on;
+//! use futures::{StreamExt, TryStreamExt};
+//! use zrecord::pipeline::{
+//!     BatchConfig, Checkpoint, CheckpointExt, MemorySource, PrefetchConfig, Sampler,
+//!     SamplerConfig, ShardConfig, Stage,
+//! };
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let source = Arc::new(MemorySource::new((0..20u8).map(|i| vec![i]).collect()));
+//! let sampler = Sampler::new(20, SamplerConfig::default().seed(3).epochs(Some(1)))?;
+//! let chain = || {
+//!     sampler
+//!         .clone()
+//!         .cursor()
+//!         .filter_items(|s| s.index % 4 != 0) // a stage of your own: drop every fourth record
+//!         .shard(ShardConfig::new(2, 0))? // rank 0 of 2
+//!         .batch(BatchConfig::new(3))?
+//!         .prefetch(Arc::clone(&source), PrefetchConfig::default())
+//! };
+//! let mut stream = chain()?;
+//! let first = block_on(stream.next()).expect("a batch")?;
+//! assert_eq!(first.indices().len(), 3);
+//! let saved = serde_json::to_string(&stream.checkpoint())?;
+//!
+//! // Later, perhaps in another process: the same chain, restored.
+//! let mut resumed = chain()?;
+//! resumed.restore(serde_json::from_str(&saved)?)?;
+//! let rest: Vec<Vec<u64>> = block_on(resumed.map_ok(|b| b.indices()).try_collect())?;
+//! let expected: Vec<Vec<u64>> = block_on(stream.map_ok(|b| b.indices()).try_collect())?;
+//! assert_eq!(rest, expected);
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # Mixing
 //!
@@ -58,7 +124,7 @@
 //! [`LoaderBuilder::merge_checkpoints`] takes the checkpoints of all N ranks of a run and
 //! returns the checkpoint one of M new ranks resumes from ([`LoaderBuilder::resume_elastic`] does
 //! both): every item of an unfinished epoch that no old rank consumed is delivered exactly once
-//! across the new ranks, then later epochs run in the M-rank order. See [`elastic`].
+//! across the new ranks, then later epochs run in the M-rank order. See [`ElasticState`].
 //!
 //! # Collate
 //!
@@ -67,44 +133,64 @@
 //! variable-length 1-D records into one buffer with lengths and an attention mask;
 //! [`pooling_mask`] derives first/last/all token masks.
 
-pub mod batch;
-pub mod bucket;
-pub mod collate;
-pub mod concat;
-pub mod elastic;
-pub mod loader;
-pub mod mix;
-pub mod prefetch;
+mod batch;
+mod bucket;
+mod collate;
+mod concat;
+mod elastic;
+mod loader;
+mod mix;
+mod prefetch;
 mod queue;
-pub mod root;
-pub mod sampler;
-pub mod shard;
-pub mod source;
-pub mod stage;
-pub mod stage_ext;
-pub mod state;
-pub mod stats;
-pub mod stream;
+mod root;
+mod sampler;
+mod shard;
+mod source;
+mod stage;
+mod stage_ext;
+mod state;
+mod stats;
+mod stream;
 
-pub use batch::{Batch, BatchConfig, IndexBatch};
+pub use batch::{BatchConfig, Batcher, IndexBatch};
 pub use bucket::{Bucket, BucketConfig, BucketKey};
 pub use collate::{
     pad_stack, pad_stack_field, pooling_mask, stack, PadConfig, PadSide, PaddedBatch, PoolingType,
     StackedBatch,
 };
 pub use concat::{Concat, Concatenate};
-pub use elastic::{ElasticChain, ElasticState, ResidualEpoch, Run};
+pub use elastic::{ElasticChain, ElasticState, ResidualEpoch, ResidualRoot, Run};
 pub use loader::{IndexChain, Loader, LoaderBuilder, LoaderConfig};
 pub use mix::{Exhausted, Mix, MixConfig};
 pub use prefetch::{
     identity, LoaderBatch, MergePolicy, OnError, Prefetch, PrefetchConfig, RetryPolicy, Transform,
+    MAX_NUM_WORKERS, MAX_QUEUE_SIZE,
 };
 pub use root::Root;
 pub use sampler::{Sampler, SamplerConfig, SamplerMode};
 pub use shard::{Shard, ShardConfig, ShardMode};
-pub use source::{DatasetSource, GatherFuture, MemorySource, Source};
+pub use source::{DatasetSource, MemorySource, Source, SourceFuture};
 pub use stage::{describe, Cursor, CursorIter, CursorState, Sample, Stage};
 pub use stage_ext::StageExt;
 pub use state::{LoaderState, Position, PrefetchState, WorkerState, LOADER_STATE_VERSION};
-pub use stats::LoaderStats;
-pub use stream::{Checkpoint, CheckpointExt};
+pub use stats::{LoaderStats, LATENCY_BUCKETS};
+pub use stream::{
+    BatchStream, BatchStreamState, BucketStream, BucketStreamState, Checkpoint, CheckpointExt,
+    Counted, EpochCount, FilterItems, GroupStart, MapItems, PrefetchStream, PrefetchStreamState,
+    ShardStream, ShardStreamState,
+};
+
+/// The name of [`Batcher`], the batch stage, in 0.1.0 (`zrecord::Batch` is a batch of records).
+#[deprecated(
+    note = "renamed to `Batcher` (`zrecord::Batch` is a batch of records); this alias is kept \
+            for one release, see CHANGELOG.md"
+)]
+pub type Batch<S> = Batcher<S>;
+
+/// The name of [`SourceFuture`] in 0.1.0 (`zrecord::GatherFuture` is what
+/// [`crate::Dataset::gather`] returns).
+#[deprecated(
+    note = "renamed to `SourceFuture` (`zrecord::GatherFuture` is what `Dataset::gather` \
+            returns); this alias is kept for one release, see CHANGELOG.md"
+)]
+pub type GatherFuture<B> = SourceFuture<B>;

@@ -1,58 +1,8 @@
 //! Prefetch: N worker threads gather the batches of an index stage from a [`Source`] into bounded
 //! queues, and a merge hands them to the async consumer.
 //!
-//! # Work split
-//!
-//! Number the items of the index stage globally, `g = epoch * epoch_len + position`. Worker `w`
-//! of `N` runs the items `g = base + w + k·N` for `k = 0, 1, …` (its own copy of the stage, so no
-//! coordination): it computes the [`IndexBatch`], gathers it with [`Source::gather`], applies the
-//! optional transform, and pushes the result into its own queue of `worker_queue_size` items,
-//! blocking (its own thread, never a runtime worker) while the queue is full.
-//!
-//! # Errors and retries
-//!
-//! A gather or transform that fails is tried again on the worker's thread, as
-//! [`PrefetchConfig::retry`] says (3 tries in all by default, 10 ms apart, then 20 ms, …; the
-//! thread sleeps, never a runtime worker). A panic is not retried. What fails on every try
-//! reaches the consumer as `Err` in the place of its batch, and then [`PrefetchConfig::on_error`]
-//! decides:
-//!
-//! - [`OnError::Stop`] (default): the stream ends after the error. The failed batch is not
-//!   consumed: [`Prefetch::state`] still points at it, so a stream resumed from that checkpoint
-//!   tries it first.
-//! - [`OnError::Skip`]: the failed batch counts as consumed and the stream goes on; a resume
-//!   does not try it again, so the batch is lost for this pass.
-//!
-//! # Merge (TinyGrad4 semantics)
-//!
-//! - [`MergePolicy::Strict`] (default): round-robin in worker order `0..N`, exhausted workers
-//!   skipped. Because of the split above, the merged order is exactly the global order: the same
-//!   stream as a single sequential pass over the stage, whatever the worker count.
-//! - [`MergePolicy::BestEffort`]: scans the workers (from the one after the last taken) without
-//!   waiting and takes the first ready item, but never from a worker whose merged items would
-//!   then be more than `max_lead` ahead of the items *consumed* from the slowest active worker
-//!   (so the consumer never sees one worker more than `max_lead` items ahead of another, however
-//!   large the consumer buffer); after `max_skips_per_round` workers found empty in one scan it
-//!   stops scanning and waits. Not deterministic.
-//!
-//! Merged items wait for the consumer in a buffer of `consumer_queue_size` items. Memory is
-//! bounded end to end: at most `N · (worker_queue_size + gathers_in_flight) +
-//! consumer_queue_size` batches exist at any time (`gathers_in_flight` is 1 unless set).
-//!
-//! # Checkpoint
-//!
-//! [`Prefetch::state`] is taken at consumption: per worker, the number of its items consumed
-//! and its next position; and the next worker of the merge. A batch that failed under
-//! [`OnError::Stop`] is not consumed. Resuming restarts every worker at
-//! its next position and discards whatever was prefetched but not consumed, so the resumed
-//! stream continues exactly after the last consumed item (strict) or loses and repeats nothing
-//! (best effort). A strict checkpoint can even be resumed with another worker count.
-//!
-//! # Shutdown
-//!
-//! Dropping the [`Prefetch`] closes the queues: a worker blocked on a full queue wakes and exits,
-//! a worker in the middle of a gather exits when the gather returns. [`Prefetch::shutdown`]
-//! waits for that.
+//! The rest of this documentation is on [`Prefetch`], where rustdoc shows it: the module is private
+//! and `zrecord::pipeline` re-exports its public items.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -488,7 +438,63 @@ impl Split {
     }
 }
 
-/// The prefetching, merging stream; see the [module documentation](self).
+/// The prefetching, merging stream.
+///
+/// Prefetch: N worker threads gather the batches of an index stage from a [`Source`] into bounded
+/// queues, and a merge hands them to the async consumer.
+///
+/// # Work split
+///
+/// Number the items of the index stage globally, `g = epoch * epoch_len + position`. Worker `w`
+/// of `N` runs the items `g = base + w + k·N` for `k = 0, 1, …` (its own copy of the stage, so no
+/// coordination): it computes the [`IndexBatch`], gathers it with [`Source::gather`], applies the
+/// optional transform, and pushes the result into its own queue of `worker_queue_size` items,
+/// blocking (its own thread, never a runtime worker) while the queue is full.
+///
+/// # Errors and retries
+///
+/// A gather or transform that fails is tried again on the worker's thread, as
+/// [`PrefetchConfig::retry`] says (3 tries in all by default, 10 ms apart, then 20 ms, …; the
+/// thread sleeps, never a runtime worker). A panic is not retried. What fails on every try
+/// reaches the consumer as `Err` in the place of its batch, and then [`PrefetchConfig::on_error`]
+/// decides:
+///
+/// - [`OnError::Stop`] (default): the stream ends after the error. The failed batch is not
+///   consumed: [`Prefetch::state`] still points at it, so a stream resumed from that checkpoint
+///   tries it first.
+/// - [`OnError::Skip`]: the failed batch counts as consumed and the stream goes on; a resume
+///   does not try it again, so the batch is lost for this pass.
+///
+/// # Merge (TinyGrad4 semantics)
+///
+/// - [`MergePolicy::Strict`] (default): round-robin in worker order `0..N`, exhausted workers
+///   skipped. Because of the split above, the merged order is exactly the global order: the same
+///   stream as a single sequential pass over the stage, whatever the worker count.
+/// - [`MergePolicy::BestEffort`]: scans the workers (from the one after the last taken) without
+///   waiting and takes the first ready item, but never from a worker whose merged items would
+///   then be more than `max_lead` ahead of the items *consumed* from the slowest active worker
+///   (so the consumer never sees one worker more than `max_lead` items ahead of another, however
+///   large the consumer buffer); after `max_skips_per_round` workers found empty in one scan it
+///   stops scanning and waits. Not deterministic.
+///
+/// Merged items wait for the consumer in a buffer of `consumer_queue_size` items. Memory is
+/// bounded end to end: at most `N · (worker_queue_size + gathers_in_flight) +
+/// consumer_queue_size` batches exist at any time (`gathers_in_flight` is 1 unless set).
+///
+/// # Checkpoint
+///
+/// [`Prefetch::state`] is taken at consumption: per worker, the number of its items consumed
+/// and its next position; and the next worker of the merge. A batch that failed under
+/// [`OnError::Stop`] is not consumed. Resuming restarts every worker at
+/// its next position and discards whatever was prefetched but not consumed, so the resumed
+/// stream continues exactly after the last consumed item (strict) or loses and repeats nothing
+/// (best effort). A strict checkpoint can even be resumed with another worker count.
+///
+/// # Shutdown
+///
+/// Dropping the [`Prefetch`] closes the queues: a worker blocked on a full queue wakes and exits,
+/// a worker in the middle of a gather exits when the gather returns. [`Prefetch::shutdown`]
+/// waits for that.
 #[must_use = "a prefetch does nothing unless polled"]
 pub struct Prefetch<T> {
     workers: Vec<Worker<T>>,
@@ -1182,7 +1188,7 @@ struct Pending<B> {
     /// `None` until computed (`result` says why it could not be).
     batch: Option<IndexBatch>,
     future: Option<(
-        super::source::GatherFuture<B>,
+        super::source::SourceFuture<B>,
         super::stats::InFlight,
         Arc<GatherSignal>,
     )>,

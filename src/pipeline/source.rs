@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::{Dataset, Error, Result, Snapshot};
 
 /// What [`Source::gather_async`] returns: a boxed future of the batch, `Send + 'static`.
-pub type GatherFuture<B> = Pin<Box<dyn Future<Output = Result<B>> + Send + 'static>>;
+pub type SourceFuture<B> = Pin<Box<dyn Future<Output = Result<B>> + Send + 'static>>;
 
 /// A random-access collection of `len()` records that the pipeline gathers batches from.
 ///
@@ -74,7 +74,7 @@ pub trait Source: Send + Sync + 'static {
     /// # Cancel safety
     /// The loader drops the future of a batch it no longer needs (a dropped or resumed loader);
     /// dropping must lose nothing but that batch.
-    fn gather_async(self: Arc<Self>, indices: Vec<u64>) -> GatherFuture<Self::Batch> {
+    fn gather_async(self: Arc<Self>, indices: Vec<u64>) -> SourceFuture<Self::Batch> {
         Box::pin(async move { self.gather(&indices) })
     }
 
@@ -207,7 +207,7 @@ impl Source for Dataset {
         self.gather_blocking(indices)
     }
 
-    fn gather_async(self: Arc<Self>, indices: Vec<u64>) -> GatherFuture<Self::Batch> {
+    fn gather_async(self: Arc<Self>, indices: Vec<u64>) -> SourceFuture<Self::Batch> {
         Box::pin(Dataset::gather(&self, &indices))
     }
 
@@ -360,7 +360,7 @@ impl Source for DatasetSource {
             .gather_engine(indices, &self.field_numbers()?, engine)
     }
 
-    fn gather_async(self: Arc<Self>, indices: Vec<u64>) -> GatherFuture<Self::Batch> {
+    fn gather_async(self: Arc<Self>, indices: Vec<u64>) -> SourceFuture<Self::Batch> {
         let parts = self
             .engine()
             .and_then(|e| Ok((Arc::clone(e), self.field_numbers()?)));
@@ -435,7 +435,7 @@ impl<S: Source + ?Sized> Source for Arc<S> {
         S::gather(self, indices)
     }
 
-    fn gather_async(self: Arc<Self>, indices: Vec<u64>) -> GatherFuture<Self::Batch> {
+    fn gather_async(self: Arc<Self>, indices: Vec<u64>) -> SourceFuture<Self::Batch> {
         S::gather_async(Arc::clone(&*self), indices)
     }
 

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use super::batch::{Batch, BatchConfig, IndexBatch};
+use super::batch::{BatchConfig, Batcher, IndexBatch};
 use super::bucket::{Bucket, BucketConfig, BucketKey};
 use super::prefetch::{identity, Prefetch, PrefetchConfig, Transform};
 use super::shard::{Shard, ShardConfig};
@@ -58,15 +58,15 @@ pub trait StageExt: Stage {
         Bucket::new(self, config, key)
     }
 
-    /// Groups every epoch of this stage into batches of indices; see [`Batch`].
+    /// Groups every epoch of this stage into batches of indices; see [`Batcher`].
     ///
     /// # Errors
     /// [`crate::Error::InvalidConfig`] for an invalid configuration.
-    fn batch(self, config: BatchConfig) -> Result<Batch<Self>>
+    fn batch(self, config: BatchConfig) -> Result<Batcher<Self>>
     where
         Self: Stage<Item = Sample> + Sized,
     {
-        Batch::new(self, config)
+        Batcher::new(self, config)
     }
 
     /// Gathers the batches of this stage from `source` on worker threads; see [`Prefetch`].

@@ -2,13 +2,8 @@
 //! (relaxed atomics, a few per batch, never per record), and the snapshot
 //! [`super::Loader::stats`] returns.
 //!
-//! The question the snapshot answers first is *who waits for whom*:
-//!
-//! - [`LoaderStats::consumer_wait`] grows when the consumer asks for a batch that is not ready:
-//!   the loader is the bottleneck (the trainer is starved). Look at `gather_latency` and
-//!   `gather_time` (the storage), `index_time` (sampling, bucketing) and `transform_time`.
-//! - [`LoaderStats::worker_blocked`] grows when workers have a batch ready and their queues are
-//!   full: the consumer is the bottleneck, and the loader is keeping up.
+//! The rest of this documentation is on [`LoaderStats`], where rustdoc shows it: the module is private
+//! and `zrecord::pipeline` re-exports its public items.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -145,8 +140,20 @@ impl ConsumerCounters {
     }
 }
 
-/// A snapshot of a running loader; see the [module documentation](self). Times are totals
-/// since the loader started, summed over its workers.
+/// A snapshot of a running loader. Times are totals since the loader started, summed over its
+/// workers.
+///
+/// What a running loader is doing: counters the prefetch workers and the merge keep as they go
+/// (relaxed atomics, a few per batch, never per record), and the snapshot
+/// [`super::Loader::stats`] returns.
+///
+/// The question the snapshot answers first is *who waits for whom*:
+///
+/// - [`LoaderStats::consumer_wait`] grows when the consumer asks for a batch that is not ready:
+///   the loader is the bottleneck (the trainer is starved). Look at `gather_latency` and
+///   `gather_time` (the storage), `index_time` (sampling, bucketing) and `transform_time`.
+/// - [`LoaderStats::worker_blocked`] grows when workers have a batch ready and their queues are
+///   full: the consumer is the bottleneck, and the loader is keeping up.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct LoaderStats {

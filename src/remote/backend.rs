@@ -26,6 +26,10 @@ static HITS: AtomicU64 = AtomicU64::new(0);
 static CANCELED: AtomicU64 = AtomicU64::new(0);
 
 /// What the remote backend has done in this process so far.
+#[cfg_attr(
+    not(feature = "diagnostics"),
+    allow(dead_code, reason = "public through `zrecord::diagnostics`")
+)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct RemoteStats {
@@ -44,6 +48,10 @@ pub struct RemoteStats {
 }
 
 /// The remote backend's counters so far, process-wide.
+#[cfg_attr(
+    not(feature = "diagnostics"),
+    allow(dead_code, reason = "public through `zrecord::diagnostics`")
+)]
 pub fn stats() -> RemoteStats {
     RemoteStats {
         requests: REQUESTS.load(Ordering::Relaxed),

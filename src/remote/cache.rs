@@ -56,6 +56,10 @@ fn filling_count() -> &'static std::sync::atomic::AtomicUsize {
 
 /// Chunk downloads into the cache running in this process (background work a short-lived
 /// process may want to wait for before exiting, or the next process starts with a cold cache).
+#[cfg_attr(
+    not(feature = "diagnostics"),
+    allow(dead_code, reason = "public through `zrecord::diagnostics`")
+)]
 pub fn pending_fills() -> usize {
     filling_count().load(std::sync::atomic::Ordering::Acquire)
 }

@@ -329,6 +329,10 @@ impl Store {
 
     /// Bytes `range` of object `key` straight through the client (its own retries only), for
     /// the baseline: returns the number of bytes.
+    #[cfg_attr(
+        not(feature = "diagnostics"),
+        allow(dead_code, reason = "`zrecord::diagnostics::range_get_loop` uses it")
+    )]
     pub(crate) async fn raw_get_range(&self, key: &str, range: Range<u64>) -> Result<u64> {
         self.inner()?
             .get_range(&self.path(key), range.clone())

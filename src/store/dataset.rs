@@ -101,6 +101,10 @@ impl Dataset {
 
     /// The store of a dataset opened by URL.
     #[cfg(feature = "remote")]
+    #[cfg_attr(
+        not(feature = "diagnostics"),
+        allow(dead_code, reason = "`zrecord::diagnostics::range_get_loop` uses it")
+    )]
     pub(crate) fn remote(&self) -> Option<&Arc<crate::remote::open::Remote>> {
         self.remote.as_ref()
     }

@@ -8,7 +8,7 @@ use crate::Res;
 use clap::Args;
 use std::path::PathBuf;
 use zrecord::convert::{NpyConvert, DEFAULT_BLOCK_BYTES};
-use zrecord::store::schema::DEFAULT_CHUNK_SIZE_BYTES;
+use zrecord::DEFAULT_CHUNK_SIZE_BYTES;
 use zrecord::{Codec, Error};
 
 #[derive(Args)]

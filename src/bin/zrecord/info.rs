@@ -1,7 +1,7 @@
 //! `zrecord info`: what a dataset holds and how well it uses its chunk files.
 //!
 //! Lengths come from the offset tables alone (no record data is read), each scanned front to
-//! back with large sequential reads ([`zrecord::store::scan`]): every entry is decoded and
+//! back with large sequential reads ([`zrecord::Snapshot::scan`]): every entry is decoded and
 //! checked, so a damaged table makes `info` fail (run `zrecord verify` to list the damage).
 
 use crate::progress;

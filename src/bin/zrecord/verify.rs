@@ -3,7 +3,7 @@
 //! Opening checks `meta.json` (its checksum, version and invariants), that every offset table,
 //! patch log and chunk file it names exists and is at least as long as committed, and every
 //! patch entry. Then each field's offset table is scanned front to back with large sequential
-//! reads ([`zrecord::store::scan`]): each entry's own CRC and bounds, and each value's length
+//! reads ([`zrecord::Snapshot::scan`]): each entry's own CRC and bounds, and each value's length
 //! against its field's dtype and shape. Then every record of every field is read in batches
 //! with checksums on: each stored value's CRC32C and each deflate stream's length. A batch that
 //! fails is re-read value by value, so every damaged value is reported, not just the first.

@@ -17,7 +17,7 @@ use crate::{Error, Result};
 /// one epoch (a change of [`Sample::epoch`] ends an epoch). The last batch of an epoch holds
 /// the remainder or, with `drop_last`, is dropped. A batch's [`IndexBatch::position`] is its
 /// place in its epoch, so over a cursor of a stage it equals the seekable
-/// [`super::super::Batch`].
+/// [`super::super::Batcher`].
 ///
 /// To see that an epoch ended, the stream pulls the first item of the next one; the checkpoint
 /// holds that item (a [`GroupStart::pending`] sample), so nothing is lost or pulled twice.

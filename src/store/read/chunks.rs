@@ -219,6 +219,10 @@ fn maps() -> &'static Budget {
 }
 
 /// Descriptors the chunk budget allows, for tests and reports.
+#[cfg_attr(
+    not(any(feature = "diagnostics", feature = "remote")),
+    allow(dead_code, reason = "used by push and by `zrecord::diagnostics`")
+)]
 pub fn descriptor_budget() -> usize {
     fds().cap
 }

@@ -27,7 +27,8 @@ mod resolve;
 mod window;
 
 pub use backend::{ReadBackend, ZeroCopy};
-pub use chunks::descriptor_budget;
+#[cfg(feature = "remote")]
+pub(crate) use chunks::descriptor_budget;
 pub use config::{
     forced_backend, Backend, ReadConfig, DEFAULT_MAX_BYTES_IN_FLIGHT, DEFAULT_QUEUE_DEPTH,
     DEFAULT_THREADS,

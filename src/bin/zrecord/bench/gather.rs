@@ -115,7 +115,7 @@ pub(super) fn gather_on(
     ds: &std::sync::Arc<Dataset>,
     a: &GatherArgs,
 ) -> Result<GatherStats, Box<dyn std::error::Error>> {
-    let remote_before = zrecord::remote::stats();
+    let remote_before = zrecord::diagnostics::remote_stats();
     let n = ds.len();
     if n == 0 || a.batch == 0 {
         return Err("nothing to read: empty dataset or --batch 0".into());
@@ -195,8 +195,8 @@ pub(super) fn gather_on(
 
 /// What the remote backend did since `before`: requests, bytes fetched and asked for, and
 /// their ratio (bytes transferred per useful byte); `null` if it did nothing.
-pub(super) fn remote_json(before: &zrecord::remote::RemoteStats) -> serde_json::Value {
-    let now = zrecord::remote::stats();
+pub(super) fn remote_json(before: &zrecord::diagnostics::RemoteStats) -> serde_json::Value {
+    let now = zrecord::diagnostics::remote_stats();
     let requests = now.requests - before.requests;
     if requests == 0 {
         return serde_json::Value::Null;
@@ -274,7 +274,7 @@ fn bench_thread(
         }
         let t0 = Instant::now();
         if let Some(requests) = job.range_get_loop {
-            bytes += zrecord::remote::range_get_loop(ds, &[idx.clone()], 0, requests)?;
+            bytes += zrecord::diagnostics::range_get_loop(ds, &[idx.clone()], 0, requests)?;
             records += idx.len() as u64;
         } else if job.pread_loop {
             let snap = ds.snapshot();

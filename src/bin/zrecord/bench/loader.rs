@@ -100,7 +100,7 @@ pub(super) fn loader(a: &LoaderArgs) -> Res {
         Ok(std::sync::Arc::new(Dataset::open_with(&a.dir, config.clone())?))
     };
     let shared = if a.evict { None } else { Some(open(None)?) };
-    let remote_before = zrecord::remote::stats();
+    let remote_before = zrecord::diagnostics::remote_stats();
     let workers = a.workers.max(1);
     // The same work as raw gathers, one thread per worker, reading the same way.
     let raw = GatherArgs {
@@ -203,7 +203,7 @@ pub(super) fn loader(a: &LoaderArgs) -> Res {
     // Chunk downloads into the cache started by this run finish before the process exits, so
     // the next run finds them (not timed).
     let settle = Instant::now();
-    while zrecord::remote::pending_fills() > 0 && settle.elapsed().as_secs() < 300 {
+    while zrecord::diagnostics::pending_fills() > 0 && settle.elapsed().as_secs() < 300 {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let remote = remote_json(&remote_before);

@@ -48,7 +48,7 @@ impl Rng {
 
 fn evict(dir: &Path) -> Res {
     for entry in walk(dir)? {
-        zrecord::evict_page_cache(&entry)?;
+        zrecord::diagnostics::evict_page_cache(&entry)?;
     }
     Ok(())
 }
