@@ -3,106 +3,144 @@
 
 use crate::errors::{to_py, value_error};
 use bytes::{Bytes, BytesMut};
-use numpy::ndarray::{ArrayViewD, IxDyn};
+use numpy::ndarray::{ArrayViewMutD, IxDyn};
 use numpy::{PyArray, PyArray1};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use std::sync::{Mutex, PoisonError};
 use zrecord::DType;
 
+/// The memory of one field of a batch: shared with others (a chunk mapping, a slab other
+/// fields also live in), so arrays over it are read-only; or owned by this field alone (its own
+/// copy, or a slab nothing else holds), so arrays over it are writable.
+pub(crate) enum Memory {
+    Shared(Bytes),
+    Owned(BytesMut),
+}
+
+impl Memory {
+    /// `bytes`, owned if nothing else holds the buffer it lies in.
+    fn of(bytes: Bytes) -> Memory {
+        match bytes.try_into_mut() {
+            Ok(owned) => Memory::Owned(owned),
+            Err(shared) => Memory::Shared(shared),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Memory::Shared(b) => b.len(),
+            Memory::Owned(b) => b.len(),
+        }
+    }
+}
+
 /// Memory of a Rust batch that NumPy arrays view: their `base`. It keeps the bytes alive for
 /// as long as any array (or view of one) can reach them, whatever becomes of the batch, the
 /// loader or the dataset.
 #[pyclass(frozen, module = "zrecord._zrecord", name = "Buffer")]
 pub struct Buffer {
-    bytes: Bytes,
+    memory: Memory,
+    zero_copy: bool,
 }
 
 #[pymethods]
 impl Buffer {
     fn __len__(&self) -> usize {
-        self.bytes.len()
+        self.memory.len()
+    }
+
+    /// True if the memory is the gather's own (a slab or a chunk mapping), False if the binding
+    /// copied the field's values together.
+    #[getter]
+    fn zero_copy(&self) -> bool {
+        self.zero_copy
+    }
+
+    /// True if arrays over this memory may be written (nothing else holds it).
+    #[getter]
+    fn writable(&self) -> bool {
+        matches!(self.memory, Memory::Owned(_))
     }
 
     fn __repr__(&self) -> String {
-        format!("<zrecord.Buffer of {} bytes>", self.bytes.len())
+        format!("<zrecord.Buffer of {} bytes>", self.memory.len())
     }
 }
 
-/// A read-only NumPy array of `T` with shape `dims` over `bytes`, whose base is a [`Buffer`]
-/// owning them. `None` if `bytes` is not exactly `dims` items of `T` or is misaligned for `T`.
+/// A NumPy array of `T` with shape `dims` over `memory`, whose base is a [`Buffer`] owning it:
+/// writable over owned memory, read-only over shared memory. `None` if the memory is not
+/// exactly `dims` items of `T` or is misaligned for `T`.
 fn typed_array<'py, T: numpy::Element>(
     py: Python<'py>,
-    bytes: Bytes,
+    mut memory: Memory,
+    zero_copy: bool,
     dims: &[usize],
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
     let items: usize = dims.iter().product();
-    if items.checked_mul(std::mem::size_of::<T>()) != Some(bytes.len())
-        || !(bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>())
+    let (ptr, writable) = match &mut memory {
+        Memory::Shared(b) => (b.as_ptr().cast_mut(), false),
+        Memory::Owned(b) => (b.as_mut_ptr(), true),
+    };
+    if items.checked_mul(std::mem::size_of::<T>()) != Some(memory.len())
+        || !(ptr as usize).is_multiple_of(std::mem::align_of::<T>())
     {
         return Ok(None);
     }
-    let ptr = bytes.as_ptr().cast::<T>();
     let ptr = if items == 0 {
-        std::ptr::NonNull::<T>::dangling().as_ptr().cast_const()
+        std::ptr::NonNull::<T>::dangling().as_ptr()
     } else {
-        ptr
+        ptr.cast::<T>()
     };
-    let owner = Bound::new(py, Buffer { bytes })?;
+    // The heap block `ptr` names does not move when `memory` moves into the owner.
+    let owner = Bound::new(py, Buffer { memory, zero_copy })?;
     // SAFETY: `ptr` points at `items` initialised, aligned values of `T` (checked above; every
-    // bit pattern is a valid `T` for the plain numeric types used here, and `bool` fields are
-    // written as 0/1 bytes), owned by the `Bytes` inside `owner`. `owner` is immutable (the
-    // class is frozen) and becomes the array's base, so the memory outlives every array that
-    // can reach it. An empty view uses a dangling aligned pointer it never reads.
-    let view = unsafe { ArrayViewD::<T>::from_shape_ptr(IxDyn(dims), ptr) };
-    // SAFETY: as above: `owner` keeps the memory `view` names alive and unchanged.
+    // bit pattern is a valid `T` for the numeric types this is called with: integers, f16,
+    // f32, f64, never `bool`), in the memory inside `owner`. `owner` never reads or changes
+    // that memory after this (the class is frozen and its only accessors read lengths) and
+    // becomes the array's base, so the memory outlives every array that can reach it. The
+    // pointer of owned memory came from `BytesMut::as_mut_ptr`, and nothing else holds that
+    // buffer, so the array may write through it; shared memory is made read-only below. An
+    // empty view uses a dangling aligned pointer it never reads.
+    let view = unsafe { ArrayViewMutD::<T>::from_shape_ptr(IxDyn(dims), ptr) };
+    // SAFETY: as above: `owner` keeps the memory `view` names alive, and nothing but the
+    // array reaches it.
     let array = unsafe { PyArray::<T, IxDyn>::borrow_from_array(&view, owner.into_any()) };
-    // Shared memory (other arrays, the Rust batch) must not change under a reader: read-only.
-    array.getattr("flags")?.setattr("writeable", false)?;
+    if !writable {
+        // Shared with a mapping or with other fields: never written through the array.
+        array.getattr("flags")?.setattr("writeable", false)?;
+    }
     Ok(Some(array.into_any()))
 }
 
-/// `bytes` as a read-only NumPy array of `dtype` with shape `dims` (see [`typed_array`]).
+/// `memory` as a NumPy array of `dtype` with shape `dims` (see [`typed_array`]).
 pub(crate) fn dtype_array<'py>(
     py: Python<'py>,
     dtype: DType,
-    bytes: Bytes,
+    memory: Memory,
+    zero_copy: bool,
     dims: &[usize],
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let m = memory;
+    let z = zero_copy;
     match dtype {
-        DType::Bytes | DType::U8 => typed_array::<u8>(py, bytes, dims),
-        DType::Bool => typed_array::<bool>(py, bytes, dims),
-        DType::I8 => typed_array::<i8>(py, bytes, dims),
-        DType::U16 | DType::Bf16 => typed_array::<u16>(py, bytes, dims),
-        DType::I16 => typed_array::<i16>(py, bytes, dims),
-        DType::U32 => typed_array::<u32>(py, bytes, dims),
-        DType::I32 => typed_array::<i32>(py, bytes, dims),
-        DType::U64 => typed_array::<u64>(py, bytes, dims),
-        DType::I64 => typed_array::<i64>(py, bytes, dims),
-        DType::F16 => typed_array::<half::f16>(py, bytes, dims),
-        DType::F32 => typed_array::<f32>(py, bytes, dims),
-        DType::F64 => typed_array::<f64>(py, bytes, dims),
-        _ => typed_array::<u8>(py, bytes, dims),
-    }
-}
-
-/// The NumPy dtype string of a field's dtype (`bf16` is `uint16` here; the Python layer views
-/// it as `ml_dtypes.bfloat16` when that is installed). `bytes` fields are `uint8`.
-pub(crate) fn numpy_dtype(d: DType) -> &'static str {
-    match d {
-        DType::Bytes | DType::U8 => "u1",
-        DType::Bool => "?",
-        DType::I8 => "i1",
-        DType::U16 | DType::Bf16 => "<u2",
-        DType::I16 => "<i2",
-        DType::U32 => "<u4",
-        DType::I32 => "<i4",
-        DType::U64 => "<u8",
-        DType::I64 => "<i8",
-        DType::F16 => "<f2",
-        DType::F32 => "<f4",
-        DType::F64 => "<f8",
-        _ => "u1",
+        DType::Bytes | DType::U8 => typed_array::<u8>(py, m, z, dims),
+        // Bytes on disk may hold any value, and a Rust `bool` may only be 0 or 1: the array is
+        // made over `u8` and NumPy views it as bool (which reads any nonzero byte as True).
+        DType::Bool => typed_array::<u8>(py, m, z, dims)?
+            .map(|a| a.call_method1("view", ("?",)))
+            .transpose(),
+        DType::I8 => typed_array::<i8>(py, m, z, dims),
+        DType::U16 | DType::Bf16 => typed_array::<u16>(py, m, z, dims),
+        DType::I16 => typed_array::<i16>(py, m, z, dims),
+        DType::U32 => typed_array::<u32>(py, m, z, dims),
+        DType::I32 => typed_array::<i32>(py, m, z, dims),
+        DType::U64 => typed_array::<u64>(py, m, z, dims),
+        DType::I64 => typed_array::<i64>(py, m, z, dims),
+        DType::F16 => typed_array::<half::f16>(py, m, z, dims),
+        DType::F32 => typed_array::<f32>(py, m, z, dims),
+        DType::F64 => typed_array::<f64>(py, m, z, dims),
+        _ => typed_array::<u8>(py, m, z, dims),
     }
 }
 
@@ -223,8 +261,16 @@ pub(crate) struct Columns {
     indices: Vec<u64>,
     fields: Vec<(String, DType)>,
     shapes: Vec<Option<Vec<u64>>>,
-    /// Per field: the values and each record's length in bytes.
-    cols: Vec<(Bytes, Vec<usize>)>,
+    /// Per field: its values, until its array is built (which takes them).
+    cols: Mutex<Vec<Option<Col>>>,
+    nbytes: usize,
+}
+
+/// One field's values end to end, and each record's length in bytes.
+struct Col {
+    memory: Memory,
+    lens: Vec<usize>,
+    zero_copy: bool,
 }
 
 impl Columns {
@@ -236,16 +282,32 @@ impl Columns {
         let shapes = (0..fields.len())
             .map(|f| batch.shape(f).map(<[u64]>::to_vec))
             .collect();
-        let cols = fields
+        let cols: Vec<(Bytes, Vec<usize>, bool)> = fields
             .iter()
             .enumerate()
             .map(|(f, (_, d))| column_bytes(&batch, f, d.item_bytes() as usize))
             .collect();
+        let indices = batch.indices().to_vec();
+        // The batch lets go of its slab and mappings here, so a column that is the only holder
+        // of its buffer becomes owned (writable) memory.
+        drop(batch);
+        let nbytes = cols.iter().map(|(b, _, _)| b.len()).sum();
+        let cols = cols
+            .into_iter()
+            .map(|(bytes, lens, zero_copy)| {
+                Some(Col {
+                    memory: Memory::of(bytes),
+                    lens,
+                    zero_copy,
+                })
+            })
+            .collect();
         Columns {
-            indices: batch.indices().to_vec(),
+            indices,
             fields,
             shapes,
-            cols,
+            cols: Mutex::new(cols),
+            nbytes,
         }
     }
 
@@ -324,13 +386,13 @@ impl PyBatch {
 
 /// Field `f`'s values as one byte buffer, zero-copy when they lie back to back (aligned to
 /// `align`), else copied into a buffer of their own; and each record's length.
-fn column_bytes(batch: &zrecord::Batch, f: usize, align: usize) -> (Bytes, Vec<usize>) {
+fn column_bytes(batch: &zrecord::Batch, f: usize, align: usize) -> (Bytes, Vec<usize>, bool) {
     let lens: Vec<usize> = (0..batch.len())
         .map(|r| batch.value_len(r, f).unwrap_or(0))
         .collect();
     if let Some(col) = batch.column(f) {
         if (col.as_ptr() as usize).is_multiple_of(align) {
-            return (col, lens);
+            return (col, lens, true);
         }
     }
     let total: usize = lens.iter().sum();
@@ -345,14 +407,14 @@ fn column_bytes(batch: &zrecord::Batch, f: usize, align: usize) -> (Bytes, Vec<u
     }
     let out = out.freeze();
     if (out.as_ptr() as usize).is_multiple_of(align) {
-        return (out, lens);
+        return (out, lens, false);
     }
     let mut words = vec![0u64; total.div_ceil(8)];
     bytemuck_cast(&mut words)
         .get_mut(..total)
         .unwrap_or_default()
         .copy_from_slice(&out);
-    (Bytes::from_owner(Words { words, len: total }), lens)
+    (Bytes::from_owner(Words { words, len: total }), lens, false)
 }
 
 /// `u64` storage seen as bytes.
@@ -381,64 +443,134 @@ fn bytemuck_cast_ref(words: &[u64]) -> &[u8] {
     unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), len) }
 }
 
-/// Builds field `f`'s NumPy array (fixed shape) or `Ragged` (variable length).
+/// Builds field `f`'s NumPy array (fixed shape) or `Ragged` (variable length), taking its
+/// values (they are put back if it fails).
 fn build_field(py: Python<'_>, c: &Columns, f: usize) -> PyResult<Py<PyAny>> {
-    let ((name, dtype), (bytes, lens)) = c
+    let (name, dtype) = c
         .fields
         .get(f)
-        .zip(c.cols.get(f))
+        .cloned()
         .ok_or_else(|| value_error(format!("no field #{f}")))?;
-    let (name, dtype, bytes) = (name.clone(), *dtype, bytes.clone());
+    let col = c
+        .cols
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get_mut(f)
+        .and_then(Option::take)
+        .ok_or_else(|| value_error(format!("field {name:?} is being built by another thread")))?;
+    let shape = c.shapes.get(f).cloned().flatten();
+    match array_of(py, c, &name, dtype, shape.as_deref(), col) {
+        Ok(a) => Ok(a),
+        Err(failed) => {
+            let (e, col) = *failed;
+            if let Some(slot) = c
+                .cols
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get_mut(f)
+            {
+                *slot = Some(col);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The array or `Ragged` of one field's values; on failure the error and the values back.
+fn array_of(
+    py: Python<'_>,
+    c: &Columns,
+    name: &str,
+    dtype: DType,
+    shape: Option<&[u64]>,
+    col: Col,
+) -> Result<Py<PyAny>, Box<(PyErr, Col)>> {
     let item = dtype.item_bytes() as usize;
     let index_of = |r: usize| c.indices.get(r).copied().unwrap_or(r as u64);
-    let not_items = |e: String| {
+    let mismatch = |reason: String| {
         to_py(zrecord::Error::ShapeMismatch {
-            field: name.clone(),
-            reason: format!("the batch's bytes are not whole {dtype} items: {e}"),
+            field: name.to_string(),
+            reason,
         })
     };
-    let total = bytes.len();
-    if let Some(Some(shape)) = c.shapes.get(f) {
-        let per: u64 = shape.iter().product::<u64>() * item as u64;
-        if let Some((r, &len)) = lens.iter().enumerate().find(|(_, &l)| l as u64 != per) {
-            return Err(to_py(zrecord::Error::ShapeMismatch {
-                field: name,
-                reason: format!(
+    let total = col.memory.len();
+    let dims: Vec<usize> = match shape {
+        Some(shape) => {
+            let per: u64 = shape.iter().product::<u64>() * item as u64;
+            if let Some((r, &len)) = col.lens.iter().enumerate().find(|(_, &l)| l as u64 != per) {
+                let e = mismatch(format!(
                     "record {} (position {r} of the batch) has {len} bytes, but shape \
                      {shape:?} of {dtype} needs {per} bytes (an absent value has no fixed shape)",
                     index_of(r)
-                ),
-            }));
+                ));
+                return Err(Box::new((e, col)));
+            }
+            std::iter::once(c.len())
+                .chain(shape.iter().map(|&d| d as usize))
+                .collect()
         }
-        let mut dims: Vec<usize> = vec![c.len()];
-        dims.extend(shape.iter().map(|&d| d as usize));
-        let arr = dtype_array(py, dtype, bytes, &dims)?
-            .ok_or_else(|| not_items(format!("{total} bytes for shape {dims:?}")))?;
-        return Ok(arr.unbind());
-    }
-    // Variable length: offsets in items.
-    let mut offsets: Vec<i64> = Vec::with_capacity(lens.len() + 1);
-    let mut at = 0i64;
-    offsets.push(0);
-    for (r, &len) in lens.iter().enumerate() {
-        if len % item != 0 {
-            return Err(to_py(zrecord::Error::ShapeMismatch {
-                field: name,
-                reason: format!(
+        None => {
+            if let Some((r, &len)) = col.lens.iter().enumerate().find(|(_, &l)| l % item != 0) {
+                let e = mismatch(format!(
                     "record {} (position {r} of the batch) has {len} bytes, not a whole \
                      number of {dtype} items",
                     index_of(r)
-                ),
-            }));
+                ));
+                return Err(Box::new((e, col)));
+            }
+            vec![total / item]
         }
-        at += (len / item) as i64;
-        offsets.push(at);
+    };
+    // Offsets in items, for a variable-length field.
+    let offsets: Option<Vec<i64>> = shape.is_none().then(|| {
+        std::iter::once(0)
+            .chain(col.lens.iter().scan(0i64, |at, &len| {
+                *at += (len / item) as i64;
+                Some(*at)
+            }))
+            .collect()
+    });
+    let Col {
+        memory, zero_copy, ..
+    } = col;
+    let built = dtype_array(py, dtype, memory, zero_copy, &dims).and_then(|a| {
+        a.ok_or_else(|| {
+            mismatch(format!(
+                "{total} bytes are not whole {dtype} items of shape {dims:?}"
+            ))
+        })
+    });
+    // The values moved into the array; a failure here loses them, and the field's array
+    // cannot be built again (`mismatch` names why).
+    let values = built.map_err(|e| {
+        Box::new((
+            e,
+            Col {
+                memory: Memory::Shared(Bytes::new()),
+                lens: Vec::new(),
+                zero_copy: false,
+            },
+        ))
+    })?;
+    match offsets {
+        None => Ok(values.unbind()),
+        Some(offsets) => {
+            let offsets = PyArray::from_vec(py, offsets);
+            let ragged = Ragged::from_parts(values.unbind(), offsets.into_any().unbind(), c.len());
+            Bound::new(py, ragged)
+                .map(|r| r.into_any().unbind())
+                .map_err(|e| {
+                    Box::new((
+                        e,
+                        Col {
+                            memory: Memory::Shared(Bytes::new()),
+                            lens: Vec::new(),
+                            zero_copy: false,
+                        },
+                    ))
+                })
+        }
     }
-    let values = dtype_array(py, dtype, bytes, &[total / item])?
-        .ok_or_else(|| not_items(format!("{total} bytes")))?;
-    let offsets = PyArray::from_vec(py, offsets);
-    let ragged = Ragged::from_parts(values.unbind(), offsets.into_any().unbind(), c.len());
-    Ok(Bound::new(py, ragged)?.into_any().unbind())
 }
 
 #[pymethods]
@@ -524,7 +656,7 @@ impl PyBatch {
     /// Total bytes of the batch's values.
     #[getter]
     fn nbytes(&self) -> usize {
-        self.columns.cols.iter().map(|(b, _)| b.len()).sum()
+        self.columns.nbytes
     }
 
     fn __repr__(&self) -> String {

@@ -2,7 +2,7 @@
 
 use crate::batch::{record_dict, Columns, PyBatch};
 use crate::errors::{config_error, to_py, value_error};
-use crate::guard::guarded;
+use crate::guard::without_gil;
 use numpy::PyArrayMethods;
 use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
@@ -68,36 +68,55 @@ impl OpenOptions {
     }
 }
 
+/// `IndexError` for an index below zero, with the `index` attribute.
+fn negative(py: Python<'_>, i: i64) -> PyErr {
+    let e = PyIndexError::new_err(format!("index {i} is negative"));
+    let _ = e.value(py).setattr("index", i);
+    e
+}
+
 /// Indices from any int sequence or integer array, checked non-negative.
 pub(crate) fn indices_of(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
-    // NumPy integer arrays: one conversion to int64 and one copy, no object per index.
+    let py = obj.py();
+    // NumPy integer arrays: one conversion and one copy, no object per index.
     if let Ok(arr) = obj.cast::<numpy::PyUntypedArray>() {
-        let np = obj.py().import("numpy")?;
+        let np = py.import("numpy")?;
         let kind: String = arr.getattr("dtype")?.getattr("kind")?.extract()?;
-        if kind != "i" && kind != "u" {
-            return Err(value_error(format!(
-                "indices must be integers, not an array of dtype {}",
-                arr.getattr("dtype")?.str()?
-            )));
+        let flat = arr.call_method0("ravel")?;
+        match kind.as_str() {
+            "u" => {
+                let flat = np.call_method1("ascontiguousarray", (flat, "uint64"))?;
+                let typed = flat.cast_into::<numpy::PyArray1<u64>>()?;
+                let ro = typed.readonly();
+                return Ok(ro.as_slice()?.to_vec());
+            }
+            "i" => {
+                let flat = np.call_method1("ascontiguousarray", (flat, "int64"))?;
+                let typed = flat.cast_into::<numpy::PyArray1<i64>>()?;
+                let ro = typed.readonly();
+                return ro
+                    .as_slice()?
+                    .iter()
+                    .map(|&i| u64::try_from(i).map_err(|_| negative(py, i)))
+                    .collect();
+            }
+            _ => {
+                return Err(value_error(format!(
+                    "indices must be integers, not an array of dtype {}",
+                    arr.getattr("dtype")?.str()?
+                )))
+            }
         }
-        let flat = np.call_method1("ascontiguousarray", (arr.call_method0("ravel")?, "int64"))?;
-        let typed = flat.cast_into::<numpy::PyArray1<i64>>()?;
-        let ro = typed.readonly();
-        let slice = ro.as_slice()?;
-        return slice
-            .iter()
-            .map(|&i| {
-                u64::try_from(i)
-                    .map_err(|_| PyIndexError::new_err(format!("index {i} is negative")))
-            })
-            .collect();
     }
-    let v: Vec<i64> = obj
+    let v: Vec<i128> = obj
         .extract()
         .map_err(|_| value_error("indices must be a sequence of ints or an integer NumPy array"))?;
     v.into_iter()
         .map(|i| {
-            u64::try_from(i).map_err(|_| PyIndexError::new_err(format!("index {i} is negative")))
+            u64::try_from(i).map_err(|_| match i64::try_from(i) {
+                Ok(n) => negative(py, n),
+                Err(_) => PyIndexError::new_err(format!("index {i} is out of range")),
+            })
         })
         .collect()
 }
@@ -118,7 +137,7 @@ impl PyDataset {
     ) -> PyResult<Self> {
         let config = options.read_config()?;
         let loc = location.clone();
-        let ds = py.detach(|| guarded(|| Dataset::open_with(&loc, config).map_err(to_py)))?;
+        let ds = without_gil(py, || Dataset::open_with(&loc, config))?;
         Ok(PyDataset {
             inner: Arc::new(ds),
             location,
@@ -133,17 +152,15 @@ impl PyDataset {
         fields: Option<Vec<String>>,
     ) -> PyResult<PyBatch> {
         let ds = Arc::clone(&self.inner);
-        let batch = py.detach(move || {
-            guarded(|| {
-                let r = match &fields {
-                    None => ds.gather_blocking(&indices),
-                    Some(f) => {
-                        let names: Vec<&str> = f.iter().map(String::as_str).collect();
-                        ds.gather_fields_blocking(&indices, &names)
-                    }
-                };
-                r.map(Columns::of).map_err(to_py)
-            })
+        let batch = without_gil(py, move || {
+            let r = match &fields {
+                None => ds.gather_blocking(&indices),
+                Some(f) => {
+                    let names: Vec<&str> = f.iter().map(String::as_str).collect();
+                    ds.gather_fields_blocking(&indices, &names)
+                }
+            };
+            r.map(Columns::of)
         })?;
         Ok(PyBatch::new(batch))
     }
@@ -236,7 +253,7 @@ impl PyDataset {
     /// their bytes.
     fn refresh(&self, py: Python<'_>) -> PyResult<bool> {
         let ds = Arc::clone(&self.inner);
-        py.detach(move || guarded(|| ds.refresh().map_err(to_py)))
+        without_gil(py, move || ds.refresh())
     }
 
     /// Gathers the records at `indices` (any int sequence or integer array), in that order,
@@ -258,9 +275,12 @@ impl PyDataset {
         let n = self.inner.len() as isize;
         let i = if index < 0 { index + n } else { index };
         if !(0..n).contains(&i) {
-            return Err(PyIndexError::new_err(format!(
+            let e = PyIndexError::new_err(format!(
                 "index {index} out of range for a dataset of {n} records"
-            )));
+            ));
+            let _ = e.value(py).setattr("index", index);
+            let _ = e.value(py).setattr("len", n);
+            return Err(e);
         }
         let b = self.take_inner(py, vec![i as u64], None)?;
         record_dict(py, b, 0)

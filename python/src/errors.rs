@@ -3,19 +3,18 @@
 
 use pyo3::exceptions::{PyException, PyIndexError, PyKeyError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
-use zrecord::Error;
+use zrecord::Error as CoreError;
 
 pyo3::create_exception!(
     zrecord,
-    ZrecordError,
+    Error,
     PyException,
     "The base of every error zrecord raises (except IndexError/KeyError for bad arguments)."
 );
 pyo3::create_exception!(
     zrecord,
     CorruptError,
-    ZrecordError,
+    Error,
     "Bytes on disk or on the store that are not what the commit says (a checksum, an offset, a \
      truncated file, a bad meta.json). Attributes: path, and where known field, index, offset."
 );
@@ -28,49 +27,49 @@ pyo3::create_exception!(
 pyo3::create_exception!(
     zrecord,
     NotADatasetError,
-    ZrecordError,
+    Error,
     "The path or URL holds no zrecord dataset: path, reason."
 );
 pyo3::create_exception!(
     zrecord,
     SchemaError,
-    ZrecordError,
+    Error,
     "A schema, field, dtype or shape that does not fit: field, reason."
 );
 pyo3::create_exception!(
     zrecord,
     ConfigError,
-    ZrecordError,
+    Error,
     "An option or combination of options that does not work: reason."
 );
 pyo3::create_exception!(
     zrecord,
     ResumeMismatch,
-    ZrecordError,
+    Error,
     "A checkpoint that does not belong to this dataset or configuration: reason."
 );
 pyo3::create_exception!(
     zrecord,
     WriterBusyError,
-    ZrecordError,
+    Error,
     "Another writer holds the dataset's lock: path."
 );
 pyo3::create_exception!(
     zrecord,
-    ZrecordIOError,
-    ZrecordError,
+    IOError,
+    Error,
     "A file operation that failed: path, op, errno."
 );
 pyo3::create_exception!(
     zrecord,
     ChunkGoneError,
-    ZrecordError,
+    Error,
     "A chunk file of this snapshot was removed by a later writer (refresh and retry): path."
 );
 pyo3::create_exception!(
     zrecord,
     RemoteError,
-    ZrecordError,
+    Error,
     "A request to an object store that failed after its retries: url, range, status, reason."
 );
 pyo3::create_exception!(
@@ -82,14 +81,14 @@ pyo3::create_exception!(
 pyo3::create_exception!(
     zrecord,
     InternalError,
-    ZrecordError,
+    Error,
     "A bug in zrecord (a panic on one of its threads or in the binding): please report it."
 );
 
 /// Registers the exception classes in the module.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    m.add("Error", py.get_type::<ZrecordError>())?;
+    m.add("Error", py.get_type::<Error>())?;
     m.add("CorruptError", py.get_type::<CorruptError>())?;
     m.add("ChecksumError", py.get_type::<ChecksumError>())?;
     m.add("NotADatasetError", py.get_type::<NotADatasetError>())?;
@@ -97,7 +96,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ConfigError", py.get_type::<ConfigError>())?;
     m.add("ResumeMismatch", py.get_type::<ResumeMismatch>())?;
     m.add("WriterBusyError", py.get_type::<WriterBusyError>())?;
-    m.add("IOError", py.get_type::<ZrecordIOError>())?;
+    m.add("IOError", py.get_type::<IOError>())?;
     m.add("ChunkGoneError", py.get_type::<ChunkGoneError>())?;
     m.add("RemoteError", py.get_type::<RemoteError>())?;
     m.add("PublishConflict", py.get_type::<PublishConflict>())?;
@@ -118,12 +117,12 @@ fn attr<'py, T: IntoPyObject<'py>>(
 }
 
 /// The Python exception for `e`, with its attributes set.
-pub(crate) fn to_py(e: Error) -> PyErr {
+pub(crate) fn to_py(e: CoreError) -> PyErr {
     Python::attach(|py| {
         let message = e.to_string();
         let path = |p: &std::path::Path| p.display().to_string();
         let (kind, attrs): (Bound<'_, pyo3::types::PyType>, Attrs) = match &e {
-            Error::ChecksumMismatch {
+            CoreError::ChecksumMismatch {
                 path: p,
                 field,
                 index,
@@ -141,14 +140,14 @@ pub(crate) fn to_py(e: Error) -> PyErr {
                     attr(py, "actual", *actual),
                 ],
             ),
-            Error::OffsetCorrupt {
+            CoreError::OffsetCorrupt {
                 path: p,
                 field,
                 index,
                 offset,
                 reason,
             }
-            | Error::Decompress {
+            | CoreError::Decompress {
                 path: p,
                 field,
                 index,
@@ -164,14 +163,14 @@ pub(crate) fn to_py(e: Error) -> PyErr {
                     attr(py, "reason", reason.as_str()),
                 ],
             ),
-            Error::MetaCorrupt { path: p, reason } => (
+            CoreError::MetaCorrupt { path: p, reason } => (
                 py.get_type::<CorruptError>(),
                 vec![
                     attr(py, "path", path(p)),
                     attr(py, "reason", reason.as_str()),
                 ],
             ),
-            Error::Truncated {
+            CoreError::Truncated {
                 path: p,
                 expected,
                 actual,
@@ -183,7 +182,7 @@ pub(crate) fn to_py(e: Error) -> PyErr {
                     attr(py, "actual", *actual),
                 ],
             ),
-            Error::UnsupportedVersion {
+            CoreError::UnsupportedVersion {
                 path: p,
                 found,
                 supported,
@@ -195,36 +194,36 @@ pub(crate) fn to_py(e: Error) -> PyErr {
                     attr(py, "supported", *supported),
                 ],
             ),
-            Error::RemoteCorrupt { object, reason } => (
+            CoreError::RemoteCorrupt { object, reason } => (
                 py.get_type::<CorruptError>(),
                 vec![
                     attr(py, "url", object.as_str()),
                     attr(py, "reason", reason.as_str()),
                 ],
             ),
-            Error::IndexOutOfRange { index, len } => (
+            CoreError::IndexOutOfRange { index, len } => (
                 py.get_type::<PyIndexError>(),
                 vec![attr(py, "index", *index), attr(py, "len", *len)],
             ),
-            Error::UnknownField { field } => (
+            CoreError::UnknownField { field } => (
                 py.get_type::<PyKeyError>(),
                 vec![attr(py, "field", field.as_str())],
             ),
-            Error::NotADataset { path: p, reason } => (
+            CoreError::NotADataset { path: p, reason } => (
                 py.get_type::<NotADatasetError>(),
                 vec![
                     attr(py, "path", path(p)),
                     attr(py, "reason", reason.as_str()),
                 ],
             ),
-            Error::ShapeMismatch { field, reason } => (
+            CoreError::ShapeMismatch { field, reason } => (
                 py.get_type::<SchemaError>(),
                 vec![
                     attr(py, "field", field.as_str()),
                     attr(py, "reason", reason.as_str()),
                 ],
             ),
-            Error::DtypeMismatch {
+            CoreError::DtypeMismatch {
                 field,
                 dtype,
                 requested,
@@ -236,7 +235,7 @@ pub(crate) fn to_py(e: Error) -> PyErr {
                     attr(py, "requested", requested.as_str()),
                 ],
             ),
-            Error::SchemaMismatch {
+            CoreError::SchemaMismatch {
                 part,
                 reference,
                 field,
@@ -250,15 +249,15 @@ pub(crate) fn to_py(e: Error) -> PyErr {
                     attr(py, "reason", reason.as_str()),
                 ],
             ),
-            Error::InvalidSchema { reason } => (
+            CoreError::InvalidSchema { reason } => (
                 py.get_type::<SchemaError>(),
                 vec![attr(py, "reason", reason.as_str())],
             ),
-            Error::FieldCount { expected, actual } => (
+            CoreError::FieldCount { expected, actual } => (
                 py.get_type::<SchemaError>(),
                 vec![attr(py, "expected", *expected), attr(py, "actual", *actual)],
             ),
-            Error::RecordTooLarge { field, len, max } => (
+            CoreError::RecordTooLarge { field, len, max } => (
                 py.get_type::<SchemaError>(),
                 vec![
                     attr(py, "field", field.as_str()),
@@ -266,47 +265,46 @@ pub(crate) fn to_py(e: Error) -> PyErr {
                     attr(py, "max", *max),
                 ],
             ),
-            Error::InvalidConfig { reason } => (
+            CoreError::InvalidConfig { reason } => (
                 py.get_type::<ConfigError>(),
                 vec![attr(py, "reason", reason.as_str())],
             ),
-            Error::ResumeMismatch { reason } => (
+            CoreError::ResumeMismatch { reason } => (
                 py.get_type::<ResumeMismatch>(),
                 vec![attr(py, "reason", reason.as_str())],
             ),
-            Error::WriterBusy { path: p } => (
+            CoreError::WriterBusy { path: p } => (
                 py.get_type::<WriterBusyError>(),
                 vec![attr(py, "path", path(p))],
             ),
-            Error::AlreadyExists { path: p } => (
-                py.get_type::<ZrecordIOError>(),
-                vec![attr(py, "path", path(p))],
-            ),
-            Error::Io {
+            CoreError::AlreadyExists { path: p } => {
+                (py.get_type::<IOError>(), vec![attr(py, "path", path(p))])
+            }
+            CoreError::Io {
                 path: p,
                 op,
                 source,
             } => (
-                py.get_type::<ZrecordIOError>(),
+                py.get_type::<IOError>(),
                 vec![
                     attr(py, "path", path(p)),
                     attr(py, "op", *op),
                     attr(py, "errno", source.raw_os_error()),
                 ],
             ),
-            Error::ReadFailed {
+            CoreError::ReadFailed {
                 path: p,
                 offset,
                 source,
             } => (
-                py.get_type::<ZrecordIOError>(),
+                py.get_type::<IOError>(),
                 vec![
                     attr(py, "path", path(p)),
                     attr(py, "offset", *offset),
                     attr(py, "errno", source.raw_os_error()),
                 ],
             ),
-            Error::ChunkGone {
+            CoreError::ChunkGone {
                 path: p,
                 chunk,
                 reason,
@@ -318,7 +316,7 @@ pub(crate) fn to_py(e: Error) -> PyErr {
                     attr(py, "reason", reason.as_str()),
                 ],
             ),
-            Error::Remote {
+            CoreError::Remote {
                 object,
                 range,
                 status,
@@ -332,18 +330,59 @@ pub(crate) fn to_py(e: Error) -> PyErr {
                     attr(py, "reason", reason.as_str()),
                 ],
             ),
-            Error::PublishConflict { url, reason }
-            | Error::ConditionalCreateIgnored { url, reason } => (
+            CoreError::PublishConflict { url, reason }
+            | CoreError::ConditionalCreateIgnored { url, reason } => (
                 py.get_type::<PublishConflict>(),
                 vec![
                     attr(py, "url", url.as_str()),
                     attr(py, "reason", reason.as_str()),
                 ],
             ),
-            Error::WorkerPanicked { .. } | Error::Internal { .. } | Error::Poisoned { .. } => {
-                (py.get_type::<InternalError>(), Vec::new())
+            CoreError::Poisoned { cause } => (
+                py.get_type::<IOError>(),
+                vec![attr(py, "cause", cause.as_str())],
+            ),
+            CoreError::ChunkTooLarge { chunk, size, max } => (
+                py.get_type::<SchemaError>(),
+                vec![
+                    attr(py, "chunk", *chunk),
+                    attr(py, "size", *size),
+                    attr(py, "max", *max),
+                ],
+            ),
+            CoreError::TooManyChunks { max } => {
+                (py.get_type::<SchemaError>(), vec![attr(py, "max", *max)])
             }
-            _ => (py.get_type::<ZrecordError>(), Vec::new()),
+            CoreError::TooManyCommits { generation } => (
+                py.get_type::<IOError>(),
+                vec![attr(py, "generation", *generation)],
+            ),
+            CoreError::TooManyRecords { max } => {
+                (py.get_type::<SchemaError>(), vec![attr(py, "max", *max)])
+            }
+            CoreError::Npy { path: p, .. } => (
+                py.get_type::<SchemaError>(),
+                vec![attr(py, "path", path(p))],
+            ),
+            CoreError::RowCountMismatch {
+                path: p,
+                rows,
+                reference,
+                expected,
+            } => (
+                py.get_type::<SchemaError>(),
+                vec![
+                    attr(py, "path", path(p)),
+                    attr(py, "rows", *rows),
+                    attr(py, "reference", path(reference)),
+                    attr(py, "expected", *expected),
+                ],
+            ),
+            CoreError::WorkerPanicked { .. }
+            | CoreError::Internal { .. }
+            | CoreError::ThreadSpawn { .. }
+            | CoreError::WorkerGone { .. } => (py.get_type::<InternalError>(), Vec::new()),
+            _ => (py.get_type::<Error>(), Vec::new()),
         };
         let err = PyErr::from_type(kind, message);
         let value = err.value(py);
@@ -362,11 +401,7 @@ pub(crate) fn value_error(message: impl Into<String>) -> PyErr {
 
 /// Builds a `ConfigError` carrying `reason`.
 pub(crate) fn config_error(reason: impl Into<String>) -> PyErr {
-    to_py(Error::InvalidConfig {
+    to_py(CoreError::InvalidConfig {
         reason: reason.into(),
     })
 }
-
-/// Unused helpers keep their types referenced for stubs.
-#[allow(dead_code)]
-fn _types(_: &PyDict, _: &PyTuple) {}

@@ -21,3 +21,13 @@ pub(crate) fn guarded<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
         }
     }
 }
+
+/// Runs `f` with the GIL released and panics stopped; its error becomes a Python exception
+/// only once the GIL is back (never re-taking the GIL inside `f`, where `f` may hold locks).
+pub(crate) fn without_gil<T: Send>(
+    py: pyo3::Python<'_>,
+    f: impl FnOnce() -> zrecord::Result<T> + Send,
+) -> PyResult<T> {
+    py.detach(move || guarded(|| Ok(f())))?
+        .map_err(crate::errors::to_py)
+}

@@ -4,7 +4,7 @@
 use crate::batch::{Columns, PyBatch};
 use crate::dataset::PyDataset;
 use crate::errors::{config_error, to_py, value_error};
-use crate::guard::guarded;
+use crate::guard::{guarded, without_gil};
 use futures::task::ArcWake;
 use futures::{Stream, StreamExt};
 use pyo3::prelude::*;
@@ -325,6 +325,17 @@ fn build<S: Source<Batch = zrecord::Batch>>(
     }
 }
 
+/// A batch `next()` got but did not hand out (an interrupt came with it, or an adapter gave it
+/// back), and the checkpoint from before it.
+struct Kept {
+    batch: Py<PyBatch>,
+    before: LoaderState,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Iterates batches of a dataset or a mix: `for batch in Loader(ds, batch_size=256, ...)`.
 #[pyclass(frozen, module = "zrecord._zrecord", name = "Loader")]
 pub struct PyLoader {
@@ -334,6 +345,10 @@ pub struct PyLoader {
     batch_size: u64,
     /// The process that built the loader: its worker threads live only there.
     pid: u32,
+    /// A batch to hand out before any other (see [`Kept`]).
+    stash: Mutex<Option<Kept>>,
+    /// The checkpoint from before the batch `next()` last returned.
+    last_before: Mutex<Option<LoaderState>>,
 }
 
 impl PyLoader {
@@ -463,9 +478,7 @@ impl PyLoader {
         let loader = if let Ok(ds) = source.cast::<PyDataset>() {
             let src = Arc::new(opts.source(ds.get())?);
             let b = opts.apply(LoaderBuilder::new(src))?;
-            AnyLoader::One(
-                py.detach(move || guarded(|| build(b, state, resume_from).map_err(to_py)))?,
-            )
+            AnyLoader::One(without_gil(py, move || build(b, state, resume_from))?)
         } else if let Ok(m) = source.cast::<PyMix>() {
             let m = m.get();
             let parts = m
@@ -475,9 +488,7 @@ impl PyLoader {
                 .collect::<PyResult<Vec<_>>>()?;
             let src = Arc::new(Concat::new(parts).map_err(to_py)?);
             let b = opts.apply(LoaderBuilder::new(src))?.mix(m.config.clone());
-            AnyLoader::Mix(
-                py.detach(move || guarded(|| build(b, state, resume_from).map_err(to_py)))?,
-            )
+            AnyLoader::Mix(without_gil(py, move || build(b, state, resume_from))?)
         } else {
             return Err(config_error(
                 "a Loader's source is a zrecord.Dataset or a zrecord.mix(...)",
@@ -486,6 +497,8 @@ impl PyLoader {
         Ok(PyLoader {
             inner: Some(Arc::new(Mutex::new(loader))),
             pid: std::process::id(),
+            stash: Mutex::new(None),
+            last_before: Mutex::new(None),
             parker: Arc::new(Parker {
                 woken: Mutex::new(false),
                 cv: Condvar::new(),
@@ -499,41 +512,84 @@ impl PyLoader {
     }
 
     /// The next batch; `StopIteration` after the last. Waits with the GIL released, and
-    /// answers Ctrl-C within tens of milliseconds (the batch it was waiting for is not lost:
-    /// the checkpoint still points at it).
-    fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyBatch>> {
+    /// answers Ctrl-C within tens of milliseconds without losing a batch: a batch that
+    /// arrives together with the interrupt is kept, `state_dict()` still points at it, and the
+    /// next call returns it.
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyBatch>>> {
+        self.loader()?;
+        if let Some(kept) = lock(&self.stash).take() {
+            *lock(&self.last_before) = Some(kept.before);
+            return Ok(Some(kept.batch));
+        }
+        let mut before: Option<LoaderState> = None;
         loop {
             let inner = Arc::clone(self.loader()?);
             let parker = Arc::clone(&self.parker);
-            let polled = py.detach(move || {
+            let first = before.is_none();
+            let (state, polled) = py.detach(move || {
                 guarded(|| {
-                    let mut l = inner.lock().unwrap_or_else(PoisonError::into_inner);
-                    Ok(l.poll_for(&parker, SIGNAL_CHECK))
+                    let mut l = lock(&inner);
+                    let state = first.then(|| l.state());
+                    Ok((state, l.poll_for(&parker, SIGNAL_CHECK)))
                 })
             })?;
+            if state.is_some() {
+                before = state;
+            }
             match polled {
                 Poll::Ready(None) => return Ok(None),
                 Poll::Ready(Some(Err(e))) => return Err(to_py(e)),
                 Poll::Ready(Some(Ok(b))) => {
                     let is_pad = b.padded();
                     let (epoch, position) = (b.epoch(), b.position());
-                    return Ok(Some(
+                    let batch = Py::new(
+                        py,
                         PyBatch::new(b.data).with_loader_info(is_pad, epoch, position),
-                    ));
+                    )?;
+                    let Some(before) = before else {
+                        return Err(crate::errors::InternalError::new_err(
+                            "a loader batch without the state before it",
+                        ));
+                    };
+                    if let Err(interrupt) = py.check_signals() {
+                        // Keep it: the checkpoint must not move past a batch nobody got.
+                        *lock(&self.stash) = Some(Kept { batch, before });
+                        return Err(interrupt);
+                    }
+                    *lock(&self.last_before) = Some(before);
+                    return Ok(Some(batch));
                 }
                 Poll::Pending => py.check_signals()?,
             }
         }
     }
 
+    /// Gives back the batch the last `next()` returned (unused): the next `next()` returns it
+    /// again and `state_dict()` points at it. For adapters that stop at an epoch boundary
+    /// (`zrecord.torch`).
+    fn _unget(&self, batch: Py<PyBatch>) -> PyResult<()> {
+        let mut stash = lock(&self.stash);
+        if stash.is_some() {
+            return Err(config_error("a batch is already given back"));
+        }
+        let before = lock(&self.last_before)
+            .take()
+            .ok_or_else(|| config_error("no batch to give back"))?;
+        *stash = Some(Kept { batch, before });
+        Ok(())
+    }
+
     /// The checkpoint after the last batch returned: a JSON-serialisable dict. A loader built
     /// with `state=` this dict continues with exactly the next batch.
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let state = self
-            .loader()?
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .state();
+        let kept = lock(&self.stash).as_ref().map(|k| k.before.clone());
+        let state = match kept {
+            Some(s) => s,
+            None => {
+                let inner = Arc::clone(self.loader()?);
+                py.detach(move || lock(&inner).state())
+            }
+        };
         let text = serde_json::to_string(&state).map_err(|e| {
             to_py(zrecord::Error::Internal {
                 reason: format!("serialising a loader state: {e}"),
@@ -544,11 +600,8 @@ impl PyLoader {
 
     /// A snapshot of what the loader is doing: counts, queue depths, time per stage (seconds).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self
-            .loader()?
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .stats();
+        let inner = Arc::clone(self.loader()?);
+        let s = py.detach(move || lock(&inner).stats());
         let d = PyDict::new(py);
         d.set_item("batches", s.batches)?;
         d.set_item("records", s.records)?;

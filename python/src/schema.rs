@@ -5,28 +5,57 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use zrecord::{Codec, DType, Field, Schema};
 
-/// The dtype named `s`: zrecord's names (`u8`, `f32`, `bytes`, `bf16`, ...) or NumPy's
-/// (`uint8`, `float32`, `<f4`, `bool`, ...).
+/// The dtype named `s`: zrecord's names (`u8`, `i64`, `f32`, `bytes`, `bf16`, ...; the digits
+/// count bits), NumPy's names (`uint8`, `float32`, `bool`, ...) or NumPy's type strings with a
+/// byte order (`<i8`, `|u1`, `<f4`: the digits count bytes, as in `arr.dtype.str`).
 pub(crate) fn dtype_of(s: &str) -> PyResult<DType> {
-    let d = match s.trim().trim_start_matches(['<', '=', '|']) {
+    let t = s.trim();
+    if let Some(rest) = t.strip_prefix(['<', '=', '|']) {
+        let d = match rest {
+            "b1" | "?" => DType::Bool,
+            "u1" => DType::U8,
+            "i1" => DType::I8,
+            "u2" => DType::U16,
+            "i2" => DType::I16,
+            "u4" => DType::U32,
+            "i4" => DType::I32,
+            "u8" => DType::U64,
+            "i8" => DType::I64,
+            "f2" => DType::F16,
+            "f4" => DType::F32,
+            "f8" => DType::F64,
+            other => {
+                return Err(value_error(format!(
+                    "unsupported NumPy type string {t:?} ({other:?} is not one of zrecord's dtypes)"
+                )))
+            }
+        };
+        return Ok(d);
+    }
+    if t.starts_with('>') {
+        return Err(value_error(format!(
+            "big-endian dtype {t:?}: zrecord stores little-endian values"
+        )));
+    }
+    let d = match t {
         "bytes" => DType::Bytes,
-        "bool" | "?" | "b1" => DType::Bool,
-        "u8" | "uint8" | "u1" => DType::U8,
-        "i8" | "int8" | "i1" => DType::I8,
-        "u16" | "uint16" | "u2" => DType::U16,
-        "i16" | "int16" | "i2" => DType::I16,
-        "u32" | "uint32" | "u4" => DType::U32,
-        "i32" | "int32" | "i4" => DType::I32,
+        "bool" | "?" => DType::Bool,
+        "u8" | "uint8" => DType::U8,
+        "i8" | "int8" => DType::I8,
+        "u16" | "uint16" => DType::U16,
+        "i16" | "int16" => DType::I16,
+        "u32" | "uint32" => DType::U32,
+        "i32" | "int32" => DType::I32,
         "u64" | "uint64" => DType::U64,
         "i64" | "int64" => DType::I64,
-        "f16" | "float16" | "f2" | "half" => DType::F16,
+        "f16" | "float16" | "half" => DType::F16,
         "bf16" | "bfloat16" => DType::Bf16,
-        "f32" | "float32" | "f4" => DType::F32,
-        "f64" | "float64" | "f8" => DType::F64,
+        "f32" | "float32" => DType::F32,
+        "f64" | "float64" => DType::F64,
         other => {
             return Err(value_error(format!(
                 "unknown dtype {other:?} (expected bytes, bool, u8, i8, u16, i16, u32, i32, u64, \
-                 i64, f16, bf16, f32, f64 or a NumPy name of one)"
+                 i64, f16, bf16, f32, f64, a NumPy name of one or a NumPy type string like '<f4')"
             )))
         }
     };

@@ -1,8 +1,7 @@
 //! `push`, `pull` and `convert_npy`: whole-dataset operations, with the GIL released.
 
 use crate::dataset::path_str;
-use crate::errors::to_py;
-use crate::guard::guarded;
+use crate::guard::without_gil;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use zrecord::remote::{StoreOptions, TransferOptions, TransferReport};
@@ -53,7 +52,7 @@ pub(crate) fn push<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let path = path_str(&path)?;
     let o = options(storage_options, concurrency, single_writer)?;
-    let r = py.detach(move || guarded(|| zrecord::remote::push(&path, &url, &o).map_err(to_py)))?;
+    let r = without_gil(py, move || zrecord::remote::push(&path, &url, &o))?;
     report(py, &r)
 }
 
@@ -70,7 +69,7 @@ pub(crate) fn pull<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let path = path_str(&path)?;
     let o = options(storage_options, concurrency, false)?;
-    let r = py.detach(move || guarded(|| zrecord::remote::pull(&url, &path, &o).map_err(to_py)))?;
+    let r = without_gil(py, move || zrecord::remote::pull(&url, &path, &o))?;
     report(py, &r)
 }
 
@@ -97,17 +96,15 @@ pub(crate) fn convert_npy(
             )))
         }
     };
-    py.detach(move || {
-        guarded(|| {
-            let mut c = zrecord::convert::NpyConvert::new(inputs.iter(), &out).codec(codec);
-            if let Some(n) = field_names {
-                c = c.field_names(n);
-            }
-            if let Some(b) = chunk_size_bytes {
-                c = c.chunk_size_bytes(b);
-            }
-            let r = c.run().map_err(to_py)?;
-            Ok((r.rows, r.bytes))
-        })
+    without_gil(py, move || {
+        let mut c = zrecord::convert::NpyConvert::new(inputs.iter(), &out).codec(codec);
+        if let Some(n) = field_names {
+            c = c.field_names(n);
+        }
+        if let Some(b) = chunk_size_bytes {
+            c = c.chunk_size_bytes(b);
+        }
+        let r = c.run()?;
+        Ok((r.rows, r.bytes))
     })
 }

@@ -2,8 +2,8 @@
 
 use crate::batch::Ragged;
 use crate::dataset::path_str;
-use crate::errors::{to_py, value_error, ZrecordError};
-use crate::guard::guarded;
+use crate::errors::{to_py, value_error, Error as ZrecordError};
+use crate::guard::{guarded, without_gil};
 use crate::schema::{dtype_of, schema_from};
 use numpy::{PyArray1, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::prelude::*;
@@ -11,32 +11,18 @@ use pyo3::types::{PyBytes, PyDict};
 use std::sync::{Arc, Mutex, PoisonError};
 use zrecord::{DType, Field, Writer, WriterConfig};
 
-/// The contiguous bytes of `v` as field `f`'s dtype: a `bytes` object's bytes, or a NumPy
-/// array (or anything `numpy.asarray` takes) converted to the dtype, C order.
+/// The contiguous bytes of `v` as field `f`'s dtype: a `bytes` object's bytes, or anything
+/// `numpy.asarray` takes, converted without silent changes (`zrecord/_convert.py`: values out
+/// of the dtype's range raise `ValueError`; bf16 fields take bfloat16 arrays, raw 16-bit bits
+/// or floats rounded to bf16).
 fn value_bytes(py: Python<'_>, f: &Field, v: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     if let Ok(b) = v.cast::<PyBytes>() {
         return Ok(b.as_bytes().to_vec());
     }
-    // A list of ints for a byte field (not an array: arrays convert below).
-    if (f.dtype == DType::Bytes || f.dtype == DType::U8)
-        && v.cast::<numpy::PyUntypedArray>().is_err()
-    {
-        if let Ok(b) = v.extract::<Vec<u8>>() {
-            return Ok(b);
-        }
-    }
-    let np = py.import("numpy")?;
-    let dt = crate::batch::numpy_dtype(f.dtype);
-    let arr = np.call_method1("ascontiguousarray", (v, dt)).map_err(|e| {
-        value_error(format!(
-            "field {:?}: cannot convert the value to {}: {e}",
-            f.name, f.dtype
-        ))
-    })?;
-    let flat = arr
-        .call_method1("view", ("u1",))?
-        .call_method1("reshape", (-1,))?;
-    let flat = flat.cast_into::<PyArray1<u8>>()?;
+    let arr = py
+        .import("zrecord._convert")?
+        .call_method1("to_bytes", (v, f.dtype.name(), f.name.as_str()))?;
+    let flat = arr.cast_into::<PyArray1<u8>>()?;
     let ro = flat.readonly();
     Ok(ro.as_slice()?.to_vec())
 }
@@ -84,15 +70,18 @@ impl PyWriter {
             return Err(forked());
         }
         let inner = Arc::clone(&self.inner);
-        py.detach(move || {
+        // The lock is taken and released without the GIL, and the error is turned into a
+        // Python exception only after both: never the GIL while holding the lock.
+        let r = py.detach(move || {
             guarded(|| {
                 let mut g = inner.lock().unwrap_or_else(PoisonError::into_inner);
-                let w = g
-                    .as_mut()
-                    .ok_or_else(|| ZrecordError::new_err("the writer is closed"))?;
-                f(w).map_err(to_py)
+                Ok(g.as_mut().map(f))
             })
-        })
+        })?;
+        match r {
+            None => Err(ZrecordError::new_err("the writer is closed")),
+            Some(r) => r.map_err(to_py),
+        }
     }
 
     fn from_writer(w: Writer, path: String) -> PyResult<Self> {
@@ -144,8 +133,7 @@ impl PyWriter {
             config = config.num_writers(n);
         }
         let p = path.clone();
-        let w =
-            py.detach(move || guarded(|| Writer::create(&p, &schema, config).map_err(to_py)))?;
+        let w = without_gil(py, move || Writer::create(&p, &schema, config))?;
         PyWriter::from_writer(w, path)
     }
 
@@ -159,7 +147,7 @@ impl PyWriter {
             config = config.num_writers(n);
         }
         let p = path.clone();
-        let w = py.detach(move || guarded(|| Writer::open(&p, config).map_err(to_py)))?;
+        let w = without_gil(py, move || Writer::open(&p, config))?;
         PyWriter::from_writer(w, path)
     }
 
@@ -286,15 +274,18 @@ impl PyWriter {
     }
 
     /// Number of records, committed or not.
-    fn __len__(&self) -> usize {
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
         if std::process::id() != self.pid {
-            return 0;
+            return Err(forked());
         }
-        self.inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-            .map_or(0, |w| w.len() as usize)
+        let inner = Arc::clone(&self.inner);
+        Ok(py.detach(move || {
+            inner
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_ref()
+                .map_or(0, |w| w.len() as usize)
+        }))
     }
 
     #[getter]

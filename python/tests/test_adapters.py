@@ -43,3 +43,19 @@ def test_grain_data_source_protocol(small):
     assert "200 records" in repr(src)
     again = pickle.loads(pickle.dumps(src))
     np.testing.assert_array_equal(again[5]["image"], image(5))
+
+
+def test_torch_passes_are_epochs_of_one_loader(seq_dataset):
+    data = zrecord.torch.IterableDataset(str(seq_dataset), batch_size=100, shuffle=True, seed=2, epochs=3, workers=2)
+    passes = [[i for item in data for i in _indices(item)] for _ in range(4)]
+    assert [sorted(p) for p in passes[:3]] == [list(range(1000))] * 3
+    assert passes[0] != passes[1] != passes[2]  # each epoch its own order
+    assert passes[3] == []
+    # A checkpoint at an epoch boundary resumes with the next epoch.
+    again = zrecord.torch.IterableDataset(str(seq_dataset), batch_size=100, shuffle=True, seed=2, epochs=3, workers=2)
+    first = [i for item in again for i in _indices(item)]
+    state = json.loads(json.dumps(again.state_dict()))
+    resumed = zrecord.torch.IterableDataset(str(seq_dataset), batch_size=100, shuffle=True, seed=2, epochs=3, workers=2)
+    resumed.load_state_dict(state)
+    assert first == passes[0]
+    assert [i for item in resumed for i in _indices(item)] == passes[1]

@@ -116,11 +116,14 @@ def test_mix_counts_follow_the_weights(tmp_path):
 
 def test_stats_and_padding(seq_dataset):
     ds = zrecord.open(seq_dataset)
-    loader = zrecord.Loader(ds, batch_size=100, shard=(0, 3), pad_to_equal=True, workers=2)
-    pads = 0
-    for b in loader:
-        pads += int(b.is_pad.sum())
-        assert b.epoch == 0
-    s = loader.stats()
-    assert s["batches"] >= 3 and s["records"] >= 334
-    assert pads == 0 or pads == 2
+    # 1,000 items on 3 ranks: rank 0 has 334, ranks 1 and 2 have 333 and one pad each.
+    for rank, want_pads in [(0, 0), (1, 1), (2, 1)]:
+        loader = zrecord.Loader(ds, batch_size=100, shard=(rank, 3), pad_to_equal=True, workers=2)
+        pads = records = 0
+        for b in loader:
+            pads += int(b.is_pad.sum())
+            records += len(b)
+            assert b.epoch == 0
+        assert (records, pads) == (334, want_pads)
+        s = loader.stats()
+        assert s["batches"] == 4 and s["records"] == 334

@@ -135,3 +135,77 @@ def test_an_exception_in_the_block_commits_nothing(small):
             w.append({"image": image(0), "label": np.array([1], dtype=np.int64), "tokens": tokens(1)})
             raise RuntimeError("boom")
     assert len(zrecord.open(small)) == 200
+
+
+def test_values_that_do_not_fit_are_refused(tmp_path):
+    with zrecord.Writer.create(tmp_path / "v.zr", {"u": ("u8", [1]), "i": ("i32", [1]), "b": ("bool", [1])}) as w:
+        with pytest.raises(ValueError):
+            w.append({"u": np.array([300]), "i": np.array([1]), "b": np.array([True])})
+        with pytest.raises(ValueError):
+            w.append({"u": np.array([1]), "i": np.array([3.7]), "b": np.array([True])})
+        with pytest.raises(ValueError):
+            w.append({"u": np.array([1]), "i": np.array([1]), "b": np.array([2])})
+        with pytest.raises(ValueError):
+            w.append_batch({"u": np.array([[1], [-1]]), "i": np.array([[1], [2]]), "b": np.array([[1], [0]])})
+        w.append({"u": np.array([255]), "i": np.array([2**31 - 1]), "b": np.array([1])})
+    b = zrecord.open(tmp_path / "v.zr").take([0])
+    assert (b["u"][0, 0], b["i"][0, 0], b["b"][0, 0]) == (255, 2**31 - 1, True)
+
+
+def test_bf16_stores_bits_and_rounds_floats(tmp_path):
+    with zrecord.Writer.create(tmp_path / "h.zr", {"h": ("bf16", [3])}) as w:
+        w.append({"h": np.array([1.5, -2.0, 1.0 + 2**-9], dtype=np.float32)})  # the last rounds to 1.0
+        w.append({"h": np.array([0x3FC0, 0, 0x7F80], dtype=np.uint16)})  # raw bits
+    h = zrecord.open(tmp_path / "h.zr").take([0, 1])["h"]
+    assert h.dtype == np.uint16
+    assert h[0].tolist() == [0x3FC0, 0xC000, 0x3F80]
+    assert h[1].tolist() == [0x3FC0, 0, 0x7F80]
+
+
+def test_numpy_type_strings_count_bytes(tmp_path):
+    f = zrecord.Field("x", np.dtype("int64").str)
+    assert f.dtype == "i64"
+    assert zrecord.Field("y", "<u8").dtype == "u64"
+    assert zrecord.Field("z", "u8").dtype == "u8"  # zrecord's own names count bits
+    assert zrecord.Field("w", np.float16).dtype == "f16"
+    with pytest.raises(ValueError):
+        zrecord.Field("v", ">f4")
+
+
+def test_errors_pickle_with_their_class(small):
+    import pickle
+
+    for cls in [zrecord.Error, zrecord.IOError, zrecord.ChecksumError, zrecord.RemoteError]:
+        e = pickle.loads(pickle.dumps(cls("m")))
+        assert type(e) is cls
+    with pytest.raises(IndexError) as e:
+        zrecord.open(small)[500]
+    assert (e.value.index, e.value.len) == (500, 200)
+
+
+def test_a_writer_error_in_one_thread_and_len_in_another_do_not_deadlock(small):
+    import threading
+
+    w = zrecord.Writer.open(small)
+    stop = threading.Event()
+    errors = []
+
+    def modify() -> None:
+        while not stop.is_set():
+            try:
+                w.modify(10**9, "label", np.array([1], np.int64))
+            except IndexError:
+                errors.append(1)
+
+    t = threading.Thread(target=modify)
+    t.start()
+    deadline = __import__("time").monotonic() + 2
+    n = 0
+    while __import__("time").monotonic() < deadline:
+        assert len(w) == 200
+        n += 1
+    stop.set()
+    t.join(10)
+    assert not t.is_alive(), "the writer deadlocked"
+    assert errors and n > 0
+    w.close()

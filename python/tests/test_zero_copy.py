@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 
 import numpy as np
+import pytest
 
 import zrecord
 
@@ -24,9 +25,13 @@ def test_arrays_view_rust_memory_and_outlive_everything(tmp_path):
         b = ds.take(idx)
         x = b["x"]
         assert not x.flags.owndata
-        assert not x.flags.writeable
         assert isinstance(x.base, zrecord.Buffer), type(x.base)
         assert x.base is b["x"].base  # cached: one array per field per batch
+        if backend in ("psync", "uring"):
+            # The gather's own slab, no copy by the binding; nothing else holds it: writable.
+            assert x.base.zero_copy and x.base.writable
+        # Writable exactly when the memory is the array's alone.
+        assert x.flags.writeable == x.base.writable
         want = rows[idx].copy()
         loader = zrecord.Loader(ds, batch_size=64, shuffle=True, seed=3, workers=2)
         lb = next(iter(loader))
@@ -41,6 +46,25 @@ def test_arrays_view_rust_memory_and_outlive_everything(tmp_path):
         np.testing.assert_array_equal(ly, rows[lidx])
         del junk, junk2
 
+
+def test_shared_memory_is_read_only_and_owned_memory_is_private(tmp_path):
+    # Neighbouring raw records through the mmap backend can be a view of the chunk mapping:
+    # read-only (a write would fault). Copies and private slabs are writable, and writing into
+    # one batch's array changes nothing another batch or the dataset sees.
+    path = tmp_path / "m.zr"
+    rows = np.arange(64 * 512, dtype=np.uint64).reshape(64, 512)  # 4 KiB records
+    with zrecord.Writer.create(path, {"x": ("u64", [512])}) as w:
+        w.append_batch({"x": rows})
+    for backend in ["mmap", "psync", "uring", "auto"]:
+        ds = zrecord.open(path, backend=backend)
+        x = ds.take(np.arange(8))["x"]
+        if x.flags.writeable:
+            x[:] = 7
+        else:
+            assert not x.base.writable
+            with pytest.raises(ValueError):
+                x[0, 0] = 7
+        np.testing.assert_array_equal(ds.take(np.arange(8))["x"], rows[:8])
 
 def test_a_batch_is_one_object_and_fields_are_arrays(tmp_path):
     path = tmp_path / "t.zr"

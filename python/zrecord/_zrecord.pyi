@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator, Mapping, Sequence, final
+from typing import Any, Iterator, Sequence, final
 
 import numpy as np
 import numpy.typing as npt
@@ -57,7 +57,9 @@ class NotADatasetError(Error):
     path: str
     reason: str
 
-class SchemaError(Error): ...
+class SchemaError(Error):
+    field: str
+    reason: str
 class ConfigError(Error):
     reason: str
 
@@ -67,7 +69,10 @@ class ResumeMismatch(Error):
 class WriterBusyError(Error):
     path: str
 
-class IOError(Error): ...
+class IOError(Error):
+    path: str
+    op: str
+    errno: int | None
 class ChunkGoneError(Error):
     path: str
 
@@ -84,6 +89,10 @@ class InternalError(Error): ...
 class Buffer:
     """Rust memory that NumPy arrays of a batch view (their ``base``)."""
     def __len__(self) -> int: ...
+    @property
+    def zero_copy(self) -> bool: ...
+    @property
+    def writable(self) -> bool: ...
 
 @final
 class Ragged:
@@ -146,7 +155,7 @@ class Dataset:
         cache_bytes: int | None = None,
         cache_dir: _Path | None = None,
         lookahead_bytes: int | None = None,
-        storage_options: Mapping[str, Any] | None = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> Dataset: ...
     def __len__(self) -> int: ...
     @property
@@ -174,9 +183,9 @@ def open(
     cache_bytes: int | None = None,
     cache_dir: _Path | None = None,
     lookahead_bytes: int | None = None,
-    storage_options: Mapping[str, Any] | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> Dataset: ...
-def _reopen(path: str, options: Mapping[str, Any]) -> Dataset: ...
+def _reopen(path: str, options: dict[str, Any]) -> Dataset: ...
 
 @final
 class Mix: ...
@@ -211,7 +220,7 @@ class Loader:
         merge: str = "strict",
         max_lead: int | None = None,
         max_skips_per_round: int | None = None,
-        bucket: int | Mapping[str, int] | None = None,
+        bucket: int | dict[str, int] | None = None,
         drop_last: bool = False,
         lookahead: int | None = None,
         gathers_in_flight: int | None = None,
@@ -222,11 +231,12 @@ class Loader:
         on_error: str = "raise",
         fields: Sequence[str] | None = None,
         key_field: str | None = None,
-        state: Mapping[str, Any] | str | None = None,
-        resume_from: Sequence[Mapping[str, Any] | str] | None = None,
+        state: dict[str, Any] | str | None = None,
+        resume_from: Sequence[dict[str, Any] | str] | None = None,
     ) -> Loader: ...
     def __iter__(self) -> Loader: ...
     def __next__(self) -> Batch: ...
+    def _unget(self, batch: Batch) -> None: ...
     def state_dict(self) -> dict[str, Any]: ...
     def stats(self) -> dict[str, Any]: ...
     @property
@@ -237,15 +247,15 @@ class Writer:
     @staticmethod
     def create(
         path: _Path,
-        schema: Mapping[str, Any] | Sequence[Field],
+        schema: dict[str, Any] | Sequence[Field],
         *,
         chunk_size_bytes: int | None = None,
         num_writers: int | None = None,
     ) -> Writer: ...
     @staticmethod
     def open(path: _Path, *, num_writers: int | None = None) -> Writer: ...
-    def append(self, record: Mapping[str, Any]) -> int: ...
-    def append_batch(self, batch: Mapping[str, Any]) -> tuple[int, int]: ...
+    def append(self, record: dict[str, Any]) -> int: ...
+    def append_batch(self, batch: dict[str, Any]) -> tuple[int, int]: ...
     def modify(self, index: int, field: str, value: Any) -> None: ...
     def delete(self, index: int) -> None: ...
     def commit(self) -> int: ...
@@ -260,7 +270,7 @@ def push(
     path: _Path,
     url: str,
     *,
-    storage_options: Mapping[str, Any] | None = None,
+    storage_options: dict[str, Any] | None = None,
     concurrency: int | None = None,
     single_writer: bool = False,
 ) -> dict[str, Any]: ...
@@ -268,7 +278,7 @@ def pull(
     url: str,
     path: _Path,
     *,
-    storage_options: Mapping[str, Any] | None = None,
+    storage_options: dict[str, Any] | None = None,
     concurrency: int | None = None,
 ) -> dict[str, Any]: ...
 def convert_npy(

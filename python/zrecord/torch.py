@@ -30,32 +30,32 @@ except ImportError:  # pragma: no cover - exercised only without torch
     _IterableBase = object
 
 
+def _tensor(arr: np.ndarray) -> Any:
+    # A writable array owns its memory (nothing else reads it): the tensor shares it. A
+    # read-only one is shared with a chunk mapping or other fields, and torch's in-place ops
+    # would write into it: the tensor gets a copy.
+    return _torch.from_numpy(arr if arr.flags.writeable else arr.copy())
+
+
 def _to_torch(value: Any) -> Any:
     if _torch is None:
         return value
     if isinstance(value, _zrecord.Ragged):
-        return {
-            "values": _torch.from_numpy(np.asarray(value.values)),
-            "offsets": _torch.from_numpy(np.asarray(value.offsets)),
-        }
-    arr = np.asarray(value)
-    if not arr.flags.writeable:
-        # torch warns on read-only arrays; the tensor shares the batch's memory either way,
-        # and writing into it is the caller's choice.
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            return _torch.from_numpy(arr)
-    return _torch.from_numpy(arr)
+        return {"values": _tensor(np.asarray(value.values)), "offsets": _tensor(np.asarray(value.offsets))}
+    return _tensor(np.asarray(value))
 
 
 class IterableDataset(_IterableBase):
     """Batches of a zrecord ``Loader`` for a torch training loop.
 
     ``IterableDataset(source, **loader_options)``: ``source`` is a ``zrecord.Dataset``, a path,
-    or a ``zrecord.mix(...)``; the options are ``zrecord.Loader``'s. Each item is a dict of
-    tensors plus ``"indices"`` and ``"is_pad"``.
+    or a ``zrecord.mix(...)``; the options are ``zrecord.Loader``'s, except that ``epochs``
+    defaults to None (run forever). Each item is a dict of tensors plus ``"indices"`` and
+    ``"is_pad"``.
+
+    One loader spans the epochs: each ``for batch in ...`` yields one epoch, continuing where the
+    last pass stopped (the next epoch, in its own shuffled order; or the rest of an epoch a
+    ``break`` left), and ends after the loader's last epoch.
     """
 
     def __init__(self, source: Any, **loader_options: Any) -> None:
@@ -64,19 +64,28 @@ class IterableDataset(_IterableBase):
             source = _zrecord.open(source)
         self._source = source
         self._options = dict(loader_options)
+        self._options.setdefault("epochs", None)
         self._state: Any = None
         self._loader: Any = None
 
-    def _make(self) -> Any:
-        options = dict(self._options)
-        if self._state is not None:
-            options["state"] = self._state
-        return _zrecord.Loader(self._source, **options)
+    def _current(self) -> Any:
+        if self._loader is None:
+            options = dict(self._options)
+            if self._state is not None:
+                options["state"] = self._state
+                self._state = None
+            self._loader = _zrecord.Loader(self._source, **options)
+        return self._loader
 
     def __iter__(self) -> Iterator[dict]:
-        self._loader = self._make()
-        self._state = None
-        for batch in self._loader:
+        loader = self._current()
+        epoch = None
+        for batch in loader:
+            if epoch is None:
+                epoch = batch.epoch
+            elif batch.epoch != epoch:
+                loader._unget(batch)  # the next pass starts with it
+                return
             out = {name: _to_torch(batch[name]) for name in batch.keys()}
             out["indices"] = _to_torch(batch.indices)
             out["is_pad"] = _to_torch(batch.is_pad)
@@ -89,6 +98,6 @@ class IterableDataset(_IterableBase):
         return {"loader": self._state}
 
     def load_state_dict(self, state: dict) -> None:
-        """The next iteration resumes with exactly the batch after the checkpoint's."""
+        """The next pass resumes with exactly the batch after the checkpoint's."""
         self._state = state.get("loader")
         self._loader = None
