@@ -331,7 +331,8 @@ fn auto() {
 /// A dataset published to a fresh s3s-fs, read with a chunk cache of `cache_bytes`.
 #[cfg(feature = "remote")]
 fn remote(cache_bytes: u64) {
-    use zrecord::remote::{pending_fills, push, RemoteConfig, TransferOptions};
+    use zrecord::diagnostics::pending_fills;
+    use zrecord::remote::{push, RemoteConfig, TransferOptions};
     let server = s3::S3Server::start();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("ds");

@@ -18,6 +18,7 @@ use crate::io::job::FileId;
 use crate::io::vfs::{Prefix, StdFs, Vfs, VfsFile};
 use crate::store::layout;
 use crate::store::read::chunks::{ChunkHandle, ChunkSet};
+use crate::store::schema::{Field, Schema};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -272,12 +273,10 @@ impl Snapshot {
     }
 
     /// The schema of this commit: its fields (name, dtype, fixed shape, codec) and chunk size.
-    pub fn schema(&self) -> crate::store::schema::Schema {
-        let mut schema =
-            crate::store::schema::Schema::new().chunk_size_bytes(self.meta.chunk_size_bytes);
+    pub fn schema(&self) -> Schema {
+        let mut schema = Schema::new().chunk_size_bytes(self.meta.chunk_size_bytes);
         for f in &self.meta.fields {
-            let mut field =
-                crate::store::schema::Field::new(f.name.clone(), f.dtype).codec(f.codec);
+            let mut field = Field::new(f.name.clone(), f.dtype).codec(f.codec);
             field.shape.clone_from(&f.shape);
             schema = schema.field(field);
         }
