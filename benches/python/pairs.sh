@@ -36,7 +36,7 @@ py_loader() { warm $(ds_files); "$py" benches/python/take.py loader "$data/r1k" 
 py_thread() { warm $(ds_files); "$py" benches/python/take.py thread "$data/r1k" --workers 1 --seconds 5; }
 lance_take() { warm $(find "$data/r1k.lance" -type f); taskset -c 0 "$py" benches/python/peers.py lance "$data/r1k" --batches 200; }
 grain_take() { warm "$data/r1k.arrayrecord"; taskset -c 0 "$py" benches/python/peers.py grain "$data/r1k" --batches 200; }
-grain_loader() { warm "$data/r1k.arrayrecord"; "$py" benches/python/peers.py grain-loader "$data/r1k" --batches 400 --workers 2; }
+grain_loader() { warm "$data/r1k.arrayrecord"; "$py" benches/python/peers.py grain-loader "$data/r1k" --batches 200 --workers 2; }
 : > "$out/pairs.jsonl"
 for r in $(seq 1 "$rounds"); do
   case $((r % 3)) in

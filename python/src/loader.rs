@@ -349,6 +349,8 @@ pub struct PyLoader {
     stash: Mutex<Option<Kept>>,
     /// The checkpoint from before the batch `next()` last returned.
     last_before: Mutex<Option<LoaderState>>,
+    /// Applied to each batch on the thread that calls `next()`, which returns its result.
+    collate: Option<Py<PyAny>>,
 }
 
 impl PyLoader {
@@ -377,6 +379,58 @@ impl Drop for PyLoader {
     }
 }
 
+impl PyLoader {
+    /// The next batch and the checkpoint from before it: a kept one first, else the Rust
+    /// loader's next, waiting without the GIL and looking for signals every 20 ms. A batch that
+    /// arrives with an interrupt is kept for the next call.
+    fn next_batch(&self, py: Python<'_>) -> PyResult<Option<(Py<PyBatch>, LoaderState)>> {
+        self.loader()?;
+        if let Some(kept) = lock(&self.stash).take() {
+            return Ok(Some((kept.batch, kept.before)));
+        }
+        let mut before: Option<LoaderState> = None;
+        loop {
+            let inner = Arc::clone(self.loader()?);
+            let parker = Arc::clone(&self.parker);
+            let first = before.is_none();
+            let (state, polled) = py.detach(move || {
+                guarded(|| {
+                    let mut l = lock(&inner);
+                    let state = first.then(|| l.state());
+                    Ok((state, l.poll_for(&parker, SIGNAL_CHECK)))
+                })
+            })?;
+            if state.is_some() {
+                before = state;
+            }
+            match polled {
+                Poll::Ready(None) => return Ok(None),
+                Poll::Ready(Some(Err(e))) => return Err(to_py(e)),
+                Poll::Ready(Some(Ok(b))) => {
+                    let is_pad = b.padded();
+                    let (epoch, position) = (b.epoch(), b.position());
+                    let batch = Py::new(
+                        py,
+                        PyBatch::new(b.data).with_loader_info(is_pad, epoch, position),
+                    )?;
+                    let Some(before) = before else {
+                        return Err(crate::errors::InternalError::new_err(
+                            "a loader batch without the state before it",
+                        ));
+                    };
+                    if let Err(interrupt) = py.check_signals() {
+                        // Keep it: the checkpoint must not move past a batch nobody got.
+                        *lock(&self.stash) = Some(Kept { batch, before });
+                        return Err(interrupt);
+                    }
+                    return Ok(Some((batch, before)));
+                }
+                Poll::Pending => py.check_signals()?,
+            }
+        }
+    }
+}
+
 #[pymethods]
 impl PyLoader {
     #[new]
@@ -386,7 +440,7 @@ impl PyLoader {
                         bucket=None, drop_last=false, lookahead=None, gathers_in_flight=None,
                         worker_queue_size=None, consumer_queue_size=None, retries=None,
                         retry_backoff=None, on_error="raise", fields=None, key_field=None,
-                        state=None, resume_from=None))]
+                        state=None, resume_from=None, collate=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -417,7 +471,16 @@ impl PyLoader {
         key_field: Option<String>,
         state: Option<Bound<'_, PyAny>>,
         resume_from: Option<Vec<Bound<'_, PyAny>>>,
+        collate: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
+        let collate = collate.filter(|c| !c.is_none(py));
+        if let Some(c) = &collate {
+            if !c.bind(py).is_callable() {
+                return Err(config_error(
+                    "collate must be a callable taking a zrecord.Batch",
+                ));
+            }
+        }
         let bucket = match bucket {
             None => None,
             Some(b) if b.is_none() => None,
@@ -499,6 +562,7 @@ impl PyLoader {
             pid: std::process::id(),
             stash: Mutex::new(None),
             last_before: Mutex::new(None),
+            collate,
             parker: Arc::new(Parker {
                 woken: Mutex::new(false),
                 cv: Condvar::new(),
@@ -515,51 +579,23 @@ impl PyLoader {
     /// answers Ctrl-C within tens of milliseconds without losing a batch: a batch that
     /// arrives together with the interrupt is kept, `state_dict()` still points at it, and the
     /// next call returns it.
-    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyBatch>>> {
-        self.loader()?;
-        if let Some(kept) = lock(&self.stash).take() {
-            *lock(&self.last_before) = Some(kept.before);
-            return Ok(Some(kept.batch));
-        }
-        let mut before: Option<LoaderState> = None;
-        loop {
-            let inner = Arc::clone(self.loader()?);
-            let parker = Arc::clone(&self.parker);
-            let first = before.is_none();
-            let (state, polled) = py.detach(move || {
-                guarded(|| {
-                    let mut l = lock(&inner);
-                    let state = first.then(|| l.state());
-                    Ok((state, l.poll_for(&parker, SIGNAL_CHECK)))
-                })
-            })?;
-            if state.is_some() {
-                before = state;
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        let Some((batch, before)) = self.next_batch(py)? else {
+            return Ok(None);
+        };
+        let Some(collate) = &self.collate else {
+            *lock(&self.last_before) = Some(before);
+            return Ok(Some(batch.into_any()));
+        };
+        match collate.call1(py, (batch.clone_ref(py),)) {
+            Ok(out) => {
+                *lock(&self.last_before) = Some(before);
+                Ok(Some(out))
             }
-            match polled {
-                Poll::Ready(None) => return Ok(None),
-                Poll::Ready(Some(Err(e))) => return Err(to_py(e)),
-                Poll::Ready(Some(Ok(b))) => {
-                    let is_pad = b.padded();
-                    let (epoch, position) = (b.epoch(), b.position());
-                    let batch = Py::new(
-                        py,
-                        PyBatch::new(b.data).with_loader_info(is_pad, epoch, position),
-                    )?;
-                    let Some(before) = before else {
-                        return Err(crate::errors::InternalError::new_err(
-                            "a loader batch without the state before it",
-                        ));
-                    };
-                    if let Err(interrupt) = py.check_signals() {
-                        // Keep it: the checkpoint must not move past a batch nobody got.
-                        *lock(&self.stash) = Some(Kept { batch, before });
-                        return Err(interrupt);
-                    }
-                    *lock(&self.last_before) = Some(before);
-                    return Ok(Some(batch));
-                }
-                Poll::Pending => py.check_signals()?,
+            Err(e) => {
+                // The batch stays the next one: the checkpoint does not move past it.
+                *lock(&self.stash) = Some(Kept { batch, before });
+                Err(e)
             }
         }
     }

@@ -59,3 +59,28 @@ def test_torch_passes_are_epochs_of_one_loader(seq_dataset):
     resumed.load_state_dict(state)
     assert first == passes[0]
     assert [i for item in resumed for i in _indices(item)] == passes[1]
+
+
+def test_pad_stack_and_a_collate(small):
+    ds = zrecord.open(small)
+    b = ds.take([0, 6, 13, 2])
+    padded, mask = zrecord.pad_stack(b["tokens"], pad_value=-1)
+    lengths = [0, 6, 6, 2]  # tokens(i) has i % 7 values
+    assert padded.shape == (4, 6) and mask.shape == (4, 6) and mask.dtype == np.uint8
+    assert mask.sum(axis=1).tolist() == lengths
+    for row, i in enumerate([0, 6, 13, 2]):
+        n = lengths[row]
+        assert padded[row, :n].tolist() == list(range(i * 100, i * 100 + n))
+        assert (padded[row, n:] == -1).all()
+    left, lmask = zrecord.pad_stack(b["tokens"], side="left", multiple_of=4)
+    assert left.shape == (4, 8) and lmask[:, -1].tolist() == [0, 1, 1, 1]
+    # A collate runs on the consuming thread, and the loader hands out its result.
+    seen = []
+
+    def collate(batch):
+        seen.append(len(batch))
+        return zrecord.pad_stack(batch["tokens"])
+
+    loader = zrecord.Loader(ds, batch_size=50, shuffle=False, workers=2, collate=collate)
+    out = list(loader)
+    assert len(out) == 4 and all(isinstance(p, tuple) for p in out) and seen == [50] * 4

@@ -19,6 +19,7 @@ Every call that reads, waits or writes releases the GIL. Errors are subclasses o
 from __future__ import annotations
 
 from . import _zrecord
+from .collate import pad_stack
 from ._zrecord import (
     Batch,
     Buffer,
@@ -75,6 +76,7 @@ __all__ = [
     "convert_npy",
     "mix",
     "open",
+    "pad_stack",
     "pull",
     "push",
 ]
