@@ -63,6 +63,23 @@ fn column_is_every_value_end_to_end_or_none() {
             if backend == Backend::Psync || codec == Codec::Deflate {
                 assert!(some >= 2, "{codec:?} {backend:?}: {some} columns");
             }
+            // With mapped records copied into the slab, on every backend.
+            let copied = Dataset::open_with(
+                &dir,
+                ReadConfig::default()
+                    .with_backend(backend)
+                    .with_copy_mapped(true),
+            )
+            .unwrap();
+            for name in ["c", "a"] {
+                let batch = copied.gather_fields_blocking(&indices, &[name]).unwrap();
+                let schema_f = if name == "c" { 2 } else { 0 };
+                let want: Vec<u8> = indices.iter().flat_map(|&i| value(i, schema_f)).collect();
+                let col = batch
+                    .column(0)
+                    .unwrap_or_else(|| panic!("{codec:?} {backend:?} {name}"));
+                assert_eq!(&col[..], &want[..]);
+            }
         }
     }
 }

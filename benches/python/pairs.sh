@@ -36,7 +36,8 @@ py_loader() { warm $(ds_files); "$py" benches/python/take.py loader "$data/r1k" 
 py_thread() { warm $(ds_files); "$py" benches/python/take.py thread "$data/r1k" --workers 1 --seconds 5; }
 lance_take() { warm $(find "$data/r1k.lance" -type f); taskset -c 0 "$py" benches/python/peers.py lance "$data/r1k" --batches 200; }
 grain_take() { warm "$data/r1k.arrayrecord"; taskset -c 0 "$py" benches/python/peers.py grain "$data/r1k" --batches 200; }
-grain_loader() { warm "$data/r1k.arrayrecord"; "$py" benches/python/peers.py grain-loader "$data/r1k" --batches 200 --workers 2; }
+arrayrecord_take() { warm "$data/r1k.arrayrecord"; taskset -c 0 "$py" benches/python/peers.py arrayrecord "$data/r1k" --batches 200; }
+grain_loader() { warm "$data/r1k.arrayrecord"; timeout 300 "$py" benches/python/peers.py grain-loader "$data/r1k" --batches 40 --workers 2 || echo "{\"bench\": \"grain.DataLoader\", \"timeout\": true}"; }
 : > "$out/pairs.jsonl"
 for r in $(seq 1 "$rounds"); do
   case $((r % 3)) in
@@ -44,7 +45,7 @@ for r in $(seq 1 "$rounds"); do
     2) order="py_take np_take rust_take py_loader rust_loader" ;;
     0) order="np_take rust_take py_take rust_loader py_loader" ;;
   esac
-  for f in $order py_thread lance_take grain_take grain_loader; do
+  for f in $order py_thread lance_take grain_take arrayrecord_take grain_loader; do
     echo "round $r: $f" >&2
     $f | tail -n 1 | sed "s/^{/{\"round\":$r,\"run\":\"$f\",/" | tee -a "$out/pairs.jsonl"
   done

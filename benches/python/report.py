@@ -20,7 +20,7 @@ ratios: dict = {}
 for k in sorted(by):
     rd = by[k]
     line = [f"round {k}:"]
-    for name in ["rust_take", "py_take", "np_take", "rust_loader", "py_loader", "lance_take", "grain_take", "grain_loader"]:
+    for name in ["rust_take", "py_take", "np_take", "rust_loader", "py_loader", "lance_take", "grain_take", "arrayrecord_take", "grain_loader"]:
         if name in rd:
             line.append(f"{name} {rate(rd[name]) / 1e6:.3f}M/s ({rd[name].get('cpu_seconds', 0):.2f} cpu s)")
     print("  ".join(line))
@@ -30,6 +30,7 @@ for k in sorted(by):
         "py loader / rust loader": ("py_loader", "rust_loader"),
         "py take / lance take": ("py_take", "lance_take"),
         "py take / grain ArrayRecord": ("py_take", "grain_take"),
+        "py take / bare ArrayRecordReader": ("py_take", "arrayrecord_take"),
         "py loader / grain DataLoader": ("py_loader", "grain_loader"),
     }
     for label, (a, b) in pairs.items():

@@ -6,6 +6,7 @@ Usage:
   take.py take DIR [--backend mmap] [--batch 256] [--batches 2000] [--seed 1] [--consume]
   take.py loader DIR [--workers 2] [--batch 256] [--batches 2000] [--seed 1] [--backend auto]
   take.py thread DIR [--workers 1] [--seconds 5]
+  take.py ctrlc DIR [--rounds 20]
 
 `take`: per batch, `ds.take(idx)` and `b[field]` (the field's NumPy array), the indices of
 `zrecord bench gather DIR --seed S` on one thread (benches/baselines/numpy_memmap.py's
@@ -19,6 +20,10 @@ creates (gc-tracked, before and after one batch with gc off).
 `thread`: a pure-Python counting loop alone, then beside a 1-worker loader running flat out
 in a thread of the same process; prints the loop's speed in both (the GIL is released while
 the loader waits and gathers, so the loop should keep most of its speed).
+
+`ctrlc`: how long a `next()` blocked in a loader takes to raise KeyboardInterrupt after SIGINT
+(a small dataset with a corrupt record and a 10 s retry backoff keeps the worker waiting; DIR is
+where that dataset is written); the median and maximum latency over the rounds.
 
 Prints one JSON line: records_per_s, bytes_per_s, seconds, cpu_seconds (user + system of the
 process over the timed loop), p50/p99 batch ms where measured, objects_per_batch.
@@ -180,9 +185,49 @@ def bench_thread(a) -> dict:
     }
 
 
+def bench_ctrlc(a) -> dict:
+    import signal
+    import shutil
+
+    path = Path(a.dir) / "ctrlc.zr"
+    shutil.rmtree(path, ignore_errors=True)
+    with zrecord.Writer.create(path, {"x": ("u8", [64])}) as w:
+        w.append_batch({"x": np.zeros((64, 64), np.uint8)})
+    chunk = sorted((path / "chunk").iterdir())[0]
+    with open(chunk, "r+b") as f:
+        f.seek(5)
+        f.write(b"\xff")
+    ds = zrecord.open(path)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    lat = []
+    for _ in range(a.rounds):
+        loader = zrecord.Loader(ds, batch_size=64, shuffle=False, workers=1, retries=2, retry_backoff=10.0)
+        sent = [0.0]
+
+        def fire() -> None:
+            sent[0] = time.perf_counter()
+            os.kill(os.getpid(), signal.SIGINT)
+
+        t = threading.Timer(0.2, fire)
+        t.start()
+        try:
+            next(loader)
+        except KeyboardInterrupt:
+            lat.append(time.perf_counter() - sent[0])
+        t.join()
+        del loader
+    shutil.rmtree(path, ignore_errors=True)
+    return {
+        "bench": "ctrl-c latency",
+        "rounds": a.rounds,
+        "median_ms": float(np.median(lat) * 1e3),
+        "max_ms": float(np.max(lat) * 1e3),
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=["take", "loader", "thread"])
+    p.add_argument("what", choices=["take", "loader", "thread", "ctrlc"])
     p.add_argument("dir")
     p.add_argument("--backend", default=None)
     p.add_argument("--batch", type=int, default=256)
@@ -191,11 +236,14 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--consume", action="store_true")
+    p.add_argument("--rounds", type=int, default=20)
     a = p.parse_args()
     if a.what == "take":
         r = bench_take(a)
     elif a.what == "loader":
         r = bench_loader(a)
+    elif a.what == "ctrlc":
+        r = bench_ctrlc(a)
     else:
         if a.workers == 2:
             a.workers = 1

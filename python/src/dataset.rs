@@ -22,13 +22,17 @@ pub(crate) struct OpenOptions {
     pub(crate) cache_dir: Option<String>,
     pub(crate) lookahead_bytes: Option<u64>,
     pub(crate) storage_options: Vec<(String, String)>,
+    pub(crate) copy_mapped: bool,
 }
 
 impl OpenOptions {
     pub(crate) fn read_config(&self) -> PyResult<ReadConfig> {
+        // Records read through mappings are copied into the slab in the checksum's pass, so a
+        // field's values lie back to back there and NumPy gets them without a second copy.
         let mut c = ReadConfig::default()
             .with_verify_checksums(self.verify)
-            .with_direct_io(self.direct);
+            .with_direct_io(self.direct)
+            .with_copy_mapped(self.copy_mapped);
         if let Some(b) = &self.backend {
             let backend: Backend = b.parse().map_err(to_py)?;
             c = c.with_backend(backend);
@@ -59,6 +63,7 @@ impl OpenOptions {
         d.set_item("cache_bytes", self.cache_bytes)?;
         d.set_item("cache_dir", self.cache_dir.clone())?;
         d.set_item("lookahead_bytes", self.lookahead_bytes)?;
+        d.set_item("copy_mapped", self.copy_mapped)?;
         let so = PyDict::new(py);
         for (k, v) in &self.storage_options {
             so.set_item(k, v)?;
@@ -171,7 +176,7 @@ impl PyDataset {
     /// Opens the dataset at `path` (a directory, or an `s3://bucket/prefix` URL).
     #[new]
     #[pyo3(signature = (path, *, backend=None, verify=true, direct=false, cache_bytes=None,
-                        cache_dir=None, lookahead_bytes=None, storage_options=None))]
+                        cache_dir=None, lookahead_bytes=None, storage_options=None, copy_mapped=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -183,6 +188,7 @@ impl PyDataset {
         cache_dir: Option<Bound<'_, PyAny>>,
         lookahead_bytes: Option<u64>,
         storage_options: Option<Bound<'_, PyDict>>,
+        copy_mapped: bool,
     ) -> PyResult<Self> {
         let location = path_str(&path)?;
         let cache_dir = cache_dir.map(|d| path_str(&d)).transpose()?;
@@ -200,6 +206,7 @@ impl PyDataset {
             cache_dir,
             lookahead_bytes,
             storage_options: so,
+            copy_mapped,
         };
         PyDataset::open_with(py, location, options)
     }
@@ -362,6 +369,10 @@ pub(crate) fn _reopen(
             .map(|v| v.extract())
             .transpose()?
             .flatten(),
+        copy_mapped: get("copy_mapped")?
+            .map(|v| v.extract())
+            .transpose()?
+            .unwrap_or(true),
         lookahead_bytes: get("lookahead_bytes")?
             .map(|v| v.extract())
             .transpose()?

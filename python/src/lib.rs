@@ -18,7 +18,7 @@ use pyo3::prelude::*;
 /// `open(path, **options)`: the same as `Dataset(path, **options)`.
 #[pyfunction]
 #[pyo3(signature = (path, *, backend=None, verify=true, direct=false, cache_bytes=None,
-                    cache_dir=None, lookahead_bytes=None, storage_options=None))]
+                    cache_dir=None, lookahead_bytes=None, storage_options=None, copy_mapped=true))]
 #[allow(clippy::too_many_arguments)]
 fn open(
     py: Python<'_>,
@@ -30,6 +30,7 @@ fn open(
     cache_dir: Option<Bound<'_, PyAny>>,
     lookahead_bytes: Option<u64>,
     storage_options: Option<Bound<'_, pyo3::types::PyDict>>,
+    copy_mapped: bool,
 ) -> PyResult<dataset::PyDataset> {
     let location = dataset::path_str(&path)?;
     let cache_dir = cache_dir.map(|d| dataset::path_str(&d)).transpose()?;
@@ -47,6 +48,7 @@ fn open(
         cache_dir,
         lookahead_bytes,
         storage_options: so,
+        copy_mapped,
     };
     dataset::PyDataset::open_with(py, location, options)
 }

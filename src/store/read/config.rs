@@ -108,6 +108,7 @@ pub struct ReadConfig {
     pub(crate) custom: Option<Arc<dyn ReadBackend>>,
     pub(crate) verify_checksums: bool,
     pub(crate) direct_io: bool,
+    pub(crate) copy_mapped: bool,
     pub(crate) queue_depth: usize,
     pub(crate) max_bytes_in_flight: usize,
     pub(crate) threads: usize,
@@ -123,6 +124,7 @@ impl Default for ReadConfig {
             custom: None,
             verify_checksums: true,
             direct_io: false,
+            copy_mapped: false,
             queue_depth: DEFAULT_QUEUE_DEPTH,
             max_bytes_in_flight: DEFAULT_MAX_BYTES_IN_FLIGHT,
             threads: DEFAULT_THREADS,
@@ -160,6 +162,16 @@ impl ReadConfig {
     /// Never uses the zero-copy path. Default false.
     pub fn with_direct_io(mut self, direct: bool) -> Self {
         self.direct_io = direct;
+        self
+    }
+
+    /// Copy records served from chunk mappings into the batch's slab (one copy, in the same pass
+    /// as the checksum) instead of handing out views of the mappings. For consumers that need a
+    /// field's values back to back in memory of their own (the Python package: a
+    /// single-field batch of records whose lengths are multiples of 64 bytes then lies in the
+    /// slab end to end, see [`crate::Batch::column`]). Default false.
+    pub fn with_copy_mapped(mut self, copy: bool) -> Self {
+        self.copy_mapped = copy;
         self
     }
 
@@ -221,6 +233,11 @@ impl ReadConfig {
     /// Whether chunks are read with `O_DIRECT`.
     pub fn direct_io(&self) -> bool {
         self.direct_io
+    }
+
+    /// Whether records served from chunk mappings are copied into the batch's slab.
+    pub fn copy_mapped(&self) -> bool {
+        self.copy_mapped
     }
 
     /// Reads in flight at most.

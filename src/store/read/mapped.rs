@@ -46,7 +46,13 @@ pub(crate) fn resident(res: &Resolved<'_>) -> Result<bool> {
 /// Without verification nothing reads a zero-copy record here, but its caller is about to: the
 /// first KiB of each is prefetched (up to [`UNVERIFIED_PREFETCH`] bytes a batch), so the
 /// caller's reads find them in cache instead of waiting on each record's misses in turn.
-pub(crate) fn gather(res: &Resolved<'_>, fin: &Finisher, verify: bool) -> Result<Option<Values>> {
+/// With `copy_all`, every record is copied into the slab (none is a view of a mapping).
+pub(crate) fn gather(
+    res: &Resolved<'_>,
+    fin: &Finisher,
+    verify: bool,
+    copy_all: bool,
+) -> Result<Option<Values>> {
     let wants = &res.wants;
     // The batch's mappings, each asked of its chunk once (`PerChunk` remembers which), and per
     // value the index of its mapping (`NONE` for an absent value).
@@ -79,7 +85,8 @@ pub(crate) fn gather(res: &Resolved<'_>, fin: &Finisher, verify: bool) -> Result
         .zip(&which)
         .map(|(w, &k)| {
             map_of(k).is_some_and(|m| {
-                w.e.codec == Codec::Deflate
+                copy_all
+                    || w.e.codec == Codec::Deflate
                     || !(m.bytes().as_ptr() as usize)
                         .wrapping_add(w.e.offset as usize)
                         .is_multiple_of(res.item_bytes(w))

@@ -142,7 +142,7 @@ fn gather_part_once(
     let zero_copy = match mapped {
         true => {
             let _span = tracing::trace_span!("zrecord.mapped", values = res.wants.len()).entered();
-            mapped::gather(&res, &engine.pools().finish, verify)?
+            mapped::gather(&res, &engine.pools().finish, verify, engine.copy_mapped)?
         }
         false => None,
     };
