@@ -16,13 +16,22 @@ def rate(r):
     return r.get("records_per_s") or 0.0
 
 
+def cpu(r):
+    if "cpu_seconds" in r:
+        return r["cpu_seconds"]
+    rounds = r.get("rounds") or [{}]
+    us = rounds[0].get("cpu_us_per_record")
+    records = r.get("records") or r.get("batches", 0) * r.get("batch", 0)
+    return us * records / 1e6 if us is not None else 0.0
+
+
 ratios: dict = {}
 for k in sorted(by):
     rd = by[k]
     line = [f"round {k}:"]
     for name in ["rust_take", "py_take", "np_take", "rust_loader", "py_loader", "lance_take", "grain_take", "arrayrecord_take", "grain_loader"]:
         if name in rd:
-            line.append(f"{name} {rate(rd[name]) / 1e6:.3f}M/s ({rd[name].get('cpu_seconds', 0):.2f} cpu s)")
+            line.append(f"{name} {rate(rd[name]) / 1e6:.3f}M/s ({cpu(rd[name]):.2f} cpu s)")
     print("  ".join(line))
     pairs = {
         "py take / rust gather": ("py_take", "rust_take"),
@@ -41,4 +50,5 @@ for k in sorted(by):
     if "py_take" in rd:
         ratios.setdefault("python objects per take batch", []).append(rd["py_take"]["objects_per_batch"])
 for label, v in ratios.items():
-    print(f"{label}: {min(v):.2f}-{max(v):.2f}")
+    m = sorted(v)[len(v) // 2]
+    print(f"{label}: {min(v):.2f}-{max(v):.2f} (median {m:.2f}, {len(v)} rounds)")

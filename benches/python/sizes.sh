@@ -20,8 +20,8 @@ export OPENBLAS_NUM_THREADS=1
 files() { ls "$data/$1"/chunk/* "$data/$1"/*.offsets; }
 drop() { for f in "$@"; do dd if="$f" iflag=nocache count=0 status=none; done; }
 warm() { drop "$@"; for f in "$@"; do cat "$f" > /dev/null; done; }
-rust_64k() { warm $(files r64k); taskset -c 0 $z bench gather "$data/r64k" --backend mmap --batch 32 --batches 300 --json; }
-py_64k() { warm $(files r64k); taskset -c 0 "$py" benches/python/take.py take "$data/r64k" --backend mmap --batch 32 --batches 300; }
+rust_64k() { warm $(files r64k); taskset -c 0 $z bench gather "$data/r64k" --backend mmap --batch 32 --batches "${BATCHES_64K:-2000}" --json; }
+py_64k() { warm $(files r64k); taskset -c 0 "$py" benches/python/take.py take "$data/r64k" --backend mmap --batch 32 --batches "${BATCHES_64K:-2000}"; }
 rust_4k() { taskset -c 0 $z bench gather "$data/r4k" --backend uring --evict --batches 300 --json; }
 py_4k() { drop $(files r4k); taskset -c 0 "$py" benches/python/take.py take "$data/r4k" --backend uring --batches 300; }
 : > "$out/sizes.jsonl"

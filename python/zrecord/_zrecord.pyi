@@ -156,6 +156,7 @@ class Dataset:
         cache_dir: _Path | None = None,
         lookahead_bytes: int | None = None,
         storage_options: dict[str, Any] | None = None,
+        copy_mapped: bool = True,
     ) -> Dataset: ...
     def __len__(self) -> int: ...
     @property
@@ -184,6 +185,7 @@ def open(
     cache_dir: _Path | None = None,
     lookahead_bytes: int | None = None,
     storage_options: dict[str, Any] | None = None,
+    copy_mapped: bool = True,
 ) -> Dataset: ...
 def _reopen(path: str, options: dict[str, Any]) -> Dataset: ...
 
