@@ -9,6 +9,9 @@ Usage:
   peers.py grain DIR  [--batch 256] [--batches 200] [--seed 1]
   peers.py arrayrecord DIR [--batch 256] [--batches 200] [--seed 1]   # the bare reader
   peers.py grain-loader DIR [--batch 256] [--batches 200] [--workers 2] [--seed 1]
+  peers.py torch-loader DIR [--batch 256] [--batches 200] [--workers 2] [--seed 1]
+           # torch.utils.data.DataLoader over a numpy memmap of DIR.flat: a random BatchSampler,
+           # each batch one fancy-indexing copy turned into a tensor, in 2 worker processes
 
 DIR is a dataset made by `zrecord bench make` (one raw field, records of one length), whose
 flat copy DIR.flat benches/baselines/numpy_memmap.py builds. The indices are the Rust bench's
@@ -96,7 +99,7 @@ def timed(name: str, n_batches: int, batch: int, step) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=["build", "lance", "grain", "arrayrecord", "grain-loader"])
+    p.add_argument("what", choices=["build", "lance", "grain", "arrayrecord", "grain-loader", "torch-loader"])
     p.add_argument("dir")
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--batches", type=int, default=200)
@@ -139,6 +142,36 @@ def main() -> None:
             np.frombuffer(b"".join(recs), dtype=np.uint8)
 
         r = timed("grain ArrayRecord __getitems__", a.batches, a.batch, step)
+    elif a.what == "torch-loader":
+        import torch
+
+        path = a.dir + ".flat"
+
+        class Flat(torch.utils.data.Dataset):
+            def __init__(self):
+                self.arr = None
+
+            def __len__(self):
+                return n
+
+            def __getitem__(self, batch_indices):
+                if self.arr is None:  # opened in the worker process
+                    self.arr, _ = flat(a.dir)
+                return torch.from_numpy(self.arr[np.asarray(batch_indices)])
+
+        g = torch.Generator().manual_seed(a.seed)
+        sampler = torch.utils.data.BatchSampler(
+            torch.utils.data.RandomSampler(range(n), generator=g), a.batch, drop_last=True
+        )
+        loader = torch.utils.data.DataLoader(Flat(), sampler=sampler, batch_size=None, num_workers=a.workers)
+        it = iter(loader)
+        for _ in range(4):
+            next(it)
+
+        def step(k):
+            next(it)
+
+        r = timed(f"torch DataLoader over numpy memmap, {a.workers} workers", a.batches, a.batch, step)
     else:
         import grain
 

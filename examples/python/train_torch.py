@@ -47,7 +47,7 @@ def main() -> None:
         opt.zero_grad()
         loss.backward()
         opt.step()
-        return float(loss)
+        return loss.item()
 
     seen, start = [], time.perf_counter()
     checkpoint = None

@@ -11,7 +11,11 @@ rm -rf "$venv"
 "$python" -m venv "$venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check -r python/requirements-test.txt
 start=$SECONDS
-"$venv/bin/pip" install --quiet --disable-pip-version-check ./python
+# Overflow checks on in the tested wheel (an integer wrap panics, and the binding turns the panic
+# into InternalError), the same profile setting as CI's `cargo test --release` step: the two
+# release builds share their dependencies instead of compiling them twice.
+CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true \
+  "$venv/bin/pip" install --quiet --disable-pip-version-check ./python
 echo "python/tests/run.sh: wheel built and installed in $((SECONDS - start)) s" >&2
 cd python/tests
 exec "../../$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
