@@ -42,8 +42,8 @@
 //! # Where things are
 //!
 //! The store is at the crate root; the loader pipeline at [`pipeline`]; datasets on object
-//! stores at `remote` (feature `remote`, on by default); `.npy` conversion at [`convert`]. Off by
-//! default: `diagnostics` (feature `diagnostics`: bench and diagnostic helpers, the format's
+//! stores at `remote` (feature `remote`: `features = ["remote"]`); `.npy` conversion at
+//! [`convert`]. Off by default: `remote`, `diagnostics` (feature `diagnostics`: bench and diagnostic helpers, the format's
 //! decoders for fuzzing) and `testing` (feature `testing`: simulated and fault-injecting file
 //! systems). Each public name has one path; `docs/public-api.txt` lists them all.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]

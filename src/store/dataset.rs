@@ -95,7 +95,8 @@ impl Dataset {
     fn open_url(url: &str, _config: ReadConfig) -> Result<Dataset> {
         Err(Error::NotADataset {
             path: PathBuf::from(url),
-            reason: "this build of zrecord reads no object stores (feature `remote`)".into(),
+            reason: "this build of zrecord reads no object stores: enable its `remote` feature"
+                .into(),
         })
     }
 
