@@ -43,9 +43,9 @@
 //!
 //! The store is at the crate root; the loader pipeline at [`pipeline`]; datasets on object
 //! stores at `remote` (feature `remote`: `features = ["remote"]`); `.npy` conversion at
-//! [`convert`]. Off by default: `remote`, `diagnostics` (feature `diagnostics`: bench and diagnostic helpers, the format's
-//! decoders for fuzzing) and `testing` (feature `testing`: simulated and fault-injecting file
-//! systems). Each public name has one path; `docs/public-api.txt` lists them all.
+//! [`convert`]. Off by default: `remote`, `diagnostics` (feature `diagnostics`: bench and
+//! diagnostic helpers, the format's decoders for fuzzing) and `testing` (feature `testing`:
+//! simulated and fault-injecting file systems). Each public name has one path; `docs/public-api.txt` lists them all.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 // io_uring, `posix_fadvise`, `sync_file_range`, `mincore`, `O_DIRECT` and `/proc/self/fd` are
