@@ -178,7 +178,7 @@ impl PyDataset {
     #[pyo3(signature = (path, *, backend=None, verify=true, direct=false, cache_bytes=None,
                         cache_dir=None, lookahead_bytes=None, storage_options=None, copy_mapped=true))]
     #[allow(clippy::too_many_arguments)]
-    fn new(
+    pub(crate) fn new(
         py: Python<'_>,
         path: Bound<'_, PyAny>,
         backend: Option<String>,
@@ -192,12 +192,6 @@ impl PyDataset {
     ) -> PyResult<Self> {
         let location = path_str(&path)?;
         let cache_dir = cache_dir.map(|d| path_str(&d)).transpose()?;
-        let mut so = Vec::new();
-        if let Some(d) = storage_options {
-            for (k, v) in d.iter() {
-                so.push((k.extract::<String>()?, v.str()?.to_string()));
-            }
-        }
         let options = OpenOptions {
             backend,
             verify,
@@ -205,7 +199,7 @@ impl PyDataset {
             cache_bytes,
             cache_dir,
             lookahead_bytes,
-            storage_options: so,
+            storage_options: storage_options_of(storage_options)?,
             copy_mapped,
         };
         PyDataset::open_with(py, location, options)
@@ -387,6 +381,16 @@ pub(crate) fn _reopen(
         },
     };
     PyDataset::open_with(py, path, opt)
+}
+
+/// `storage_options` as object_store settings: each key with its value as a string.
+pub(crate) fn storage_options_of(d: Option<Bound<'_, PyDict>>) -> PyResult<Vec<(String, String)>> {
+    let Some(d) = d else {
+        return Ok(Vec::new());
+    };
+    d.iter()
+        .map(|(k, v)| Ok((k.extract::<String>()?, v.str()?.to_string())))
+        .collect()
 }
 
 /// A path-like (str, `os.PathLike`) as a string.

@@ -32,25 +32,18 @@ fn open(
     storage_options: Option<Bound<'_, pyo3::types::PyDict>>,
     copy_mapped: bool,
 ) -> PyResult<dataset::PyDataset> {
-    let location = dataset::path_str(&path)?;
-    let cache_dir = cache_dir.map(|d| dataset::path_str(&d)).transpose()?;
-    let mut so = Vec::new();
-    if let Some(d) = storage_options {
-        for (k, v) in d.iter() {
-            so.push((k.extract::<String>()?, v.str()?.to_string()));
-        }
-    }
-    let options = dataset::OpenOptions {
+    dataset::PyDataset::new(
+        py,
+        path,
         backend,
         verify,
         direct,
         cache_bytes,
         cache_dir,
         lookahead_bytes,
-        storage_options: so,
+        storage_options,
         copy_mapped,
-    };
-    dataset::PyDataset::open_with(py, location, options)
+    )
 }
 
 #[pymodule]

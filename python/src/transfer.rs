@@ -12,10 +12,8 @@ fn options(
     single_writer: bool,
 ) -> PyResult<TransferOptions> {
     let mut store = StoreOptions::default();
-    if let Some(d) = storage_options {
-        for (k, v) in d.iter() {
-            store = store.with(k.extract::<String>()?, v.str()?.to_string());
-        }
+    for (k, v) in crate::dataset::storage_options_of(storage_options)? {
+        store = store.with(k, v);
     }
     let mut o = TransferOptions::default()
         .store(store)
