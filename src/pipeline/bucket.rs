@@ -1,24 +1,4 @@
 //! Length bucketing: d9d's `BufferSortedDataset` as a stage.
-//!
-//! Each epoch of the upstream stage is cut into buffers of `buffer_size` consecutive positions
-//! (the last one may be shorter). Each buffer is, independently:
-//!
-//! 1. keyed: `(key(index), tie)`, where `tie` is a seeded hash of `(seed, epoch, buffer, position)`
-//!    so equal keys are ordered randomly but reproducibly;
-//! 2. sorted by that pair;
-//! 3. cut into packs of `pack_size` (the last may be shorter);
-//! 4. the packs are shuffled;
-//! 5. the items within every pack are shuffled;
-//! 6. flattened and served.
-//!
-//! All randomness derives from `(seed, epoch, buffer index)`, so the stage is a pure function of
-//! `(epoch, position)` like every other stage: a checkpoint stays a cursor, and a resume rebuilds
-//! only the one buffer the cursor is in, by re-reading its `buffer_size` upstream positions.
-//! A buffer is a permutation of its upstream positions, so every upstream item is served exactly
-//! once per epoch.
-//!
-//! Batches cut from a bucketed stage with `batch_size == pack_size` (and `buffer_size` a
-//! multiple of `pack_size`) are exactly the packs: items of similar length, so little padding.
 
 use std::fmt;
 use std::sync::Arc;
@@ -179,6 +159,26 @@ impl Default for BucketConfig {
 }
 
 /// The bucket stage.
+///
+/// Each epoch of the upstream stage is cut into buffers of `buffer_size` consecutive positions
+/// (the last one may be shorter). Each buffer is, independently:
+///
+/// 1. keyed: `(key(index), tie)`, where `tie` is a seeded hash of `(seed, epoch, buffer, position)`
+///    so equal keys are ordered randomly but reproducibly;
+/// 2. sorted by that pair;
+/// 3. cut into packs of `pack_size` (the last may be shorter);
+/// 4. the packs are shuffled;
+/// 5. the items within every pack are shuffled;
+/// 6. flattened and served.
+///
+/// All randomness derives from `(seed, epoch, buffer index)`, so the stage is a pure function of
+/// `(epoch, position)` like every other stage: a checkpoint stays a cursor, and a resume rebuilds
+/// only the one buffer the cursor is in, by re-reading its `buffer_size` upstream positions.
+/// A buffer is a permutation of its upstream positions, so every upstream item is served exactly
+/// once per epoch.
+///
+/// Batches cut from a bucketed stage with `batch_size == pack_size` (and `buffer_size` a
+/// multiple of `pack_size`) are exactly the packs: items of similar length, so little padding.
 #[derive(Clone)]
 pub struct Bucket<S> {
     upstream: S,

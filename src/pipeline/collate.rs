@@ -1,15 +1,6 @@
 //! Collate: one buffer per field of a gathered batch. [`stack`] for fixed-shape fields (what
 //! `torch.utils.data.default_collate` does), d9d's `pad_stack_1d` for variable-length 1-D
 //! records, and its token pooling masks.
-//!
-//! [`stack`] lays the `B` records of a field, all of one byte length, out in one contiguous
-//! row-major `[B, …]` buffer; a record of another length is an error, never padding.
-//!
-//! [`pad_stack`] lays `rows` records out in one contiguous row-major buffer of `rows × cols`
-//! elements, `cols` being the longest record rounded up to `pad_to_multiple_of`; every record is
-//! padded on the chosen side with `pad_value`. The result carries the record lengths and an
-//! attention mask (1 for a record element, 0 for padding), from which [`PaddedBatch::pooling_mask`]
-//! derives the mask of the tokens a pooling reads.
 
 use serde::{Deserialize, Serialize};
 
@@ -103,6 +94,15 @@ impl<E> PadConfig<E> {
 }
 
 /// Records padded and stacked into one buffer.
+///
+/// [`stack`] lays the `B` records of a field, all of one byte length, out in one contiguous
+/// row-major `[B, …]` buffer; a record of another length is an error, never padding.
+///
+/// [`pad_stack`] lays `rows` records out in one contiguous row-major buffer of `rows × cols`
+/// elements, `cols` being the longest record rounded up to `pad_to_multiple_of`; every record is
+/// padded on the chosen side with `pad_value`. The result carries the record lengths and an
+/// attention mask (1 for a record element, 0 for padding), from which [`PaddedBatch::pooling_mask`]
+/// derives the mask of the tokens a pooling reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PaddedBatch<E> {
     /// `rows × cols` elements, row-major.

@@ -1,29 +1,5 @@
 //! Elastic resume: the checkpoints of N ranks, resumed by M ranks, mid-epoch.
 //!
-//! # What is delivered
-//!
-//! Every item of a loader is a position of its root stage (the sampler, or a mix): `(epoch,
-//! position)`. Old ranks consumed some of them. The merge computes, for every epoch some old rank
-//! was still inside of, the **residual**: every position of that epoch that no old rank consumed
-//! (items prefetched but not consumed count as not consumed). The new ranks then run:
-//!
-//! 1. the residual of each interrupted epoch, in epoch order, each as one epoch of its own:
-//!    sharded over the M new ranks, bucketed and batched by the new configuration;
-//! 2. then every later epoch in full, exactly as an M-rank loader from the same seed runs it.
-//!
-//! So every item of an interrupted epoch is delivered exactly once across old and new ranks,
-//! whatever the old ranks' merge policy and however unevenly they progressed, and from the first
-//! epoch no old rank had started the order is the deterministic M-rank order.
-//!
-//! The new configuration's settings apply to the residual as to any epoch: `pad_to_equal` pads
-//! the new ranks' shards of it to equal length with marked repeats, `drop_remainder` and
-//! `drop_last` leave out its tail. The residual itself holds every unconsumed item, including
-//! any the old configuration's drop settings would have left out of that epoch.
-//!
-//! A partially consumed bucket buffer is not kept as a buffer: its unconsumed items go back into
-//! the residual in their shard order, and the new ranks' bucket stages sort them again with the
-//! rest of their shard of the residual.
-//!
 //! # Representation
 //!
 //! A residual is small whatever the epoch's size. Each old rank's shard of an epoch is an
@@ -73,6 +49,30 @@ pub struct ResidualEpoch {
 
 /// The part of a checkpoint an elastic resume adds: the residual epochs a rank runs first, and
 /// the root epoch it runs in full from.
+///
+/// # What is delivered
+///
+/// Every item of a loader is a position of its root stage (the sampler, or a mix): `(epoch,
+/// position)`. Old ranks consumed some of them. The merge computes, for every epoch some old rank
+/// was still inside of, the **residual**: every position of that epoch that no old rank consumed
+/// (items prefetched but not consumed count as not consumed). The new ranks then run:
+///
+/// 1. the residual of each interrupted epoch, in epoch order, each as one epoch of its own:
+///    sharded over the M new ranks, bucketed and batched by the new configuration;
+/// 2. then every later epoch in full, exactly as an M-rank loader from the same seed runs it.
+///
+/// So every item of an interrupted epoch is delivered exactly once across old and new ranks,
+/// whatever the old ranks' merge policy and however unevenly they progressed, and from the first
+/// epoch no old rank had started the order is the deterministic M-rank order.
+///
+/// The new configuration's settings apply to the residual as to any epoch: `pad_to_equal` pads
+/// the new ranks' shards of it to equal length with marked repeats, `drop_remainder` and
+/// `drop_last` leave out its tail. The residual itself holds every unconsumed item, including
+/// any the old configuration's drop settings would have left out of that epoch.
+///
+/// A partially consumed bucket buffer is not kept as a buffer: its unconsumed items go back into
+/// the residual in their shard order, and the new ranks' bucket stages sort them again with the
+/// rest of their shard of the residual.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct ElasticState {
     /// The residual of every interrupted epoch, in epoch order.

@@ -1,26 +1,5 @@
 //! [`Loader`]: the usual chain — sampler (or mix) → shard → (bucket) → batch → prefetch —
 //! behind one builder, with a checkpoint that records the source generation and the configuration.
-//!
-//! ```no_run
-//! # async fn train() -> zrecord::Result<()> {
-//! use std::sync::Arc;
-//! use zrecord::pipeline::{Loader, MergePolicy};
-//!
-//! let dataset = Arc::new(zrecord::Dataset::open("train")?);
-//! let mut loader = Loader::builder(dataset)
-//!     .seed(42)
-//!     .batch_size(64)
-//!     .num_workers(4)
-//!     .build()?;
-//! while let Some(batch) = loader.next().await {
-//!     // A read that failed on every retry surfaces here, in its place; the stream then ends
-//!     // and `loader.state()` still points at that batch.
-//!     let batch = batch?;
-//!     let _records: &zrecord::Batch = &batch.data;
-//!     let _checkpoint = serde_json::to_string(&loader.state()).ok();
-//! }
-//! # Ok(()) }
-//! ```
 
 use std::fmt;
 use std::pin::Pin;
@@ -797,6 +776,27 @@ impl Header {
 ///
 /// `Send` (and `Sync` for a `Sync` batch type); usable from any multi-thread tokio runtime: the
 /// gathers run on the loader's own threads, never on a runtime worker.
+///
+/// ```no_run
+/// # async fn train() -> zrecord::Result<()> {
+/// use std::sync::Arc;
+/// use zrecord::pipeline::{Loader, MergePolicy};
+///
+/// let dataset = Arc::new(zrecord::Dataset::open("train")?);
+/// let mut loader = Loader::builder(dataset)
+///     .seed(42)
+///     .batch_size(64)
+///     .num_workers(4)
+///     .build()?;
+/// while let Some(batch) = loader.next().await {
+///     // A read that failed on every retry surfaces here, in its place; the stream then ends
+///     // and `loader.state()` still points at that batch.
+///     let batch = batch?;
+///     let _records: &zrecord::Batch = &batch.data;
+///     let _checkpoint = serde_json::to_string(&loader.state()).ok();
+/// }
+/// # Ok(()) }
+/// ```
 #[must_use = "a loader does nothing unless polled"]
 pub struct Loader<S: Source, T = <S as Source>::Batch> {
     source: Arc<S>,

@@ -1,21 +1,4 @@
 //! The sampler: the first stage, mapping `(epoch, position)` to a record index.
-//!
-//! Four modes, all seeded and portable (plain 64-bit integer arithmetic, no platform RNG):
-//!
-//! - [`SamplerMode::Sequential`]: every index of `[0, n)` once per epoch, in order; every epoch
-//!   is the same.
-//! - [`SamplerMode::SequentialWrap`]: loaderx's sliding window over a circular index space, an
-//!   explicit opt-in to wrap-around. The window of `window_len` indices slides forward by
-//!   `window_len`; the index space `[0, n)` is a circular queue, so the window at the tail wraps
-//!   to the head instead of being truncated, and the next epoch continues where the circle left
-//!   off. An epoch is `ceil(n / window_len)` windows, so position `p` of epoch `e` is index
-//!   `(e * epoch_len + p) mod n`: with `n = 10` and `window_len = 4`, epoch 0 ends `…, 8, 9, 0,
-//!   1` and epoch 1 starts at 2. With `window_len` dividing `n` it is the same as `Sequential`.
-//! - [`SamplerMode::Shuffled`]: a fresh permutation of `[0, n)` per epoch, keyed by
-//!   `(seed, epoch)`, computed per position with a keyed Feistel network plus cycle-walking (the
-//!   construction of Grain's `index_shuffle`). No N-sized array; seeking is O(1).
-//! - [`SamplerMode::Random`]: `n` draws per epoch with replacement; the index at position `p` is
-//!   a keyed hash of `(seed, epoch, p)` reduced to `[0, n)`.
 
 use serde::{Deserialize, Serialize};
 
@@ -24,6 +7,23 @@ use crate::hash::{fold, hash, mix, reduce, HASH_START};
 use crate::{Error, Result};
 
 /// How the sampler orders indices.
+///
+/// Four modes, all seeded and portable (plain 64-bit integer arithmetic, no platform RNG):
+///
+/// - [`SamplerMode::Sequential`]: every index of `[0, n)` once per epoch, in order; every epoch
+///   is the same.
+/// - [`SamplerMode::SequentialWrap`]: loaderx's sliding window over a circular index space, an
+///   explicit opt-in to wrap-around. The window of `window_len` indices slides forward by
+///   `window_len`; the index space `[0, n)` is a circular queue, so the window at the tail wraps
+///   to the head instead of being truncated, and the next epoch continues where the circle left
+///   off. An epoch is `ceil(n / window_len)` windows, so position `p` of epoch `e` is index
+///   `(e * epoch_len + p) mod n`: with `n = 10` and `window_len = 4`, epoch 0 ends `…, 8, 9, 0,
+///   1` and epoch 1 starts at 2. With `window_len` dividing `n` it is the same as `Sequential`.
+/// - [`SamplerMode::Shuffled`]: a fresh permutation of `[0, n)` per epoch, keyed by
+///   `(seed, epoch)`, computed per position with a keyed Feistel network plus cycle-walking (the
+///   construction of Grain's `index_shuffle`). No N-sized array; seeking is O(1).
+/// - [`SamplerMode::Random`]: `n` draws per epoch with replacement; the index at position `p` is
+///   a keyed hash of `(seed, epoch, p)` reduced to `[0, n)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SamplerMode {
     /// In order: every epoch is `0, 1, …, n − 1`, each index exactly once.
@@ -33,7 +33,7 @@ pub enum SamplerMode {
     /// `Sequential { window_len: 1 }` is this (see CHANGELOG.md).
     Sequential,
     /// In order, as windows of `window_len` sliding over a circular index space that wraps
-    /// around (see the module documentation): an epoch is `ceil(n / window_len)` whole windows,
+    /// around (see above): an epoch is `ceil(n / window_len)` whole windows,
     /// so it repeats indices from the start of the circle, and the next epoch starts where the
     /// last one left off. `window_len` must be at least 1.
     SequentialWrap {

@@ -1,20 +1,5 @@
 //! Sharding: one rank's (or one consumer's) view of every epoch of the upstream stage, as in d9d's
 //! `ShardedDataset`.
-//!
-//! With an upstream epoch of `L` items and `total` shards, shard `k` sees, in each epoch:
-//!
-//! - [`ShardMode::Interleaved`] (d9d "sequential", round-robin): upstream positions
-//!   `k, k + total, k + 2·total, …`. For 14 items and 4 shards, shard 0 sees 0, 4, 8, 12 and
-//!   shard 2 sees 2, 6, 10.
-//! - [`ShardMode::Contiguous`] (d9d "chunked"): blocks of `ceil(L / total)` positions. For 14
-//!   items and 4 shards, shard 0 sees 0, 1, 2, 3 and shard 3 sees 12, 13.
-//!
-//! Without padding or dropping, the shards partition the epoch: every upstream item lands in
-//! exactly one shard, and shard lengths may differ by one (or more for contiguous: some shards
-//! may be empty). `pad_to_equal` makes every shard `ceil(L / total)` long by repeating the last
-//! item of the epoch (position `L − 1`, as d9d does) and marking the repeats
-//! [`Sample::padded`]. `drop_remainder` makes every shard `floor(L / total)` long by dropping
-//! the tail instead.
 
 use serde::{Deserialize, Serialize};
 
@@ -119,6 +104,21 @@ impl ShardConfig {
 }
 
 /// The shard stage.
+///
+/// With an upstream epoch of `L` items and `total` shards, shard `k` sees, in each epoch:
+///
+/// - [`ShardMode::Interleaved`] (d9d "sequential", round-robin): upstream positions
+///   `k, k + total, k + 2·total, …`. For 14 items and 4 shards, shard 0 sees 0, 4, 8, 12 and
+///   shard 2 sees 2, 6, 10.
+/// - [`ShardMode::Contiguous`] (d9d "chunked"): blocks of `ceil(L / total)` positions. For 14
+///   items and 4 shards, shard 0 sees 0, 1, 2, 3 and shard 3 sees 12, 13.
+///
+/// Without padding or dropping, the shards partition the epoch: every upstream item lands in
+/// exactly one shard, and shard lengths may differ by one (or more for contiguous: some shards
+/// may be empty). `pad_to_equal` makes every shard `ceil(L / total)` long by repeating the last
+/// item of the epoch (position `L − 1`, as d9d does) and marking the repeats
+/// [`Sample::padded`]. `drop_remainder` makes every shard `floor(L / total)` long by dropping
+/// the tail instead.
 #[derive(Debug, Clone)]
 pub struct Shard<S> {
     upstream: S,
