@@ -34,8 +34,22 @@ pub enum Error {
         reason: String,
     },
 
+    /// A field's zstd dictionary file (`<field>.<number>.zdict`) is short, fails its CRC32C, or
+    /// zstd cannot prepare it.
+    #[error("corrupt dictionary {number} of field {field:?} in {path}: {reason}")]
+    DictionaryCorrupt {
+        /// The dictionary file.
+        path: PathBuf,
+        /// The field.
+        field: String,
+        /// The dictionary's number.
+        number: u8,
+        /// What was wrong.
+        reason: String,
+    },
+
     /// `meta.json` names a format version this build does not understand.
-    #[error("{path}: unsupported format version {found} (this build reads version {supported})")]
+    #[error("{path}: unsupported format version {found} (this build reads versions 1 to {supported})")]
     UnsupportedVersion {
         /// The metadata file.
         path: PathBuf,
@@ -417,6 +431,7 @@ impl Error {
                 | Error::OffsetCorrupt { .. }
                 | Error::ChecksumMismatch { .. }
                 | Error::Decompress { .. }
+                | Error::DictionaryCorrupt { .. }
         )
     }
 }

@@ -78,32 +78,96 @@ impl fmt::Display for DType {
 }
 
 /// How a field's records are stored.
+///
+/// In `meta.json`: `"raw"`, `"deflate"`, `{"zstd":{"level":3}}`, `{"zstd_dict":{"level":3}}`.
+/// Every codec compresses each record on its own, so a record is still read alone, and a record
+/// that does not shrink is stored raw: the codec actually used is recorded in each record's
+/// offset entry ([`StoredCodec`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Codec {
     /// Stored as given.
     #[default]
     Raw,
-    /// Whole-record raw deflate (RFC 1951). A record that does not shrink is stored raw, and the
-    /// codec actually used is recorded in each record's offset entry.
+    /// Whole-record raw deflate (RFC 1951, libdeflate).
     Deflate,
+    /// One zstd frame per record at `level` (1 = fastest … 19; [`Codec::ZSTD_DEFAULT_LEVEL`] is
+    /// 3). Needs format version 2: a dataset with a zstd field is refused by readers that only
+    /// know version 1.
+    Zstd {
+        /// The zstd compression level (clamped to 1–19 when writing).
+        level: i32,
+    },
+    /// One zstd frame per record, compressed with a dictionary trained on the field's own
+    /// records: small records (captions, JSON, token runs of a few KiB) compress like a whole
+    /// stream and stay readable one by one. The writer trains the dictionary on the field's
+    /// first records (see `WriterConfig::dictionary_sample_records`); records written before it
+    /// exists are plain zstd. Each record's entry names the dictionary it was written with.
+    ZstdDict {
+        /// The zstd compression level (clamped to 1–19 when writing).
+        level: i32,
+    },
 }
 
 impl Codec {
-    /// The code stored in an offset entry's codec byte.
+    /// zstd's default level, the one `Codec::zstd()` and `Codec::zstd_dict()` use.
+    pub const ZSTD_DEFAULT_LEVEL: i32 = 3;
+
+    /// [`Codec::Zstd`] at the default level.
+    pub fn zstd() -> Codec {
+        Codec::Zstd {
+            level: Codec::ZSTD_DEFAULT_LEVEL,
+        }
+    }
+
+    /// [`Codec::ZstdDict`] at the default level.
+    pub fn zstd_dict() -> Codec {
+        Codec::ZstdDict {
+            level: Codec::ZSTD_DEFAULT_LEVEL,
+        }
+    }
+
+    /// The codec's name: `raw`, `deflate`, `zstd` or `zstd_dict`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Codec::Raw => "raw",
+            Codec::Deflate => "deflate",
+            Codec::Zstd { .. } => "zstd",
+            Codec::ZstdDict { .. } => "zstd_dict",
+        }
+    }
+
+    /// Whether records of this codec are decoded on read (everything but raw).
+    pub fn compresses(self) -> bool {
+        self != Codec::Raw
+    }
+
+    /// Whether a dataset with a field of this codec needs format version 2.
+    pub(crate) fn needs_v2(self) -> bool {
+        matches!(self, Codec::Zstd { .. } | Codec::ZstdDict { .. })
+    }
+
+    /// The code of an offset entry of a record stored with this codec (the dictionary codec's
+    /// records name a dictionary besides: see [`StoredCodec`]).
+    #[deprecated(note = "an entry's codec is a `StoredCodec`; see CHANGELOG.md")]
     pub fn code(self) -> u8 {
         match self {
             Codec::Raw => 0,
             Codec::Deflate => 1,
+            Codec::Zstd { .. } => 2,
+            Codec::ZstdDict { .. } => 3,
         }
     }
 
-    /// The codec for an offset entry's codec byte, if known.
+    /// The field codec of an offset entry's codec byte (zstd ones at the default level).
+    #[deprecated(note = "an entry's codec is a `StoredCodec` (`StoredCodec::from_bytes`); see CHANGELOG.md")]
     pub fn from_code(code: u8) -> Option<Codec> {
         match code {
             0 => Some(Codec::Raw),
             1 => Some(Codec::Deflate),
+            2 => Some(Codec::zstd()),
+            3 => Some(Codec::zstd_dict()),
             _ => None,
         }
     }
@@ -111,10 +175,81 @@ impl Codec {
 
 impl fmt::Display for Codec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Codec::Raw => "raw",
-            Codec::Deflate => "deflate",
-        })
+        match self {
+            Codec::Raw | Codec::Deflate => f.write_str(self.name()),
+            Codec::Zstd { level } | Codec::ZstdDict { level } => {
+                write!(f, "{}:{level}", self.name())
+            }
+        }
+    }
+}
+
+/// How one record's bytes are stored: the codec byte (and, for a dictionary, the reserved byte)
+/// of its offset entry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum StoredCodec {
+    /// Stored as given (code 0).
+    #[default]
+    Raw,
+    /// A raw deflate stream (code 1).
+    Deflate,
+    /// A zstd frame without a dictionary (code 2).
+    Zstd,
+    /// A zstd frame compressed with the field's dictionary of this number (code 3; the number
+    /// is the entry's byte 11).
+    ZstdDict(u8),
+}
+
+impl StoredCodec {
+    /// The entry's codec byte.
+    pub fn code(self) -> u8 {
+        match self {
+            StoredCodec::Raw => 0,
+            StoredCodec::Deflate => 1,
+            StoredCodec::Zstd => 2,
+            StoredCodec::ZstdDict(_) => 3,
+        }
+    }
+
+    /// The entry's byte 11: the dictionary number, 0 for every other codec.
+    pub fn dictionary(self) -> u8 {
+        match self {
+            StoredCodec::ZstdDict(d) => d,
+            _ => 0,
+        }
+    }
+
+    /// The stored codec of an entry's codec byte and byte 11, if known and consistent.
+    pub fn from_bytes(code: u8, dictionary: u8) -> Result<StoredCodec, String> {
+        let c = match code {
+            0 => StoredCodec::Raw,
+            1 => StoredCodec::Deflate,
+            2 => StoredCodec::Zstd,
+            3 => return Ok(StoredCodec::ZstdDict(dictionary)),
+            _ => return Err(format!("unknown codec code {code}")),
+        };
+        if dictionary != 0 {
+            return Err(format!(
+                "reserved byte is {dictionary}, not 0 (codec code {code})"
+            ));
+        }
+        Ok(c)
+    }
+
+    /// Whether the stored bytes are decoded into the record (everything but raw).
+    pub fn compressed(self) -> bool {
+        self != StoredCodec::Raw
+    }
+}
+
+impl fmt::Display for StoredCodec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoredCodec::Raw => f.write_str("raw"),
+            StoredCodec::Deflate => f.write_str("deflate"),
+            StoredCodec::Zstd => f.write_str("zstd"),
+            StoredCodec::ZstdDict(d) => write!(f, "zstd with dictionary {d}"),
+        }
     }
 }
 
@@ -123,12 +258,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn codec_codes_round_trip_and_unknown_is_none() {
-        for c in [Codec::Raw, Codec::Deflate] {
-            assert_eq!(Codec::from_code(c.code()), Some(c));
+    fn stored_codec_bytes_round_trip_and_unknown_is_refused() {
+        let all = [
+            StoredCodec::Raw,
+            StoredCodec::Deflate,
+            StoredCodec::Zstd,
+            StoredCodec::ZstdDict(0),
+            StoredCodec::ZstdDict(7),
+            StoredCodec::ZstdDict(255),
+        ];
+        for c in all {
+            assert_eq!(StoredCodec::from_bytes(c.code(), c.dictionary()), Ok(c));
         }
-        for code in 2..=255u8 {
-            assert_eq!(Codec::from_code(code), None);
+        for code in 4..=255u8 {
+            assert!(StoredCodec::from_bytes(code, 0).is_err());
+        }
+        for code in 0..=2u8 {
+            assert!(StoredCodec::from_bytes(code, 1).is_err());
+        }
+    }
+
+    #[test]
+    fn codec_names_round_trip_through_json() {
+        for (c, json) in [
+            (Codec::Raw, r#""raw""#),
+            (Codec::Deflate, r#""deflate""#),
+            (Codec::Zstd { level: 3 }, r#"{"zstd":{"level":3}}"#),
+            (Codec::ZstdDict { level: 9 }, r#"{"zstd_dict":{"level":9}}"#),
+        ] {
+            assert_eq!(serde_json::to_string(&c).unwrap(), json);
+            assert_eq!(serde_json::from_str::<Codec>(json).unwrap(), c);
         }
     }
 

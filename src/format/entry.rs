@@ -5,17 +5,19 @@
 //! ```text
 //!  0      2           7          10     11     12         16          20         24
 //!  +------+-----------+----------+------+------+----------+-----------+----------+
-//!  |chunk | offset    | phys_len | codec| rsvd | data_crc | logical   | entry_crc|
-//!  | u16  | u40       | u24      | u8   | u8=0 | u32      | len u32   | u32      |
+//!  |chunk | offset    | phys_len | codec| dict | data_crc | logical   | entry_crc|
+//!  | u16  | u40       | u24      | u8   | u8   | u32      | len u32   | u32      |
 //!  +------+-----------+----------+------+------+----------+-----------+----------+
 //! ```
 //!
+//! `codec` is 0 raw, 1 deflate, 2 zstd, 3 zstd with a dictionary; `dict` is the dictionary's
+//! number for code 3 and 0 otherwise (it was a reserved zero byte in format version 1).
 //! `data_crc` is the CRC32C of the stored (physical) bytes. `entry_crc` is the CRC32C of the
 //! record index (u64 LE) followed by bytes 0..20, so a damaged entry, or a correct entry found at
 //! the wrong index, is detected when it is read. A patch entry is the record index (u64 LE)
 //! followed by the offset entry for that index: 32 bytes.
 
-use super::dtype::Codec;
+use super::dtype::StoredCodec;
 use super::{MAX_CHUNK_BYTES, MAX_RECORD_BYTES};
 
 /// Size of an offset entry in bytes.
@@ -33,7 +35,7 @@ pub struct Entry {
     /// Stored length in bytes (< 2^24). Zero means the field is absent (empty).
     pub physical_len: u32,
     /// The codec the stored bytes use.
-    pub codec: Codec,
+    pub codec: StoredCodec,
     /// CRC32C of the stored bytes.
     pub data_crc: u32,
     /// Length of the record after decoding (equals `physical_len` for raw records).
@@ -46,7 +48,7 @@ impl Entry {
         chunk: 0,
         offset: 0,
         physical_len: 0,
-        codec: Codec::Raw,
+        codec: StoredCodec::Raw,
         data_crc: 0,
         logical_len: 0,
     };
@@ -74,7 +76,7 @@ impl Entry {
         b[2..7].copy_from_slice(&off[0..5]);
         b[7..10].copy_from_slice(&plen[0..3]);
         b[10] = self.codec.code();
-        b[11] = 0;
+        b[11] = self.codec.dictionary();
         b[12..16].copy_from_slice(&self.data_crc.to_le_bytes());
         b[16..20].copy_from_slice(&self.logical_len.to_le_bytes());
         let crc = entry_crc(index, &b[0..20]);
@@ -89,7 +91,7 @@ impl Entry {
             .get(..ENTRY_BYTES)
             .and_then(|s| s.try_into().ok())
             .ok_or_else(|| format!("entry is shorter than {ENTRY_BYTES} bytes"))?;
-        let [c0, c1, o0, o1, o2, o3, o4, p0, p1, p2, codec, rsvd, d0, d1, d2, d3, l0, l1, l2, l3, e0, e1, e2, e3] =
+        let [c0, c1, o0, o1, o2, o3, o4, p0, p1, p2, codec, dict, d0, d1, d2, d3, l0, l1, l2, l3, e0, e1, e2, e3] =
             *b;
         let stored_crc = u32::from_le_bytes([e0, e1, e2, e3]);
         let computed = entry_crc(index, &b[..20]);
@@ -98,10 +100,7 @@ impl Entry {
                 "entry checksum mismatch: stored {stored_crc:#010x}, computed {computed:#010x}"
             ));
         }
-        if rsvd != 0 {
-            return Err(format!("reserved byte is {rsvd}, not 0"));
-        }
-        let codec = Codec::from_code(codec).ok_or_else(|| format!("unknown codec code {codec}"))?;
+        let codec = StoredCodec::from_bytes(codec, dict)?;
         let e = Entry {
             chunk: u16::from_le_bytes([c0, c1]),
             offset: u64::from_le_bytes([o0, o1, o2, o3, o4, 0, 0, 0]),
@@ -123,12 +122,14 @@ impl Entry {
             ));
         }
         match self.codec {
-            Codec::Raw if self.physical_len != self.logical_len => Err(format!(
+            StoredCodec::Raw if self.physical_len != self.logical_len => Err(format!(
                 "raw record with physical length {} and logical length {}",
                 self.physical_len, self.logical_len
             )),
-            Codec::Deflate if self.physical_len == 0 || self.logical_len == 0 => {
-                Err("deflate record with a zero length".to_string())
+            c @ (StoredCodec::Deflate | StoredCodec::Zstd | StoredCodec::ZstdDict(_))
+                if self.physical_len == 0 || self.logical_len == 0 =>
+            {
+                Err(format!("{c} record with a zero length"))
             }
             _ => Ok(()),
         }
@@ -179,7 +180,7 @@ mod tests {
             chunk: 65_534,
             offset: MAX_CHUNK_BYTES - 1,
             physical_len: 1000,
-            codec: Codec::Deflate,
+            codec: StoredCodec::Deflate,
             data_crc: 0xdead_beef,
             logical_len: 4096,
         }

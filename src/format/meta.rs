@@ -45,7 +45,27 @@ pub struct FieldMeta {
     pub codec: Codec,
     /// The field's offset table and patch log.
     pub table: TableMeta,
+    /// The zstd dictionaries records of this field may name (format version 2; only for a
+    /// [`Codec::ZstdDict`] field). Each is the file `<field>.<number>.zdict`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dictionaries: Vec<DictionaryMeta>,
 }
+
+/// A field's trained zstd dictionary: `<field>.<number>.zdict`, written and fsynced before the
+/// commit that names it, never rewritten.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DictionaryMeta {
+    /// The number records name in their offset entries (1–255).
+    pub number: u8,
+    /// The file's length in bytes.
+    pub bytes: u64,
+    /// CRC32C of the file's bytes.
+    pub crc32c: u32,
+}
+
+/// The largest dictionary file a reader accepts.
+pub const MAX_DICTIONARY_FILE_BYTES: u64 = 1 << 20;
 
 /// Which offset table and patch log hold a field's entries, and how much of each is committed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -130,13 +150,27 @@ impl Meta {
                 v.format
             )));
         }
-        if v.version != FORMAT_VERSION {
+        if v.version == 0 || v.version > FORMAT_VERSION {
             return Err(MetaError::Version(v.version));
         }
         let meta: Meta =
             serde_json::from_str(body).map_err(|e| MetaError::Corrupt(e.to_string()))?;
         meta.validate().map_err(MetaError::Corrupt)?;
         Ok(meta)
+    }
+
+    /// The lowest format version that holds this meta: 2 if a field uses zstd or names a
+    /// dictionary, else 1. Every commit writes this version.
+    pub fn required_version(&self) -> u32 {
+        let v2 = self
+            .fields
+            .iter()
+            .any(|f| f.codec.needs_v2() || !f.dictionaries.is_empty());
+        if v2 {
+            2
+        } else {
+            1
+        }
     }
 
     /// Checks the invariants every committed meta satisfies.
@@ -176,7 +210,39 @@ impl Meta {
                 self.len
             ));
         }
+        if self.version < self.required_version() {
+            return Err(format!(
+                "version {} cannot hold a zstd field (version {} can)",
+                self.version,
+                self.required_version()
+            ));
+        }
         for f in &self.fields {
+            if !f.dictionaries.is_empty() && !matches!(f.codec, Codec::ZstdDict { .. }) {
+                return Err(format!(
+                    "field {:?} has dictionaries but codec {}",
+                    f.name, f.codec
+                ));
+            }
+            let mut numbers: Vec<u8> = f.dictionaries.iter().map(|d| d.number).collect();
+            numbers.sort_unstable();
+            if numbers.windows(2).any(|w| matches!(w, [a, b] if a == b)) || numbers.first() == Some(&0)
+            {
+                return Err(format!(
+                    "field {:?}: dictionary numbers must be 1-255 and distinct",
+                    f.name
+                ));
+            }
+            if let Some(d) = f
+                .dictionaries
+                .iter()
+                .find(|d| d.bytes == 0 || d.bytes > MAX_DICTIONARY_FILE_BYTES)
+            {
+                return Err(format!(
+                    "field {:?}: dictionary {} of {} bytes (1 to {MAX_DICTIONARY_FILE_BYTES})",
+                    f.name, d.number, d.bytes
+                ));
+            }
             let t = f.table;
             if t.table_len > MAX_TABLE_ENTRIES || t.patch_len > MAX_TABLE_ENTRIES {
                 return Err(format!(
@@ -244,7 +310,7 @@ mod tests {
     fn sample() -> Meta {
         Meta {
             format: "zrecord".into(),
-            version: FORMAT_VERSION,
+            version: 1,
             generation: 3,
             len: 10,
             chunk_size_bytes: 1 << 20,
@@ -258,6 +324,7 @@ mod tests {
                     table_len: 10,
                     patch_len: 2,
                 },
+                dictionaries: Vec::new(),
             }],
             chunks: vec![ChunkMeta { id: 0, size: 100 }, ChunkMeta { id: 5, size: 7 }],
         }
@@ -316,6 +383,44 @@ mod tests {
         let mut m = sample();
         m.version = 99;
         assert_eq!(Meta::decode(&m.encode()), Err(MetaError::Version(99)));
+        m.version = 0;
+        assert_eq!(Meta::decode(&m.encode()), Err(MetaError::Version(0)));
+    }
+
+    #[test]
+    fn zstd_needs_version_2_and_dictionaries_a_dictionary_field() {
+        let mut m = sample();
+        assert_eq!(m.required_version(), 1);
+        m.fields[0].codec = Codec::zstd_dict();
+        m.fields[0].dictionaries = vec![DictionaryMeta {
+            number: 1,
+            bytes: 4096,
+            crc32c: 7,
+        }];
+        assert_eq!(m.required_version(), 2);
+        // A version 1 meta cannot hold it.
+        assert!(matches!(Meta::decode(&m.encode()), Err(MetaError::Corrupt(_))));
+        m.version = 2;
+        assert_eq!(Meta::decode(&m.encode()), Ok(m.clone()));
+        let text = String::from_utf8(m.encode()).unwrap();
+        assert!(text.contains(r#""codec":{"zstd_dict":{"level":3}}"#), "{text}");
+        // Dictionaries on another codec, number 0, duplicates, empty or huge files.
+        let mut bad = m.clone();
+        bad.fields[0].codec = Codec::zstd();
+        assert!(Meta::decode(&bad.encode()).is_err());
+        for d in [(0u8, 10u64), (1, 0), (1, MAX_DICTIONARY_FILE_BYTES + 1)] {
+            let mut bad = m.clone();
+            bad.fields[0].dictionaries[0].number = d.0;
+            bad.fields[0].dictionaries[0].bytes = d.1;
+            assert!(Meta::decode(&bad.encode()).is_err(), "{d:?}");
+        }
+        let mut bad = m.clone();
+        bad.fields[0].dictionaries.push(bad.fields[0].dictionaries[0]);
+        assert!(Meta::decode(&bad.encode()).is_err());
+        // A version 1 meta without dictionaries has no "dictionaries" key: byte-identical to
+        // what builds before zstd wrote.
+        let text = String::from_utf8(sample().encode()).unwrap();
+        assert!(!text.contains("dictionaries"), "{text}");
     }
 
     #[test]

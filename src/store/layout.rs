@@ -45,6 +45,11 @@ pub fn patches(dir: &Path, field: &str, generation: u64) -> PathBuf {
     dir.join(format!("{field}.{generation}.patches"))
 }
 
+/// `dir/<field>.<number>.zdict`: a field's zstd dictionary.
+pub fn dictionary(dir: &Path, field: &str, number: u8) -> PathBuf {
+    dir.join(format!("{field}.{number}.zdict"))
+}
+
 /// True for a name that looks like an offset table or patch log (`*.<digits>.offsets|patches`).
 pub fn is_table_file(name: &str) -> bool {
     let Some(rest) = name

@@ -12,7 +12,9 @@
 
 use crate::error::{Error, Result};
 use crate::format::entry::{decode_patch, Entry, ENTRY_BYTES, PATCH_BYTES};
-use crate::format::meta::{FieldMeta, Meta, MetaError};
+use crate::format::codec::Dictionary;
+use crate::format::dtype::StoredCodec;
+use crate::format::meta::{DictionaryMeta, FieldMeta, Meta, MetaError};
 use crate::format::FORMAT_VERSION;
 use crate::io::job::FileId;
 use crate::io::vfs::{Prefix, StdFs, Vfs, VfsFile};
@@ -30,6 +32,8 @@ pub(crate) struct FieldTable {
     pub(crate) table_path: PathBuf,
     pub(crate) map: Prefix,
     pub(crate) patches: HashMap<u64, Entry>,
+    /// The field's zstd dictionaries, prepared for decoding, in the meta's order.
+    pub(crate) dictionaries: Vec<Arc<Dictionary>>,
 }
 
 impl FieldTable {
@@ -76,7 +80,13 @@ impl FieldTable {
             }
             patches.insert(index, entry);
         }
+        let dictionaries = meta
+            .dictionaries
+            .iter()
+            .map(|d| load_dictionary(vfs, dir, meta, d))
+            .collect::<Result<Vec<_>>>()?;
         Ok(FieldTable {
+            dictionaries,
             meta: meta.clone(),
             table_path,
             map,
@@ -114,6 +124,11 @@ impl FieldTable {
         Entry::decode(index, raw).map_err(|reason| self.corrupt(index, reason))
     }
 
+    /// The field's dictionary number `n`, if the commit holds it.
+    pub(crate) fn dictionary(&self, n: u8) -> Option<&Arc<Dictionary>> {
+        self.dictionaries.iter().find(|d| d.number == n)
+    }
+
     pub(crate) fn corrupt(&self, index: u64, reason: String) -> Error {
         Error::OffsetCorrupt {
             path: self.table_path.clone(),
@@ -137,8 +152,11 @@ pub struct RecordLocation {
     pub stored_len: u32,
     /// Length after decoding.
     pub logical_len: u32,
-    /// The codec the bytes are stored with.
+    /// The codec the bytes are stored with: the field's codec for a compressed record, raw for a
+    /// record stored raw (one that did not shrink, or any record of a raw field).
     pub codec: crate::Codec,
+    /// The number of the field's zstd dictionary the record was compressed with, if any.
+    pub dictionary: Option<u8>,
     /// CRC32C of the stored bytes.
     pub crc32c: u32,
 }
@@ -162,6 +180,34 @@ pub struct Snapshot {
 /// The identity of `dir/meta.json` now, if it can be read.
 pub(crate) fn meta_id(dir: &Path) -> Option<FileId> {
     FileId::at(&layout::meta(dir)).ok()
+}
+
+/// Reads, checks and prepares one of a field's dictionaries.
+pub(crate) fn load_dictionary(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    field: &FieldMeta,
+    d: &DictionaryMeta,
+) -> Result<Arc<Dictionary>> {
+    let path = layout::dictionary(dir, &field.name, d.number);
+    let corrupt = |reason: String| Error::DictionaryCorrupt {
+        path: path.clone(),
+        field: field.name.clone(),
+        number: d.number,
+        reason,
+    };
+    let file = vfs.open_read(&path)?;
+    check_len(&*file, d.bytes)?;
+    let mut bytes = vec![0u8; usize::try_from(d.bytes).unwrap_or(usize::MAX)];
+    file.read_exact_at(&mut bytes, 0)?;
+    let crc = crate::checksum::crc32c(&bytes);
+    if crc != d.crc32c {
+        return Err(corrupt(format!(
+            "checksum mismatch: the commit says {:#010x}, the file has {crc:#010x}",
+            d.crc32c
+        )));
+    }
+    Dictionary::new(d.number, bytes).map_err(corrupt)
 }
 
 fn check_len(file: &dyn VfsFile, want: u64) -> Result<()> {
@@ -324,6 +370,14 @@ impl Snapshot {
     /// Checks that entry `e` of record `index` in `table` points inside a committed chunk (or
     /// is absent).
     pub(crate) fn check_in_chunk(&self, table: &FieldTable, index: u64, e: Entry) -> Result<Entry> {
+        if let StoredCodec::ZstdDict(n) = e.codec {
+            if table.dictionary(n).is_none() {
+                return Err(table.corrupt(
+                    index,
+                    format!("names zstd dictionary {n}, which the commit does not hold"),
+                ));
+            }
+        }
         if e.physical_len > 0 {
             let chunk = self.chunk(e.chunk);
             match chunk {
@@ -359,7 +413,20 @@ impl Snapshot {
             offset: e.offset,
             stored_len: e.physical_len,
             logical_len: e.logical_len,
-            codec: e.codec,
+            codec: match e.codec {
+                StoredCodec::Raw => crate::Codec::Raw,
+                StoredCodec::Deflate => crate::Codec::Deflate,
+                StoredCodec::Zstd | StoredCodec::ZstdDict(_) => self
+                    .table(field)
+                    .map(|t| t.meta.codec)
+                    .ok()
+                    .filter(|c| c.needs_v2())
+                    .unwrap_or_else(crate::Codec::zstd),
+            },
+            dictionary: match e.codec {
+                StoredCodec::ZstdDict(n) => Some(n),
+                _ => None,
+            },
             crc32c: e.data_crc,
         })
     }

@@ -5,13 +5,17 @@
 use super::resolve::{Resolved, Want};
 use crate::error::{Error, Result};
 use crate::format::codec;
-use crate::format::dtype::Codec;
+use crate::format::dtype::StoredCodec;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 thread_local! {
     static DECOMPRESSOR: std::cell::RefCell<libdeflater::Decompressor> =
         std::cell::RefCell::new(libdeflater::Decompressor::new());
+    /// One zstd context per finishing thread (`None` if zstd could not allocate one), and the
+    /// scratch a record without a slot decodes into to be checked.
+    static ZSTD: std::cell::RefCell<(Option<codec::ZstdDecoder>, Vec<u8>)> =
+        std::cell::RefCell::new((codec::ZstdDecoder::new(), Vec::new()));
 }
 
 /// How many values ahead the loop prefetches record bytes.
@@ -41,16 +45,17 @@ impl Task<'_> {
     fn work(&self, verify: bool) -> usize {
         let check = if verify { self.stored.len() } else { 0 };
         let out = match (self.dst, self.w.e.codec) {
-            (Some((_, len)), Codec::Deflate) => 4 * len,
-            (Some((_, len)), Codec::Raw) => len,
+            (Some((_, len)), StoredCodec::Raw) => len,
+            (Some((_, len)), _) => 4 * len,
             (None, _) => 0,
         };
         check + out
     }
 }
 
-fn checksum(res: &Resolved<'_>, w: &Want, stored: &[u8]) -> Result<()> {
-    let actual = crate::checksum::crc32c(stored);
+/// Checks `bytes` against `w`'s entry: its stored bytes, or for zstd its logical ones.
+fn checksum(res: &Resolved<'_>, w: &Want, bytes: &[u8]) -> Result<()> {
+    let actual = crate::checksum::crc32c(bytes);
     if actual == w.e.data_crc {
         return Ok(());
     }
@@ -77,6 +82,47 @@ fn inflate(res: &Resolved<'_>, w: &Want, stored: &[u8], out: &mut [u8]) -> Resul
         })
 }
 
+/// Decodes the zstd frame `stored` into exactly `out.len()` bytes, then (if `verify`) checks the
+/// CRC32C of those logical bytes: a zstd entry's checksum covers what the record decodes to, so a
+/// frame decoded with the wrong dictionary, or a damaged frame that still decodes, is caught.
+fn unzstd(
+    res: &Resolved<'_>,
+    w: &Want,
+    stored: &[u8],
+    out: Option<&mut [u8]>,
+    verify: bool,
+) -> Result<()> {
+    let dictionary = res.dictionary(w)?;
+    let decompress = |reason: String| Error::Decompress {
+        path: res.chunk_path(w),
+        field: res.field_name(w),
+        index: w.index,
+        offset: w.e.offset,
+        reason,
+    };
+    ZSTD.with(|z| {
+        let (decoder, scratch) = &mut *z.borrow_mut();
+        let decoder = decoder
+            .as_mut()
+            .ok_or_else(|| decompress("zstd could not allocate a context".to_string()))?;
+        let out = match out {
+            Some(out) => out,
+            None if verify => {
+                scratch.resize(w.e.logical_len as usize, 0);
+                scratch.as_mut_slice()
+            }
+            None => return Ok(()),
+        };
+        decoder
+            .decode(dictionary.map(|d| &**d), stored, out)
+            .map_err(decompress)?;
+        if verify {
+            checksum(res, w, out)?;
+        }
+        Ok(())
+    })
+}
+
 /// Runs `tasks` (their `dst`s ascending) on this thread, prefetching the stored bytes of the
 /// records a few ahead: random records are cache misses, and this overlaps them. `out` is the
 /// part of the slab starting at `base`. Stops at the first failing record.
@@ -97,17 +143,27 @@ fn run_tasks(
     }
     for (k, t) in tasks.iter().enumerate() {
         prefetch(k + DATA_AHEAD);
-        if verify {
-            checksum(res, t.w, t.stored)?;
-        }
-        if let Some((at, len)) = t.dst {
-            let dst = at
-                .checked_sub(base)
-                .and_then(|a| out.get_mut(a..a + len))
-                .ok_or_else(|| res.misplaced(t.w, "its slot"))?;
-            match t.w.e.codec {
-                Codec::Deflate => inflate(res, t.w, t.stored, dst)?,
-                Codec::Raw => dst.copy_from_slice(t.stored),
+        let dst = match t.dst {
+            Some((at, len)) => Some(
+                at.checked_sub(base)
+                    .and_then(|a| out.get_mut(a..a + len))
+                    .ok_or_else(|| res.misplaced(t.w, "its slot"))?,
+            ),
+            None => None,
+        };
+        match (t.w.e.codec, dst) {
+            (StoredCodec::Zstd | StoredCodec::ZstdDict(_), dst) => {
+                unzstd(res, t.w, t.stored, dst, verify)?
+            }
+            (codec, dst) => {
+                if verify {
+                    checksum(res, t.w, t.stored)?;
+                }
+                match (codec, dst) {
+                    (StoredCodec::Deflate, Some(dst)) => inflate(res, t.w, t.stored, dst)?,
+                    (_, Some(dst)) => dst.copy_from_slice(t.stored),
+                    (_, None) => {}
+                }
             }
         }
     }

@@ -7,7 +7,6 @@ use super::chunks::PerChunk;
 use super::finish::{run_parallel, Finisher, Task, DATA_BYTES};
 use super::resolve::{Resolved, Want};
 use crate::error::Result;
-use crate::format::dtype::Codec;
 use crate::io::mmap::SharedMap;
 use crate::store::batch::{slab, Span, Values, EMPTY, SLOT_ALIGN};
 use bytes::Bytes;
@@ -86,7 +85,7 @@ pub(crate) fn gather(
         .map(|(w, &k)| {
             map_of(k).is_some_and(|m| {
                 copy_all
-                    || w.e.codec == Codec::Deflate
+                    || w.e.codec.compressed()
                     || !(m.bytes().as_ptr() as usize)
                         .wrapping_add(w.e.offset as usize)
                         .is_multiple_of(res.item_bytes(w))

@@ -37,7 +37,6 @@ pub(crate) use engine::Engine;
 pub use engine::{read_backend, uring_available};
 
 use crate::error::{Error, Result};
-use crate::format::dtype::Codec;
 use crate::io::job::ReadJob;
 use crate::store::batch::{slab, Batch, FieldNames, Span, Values, SLOT_ALIGN};
 use crate::store::snapshot::Snapshot;
@@ -245,7 +244,7 @@ fn extents(res: &Resolved<'_>, engine: &Engine, starts: &[usize]) -> Result<Vec<
             chunk: w.e.chunk,
             offset: w.e.offset,
             len: w.e.physical_len as usize,
-            staged: w.e.codec == Codec::Deflate,
+            staged: w.e.codec.compressed(),
             direct,
             slot,
         });

@@ -4,9 +4,10 @@
 
 use super::chunks::{ChunkHandle, ChunkSet};
 use crate::error::{Error, Result};
-use crate::format::dtype::DType;
+use crate::format::codec::Dictionary;
+use crate::format::dtype::{DType, StoredCodec};
 use crate::format::entry::Entry;
-use crate::store::snapshot::Snapshot;
+use crate::store::snapshot::{FieldTable, Snapshot};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -28,6 +29,8 @@ pub(crate) struct Resolved<'a> {
     /// The batch's fields: name and dtype, by position.
     pub(crate) fields: Arc<[(String, DType)]>,
     pub(crate) chunks: &'a ChunkSet,
+    /// The batch's fields' tables, by position (their zstd dictionaries).
+    pub(crate) tables: Vec<&'a FieldTable>,
 }
 
 impl Resolved<'_> {
@@ -39,6 +42,23 @@ impl Resolved<'_> {
                 w.index, w.e.chunk
             ))
         })
+    }
+
+    /// The zstd dictionary `w`'s entry names (resolving checked the commit holds it).
+    pub(crate) fn dictionary(&self, w: &Want) -> Result<Option<&Arc<Dictionary>>> {
+        let StoredCodec::ZstdDict(n) = w.e.codec else {
+            return Ok(None);
+        };
+        self.tables
+            .get(w.field)
+            .and_then(|t| t.dictionary(n))
+            .map(Some)
+            .ok_or_else(|| {
+                Error::internal(format!(
+                    "record {} names dictionary {n}, which resolving found",
+                    w.index
+                ))
+            })
     }
 
     /// The name of `w`'s field.
@@ -110,9 +130,14 @@ pub(crate) fn resolve<'a>(
         .iter()
         .map(|&f| snap.table(f).map(|t| (t.meta.name.clone(), t.meta.dtype)))
         .collect::<Result<Arc<[_]>>>()?;
+    let tables = fields
+        .iter()
+        .map(|&f| snap.table(f))
+        .collect::<Result<Vec<_>>>()?;
     Ok(Resolved {
         wants,
         fields: names,
         chunks: &snap.chunks,
+        tables,
     })
 }

@@ -193,6 +193,8 @@ impl Core {
         for (fm, t) in meta.fields.iter_mut().zip(tables) {
             fm.table = *t;
         }
+        // The lowest version that holds it: a dataset without zstd stays version 1.
+        meta.version = meta.required_version();
         vfs::replace_atomically(
             &*self.vfs,
             &self.dir,

@@ -73,6 +73,7 @@ impl Writer {
             self.open.data.extend_from_slice(v);
             self.open.items.push(Item {
                 len: v.len() as u32,
+                field: f as u32,
                 codec,
             });
         }

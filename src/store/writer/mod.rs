@@ -86,6 +86,8 @@ pub struct Writer {
     config: WriterConfig,
     /// The fields' schema, for the checks `append` makes before taking an index.
     field_metas: Vec<FieldMeta>,
+    /// Each field's current zstd dictionary, handed to every job (empty: none yet).
+    dictionaries: std::sync::Arc<[Option<std::sync::Arc<crate::format::codec::Dictionary>>]>,
     /// Number of records, uncommitted changes included (what the caller sees).
     len: u64,
     generation: u64,

@@ -14,7 +14,7 @@ use super::task::{Job, TaskHandle};
 use super::Writer;
 use crate::error::{Error, Result};
 use crate::format::meta::{FieldMeta, Meta, TableMeta};
-use crate::format::{FORMAT_VERSION, MAX_CHUNKS};
+use crate::format::MAX_CHUNKS;
 use crate::io::vfs::{self, Vfs};
 use crate::store::layout;
 use crate::store::schema::Schema;
@@ -168,6 +168,7 @@ pub(super) fn open(vfs: Arc<dyn Vfs>, path: &Path, config: WriterConfig) -> Resu
         tasks,
         done_rx,
         open: Job::default(),
+        dictionaries: Default::default(),
         open_task: 0,
         outbox: VecDeque::new(),
         next_ticket: 0,
@@ -203,19 +204,21 @@ fn build_empty(vfs: &dyn Vfs, dir: &Path, schema: &Schema) -> Result<()> {
                 table_len: 0,
                 patch_len: 0,
             },
+            dictionaries: Vec::new(),
         });
     }
     let lock = dir.join(layout::LOCK);
     vfs.create_new(&lock)?;
-    let meta = Meta {
+    let mut meta = Meta {
         format: "zrecord".to_string(),
-        version: FORMAT_VERSION,
+        version: 1,
         generation: 0,
         len: 0,
         chunk_size_bytes: schema.chunk_size_bytes,
         fields,
         chunks: Vec::new(),
     };
+    meta.version = meta.required_version();
     vfs.sync_dir(&layout::chunk_dir(dir))?;
     vfs::replace_atomically(
         vfs,

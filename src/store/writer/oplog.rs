@@ -36,8 +36,10 @@ impl Writer {
             ticket: self.next_ticket + 1,
             data,
             items: Vec::new(),
+            dictionaries: Default::default(),
         };
-        let job = std::mem::replace(&mut self.open, next);
+        let mut job = std::mem::replace(&mut self.open, next);
+        job.dictionaries = std::sync::Arc::clone(&self.dictionaries);
         self.outbox.push_back((self.open_task, job));
         self.next_ticket += 1;
         self.open_task = (self.open_task + 1) % self.tasks.len().max(1);

@@ -21,8 +21,9 @@
 use super::appender::Appender;
 use super::wait::wait;
 use crate::error::{Error, Result};
-use crate::format::codec::Deflater;
-use crate::format::dtype::Codec;
+use crate::format::codec::{Dictionary, Encoder};
+use crate::format::dtype::{Codec, StoredCodec};
+use std::sync::Arc;
 use crate::format::entry::Entry;
 use futures::channel::{mpsc, oneshot};
 use futures::StreamExt;
@@ -31,10 +32,11 @@ use futures::StreamExt;
 /// written straight from the job's buffer instead of being copied into the write buffer.
 const DIRECT_BYTES: usize = 256 << 10;
 
-/// One value of a job: its logical length in the job's buffer and its field's codec.
+/// One value of a job: its logical length in the job's buffer, its field and the field's codec.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Item {
     pub len: u32,
+    pub field: u32,
     pub codec: Codec,
 }
 
@@ -44,6 +46,9 @@ pub(crate) struct Job {
     pub ticket: u64,
     pub data: Vec<u8>,
     pub items: Vec<Item>,
+    /// Each field's current zstd dictionary (empty when no field has one): values of a
+    /// `ZstdDict` field are compressed with it, or as plain zstd before it exists.
+    pub dictionaries: Arc<[Option<Arc<Dictionary>>]>,
 }
 
 /// A task's answer to a job: one entry per value, in order; the buffer comes back for reuse.
@@ -74,7 +79,7 @@ pub(crate) enum Msg {
 /// An append task's state on its thread.
 struct Task {
     appender: Appender,
-    deflater: Deflater,
+    encoder: Encoder,
     /// The first error: once a file operation failed, the task writes nothing more.
     failed: Option<Error>,
 }
@@ -118,16 +123,24 @@ impl Task {
                 k += 1;
                 continue;
             }
-            if item.codec == Codec::Deflate {
-                // Disjoint fields: the deflater's output goes to the appender uncopied.
-                let (codec, stored) = self.deflater.encode(Codec::Deflate, value);
+            if item.codec.compresses() {
+                let field = item.field as usize;
+                let dictionary = job.dictionaries.get(field).and_then(|d| d.as_deref());
+                // Disjoint fields: the encoder's output goes to the appender uncopied.
+                let (codec, stored) = self.encoder.encode(item.codec, field, dictionary, value);
+                // A zstd entry's CRC32C covers the logical bytes (docs/FORMAT.md): a frame
+                // decoded with the wrong dictionary is caught too.
+                let data_crc = match codec {
+                    StoredCodec::Zstd | StoredCodec::ZstdDict(_) => crate::checksum::crc32c(value),
+                    _ => crate::checksum::crc32c(stored),
+                };
                 let (chunk, offset) = self.appender.place(stored)?;
                 entries.push(Entry {
                     chunk,
                     offset,
                     physical_len: stored.len() as u32,
                     codec,
-                    data_crc: crate::checksum::crc32c(stored),
+                    data_crc,
                     logical_len: item.len,
                 });
                 at += len;
@@ -171,7 +184,7 @@ impl Task {
                     chunk,
                     offset,
                     physical_len: i.len,
-                    codec: Codec::Raw,
+                    codec: StoredCodec::Raw,
                     data_crc: crate::checksum::crc32c(v),
                     logical_len: i.len,
                 });
@@ -265,7 +278,7 @@ impl TaskHandle {
         let (tx, rx) = mpsc::channel(queue_depth.saturating_sub(1));
         let task = Task {
             appender,
-            deflater: Deflater::new(deflate_level),
+            encoder: Encoder::new(deflate_level),
             failed: None,
         };
         let thread = std::thread::Builder::new()
