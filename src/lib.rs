@@ -85,7 +85,8 @@ pub use store::scan::Scan;
 pub use store::schema::{Field, Schema, DEFAULT_CHUNK_SIZE_BYTES};
 pub use store::snapshot::{RecordLocation, Snapshot};
 pub use store::writer::{
-    RebalanceReport, Writer, WriterConfig, MAX_QUEUE_DEPTH, MAX_WRITERS, MAX_WRITE_BUFFER_BYTES,
+    RebalanceReport, Writer, WriterConfig, DICTIONARY_SAMPLE_RECORDS, MAX_DICTIONARY_BYTES,
+    MAX_QUEUE_DEPTH, MAX_WRITERS, MAX_WRITE_BUFFER_BYTES,
 };
 
 /// The name of [`ReadConfig`] in 0.1.0. Its builder methods (`default`, `with_backend`,
@@ -145,7 +146,8 @@ pub fn forced_backend() -> Result<Option<Backend>> {
 #[cfg(feature = "diagnostics")]
 pub mod diagnostics {
     pub use crate::checksum::{crc32c, crc32c_append, entry_crc};
-    pub use crate::format::codec::{inflate, Deflater};
+    pub use crate::format::codec::{inflate, Dictionary, Encoder, ZstdDecoder};
+    pub use crate::format::dtype::StoredCodec;
     pub use crate::format::entry::{decode_patch, encode_patch, Entry, ENTRY_BYTES, PATCH_BYTES};
     pub use crate::format::meta::{ChunkMeta, FieldMeta, Meta, MetaError, TableMeta};
     pub use crate::format::npy::{NpyHeader, NpyReader};

@@ -163,6 +163,20 @@ pub(crate) fn to_py(e: CoreError) -> PyErr {
                     attr(py, "reason", reason.as_str()),
                 ],
             ),
+            CoreError::DictionaryCorrupt {
+                path: p,
+                field,
+                number,
+                reason,
+            } => (
+                py.get_type::<CorruptError>(),
+                vec![
+                    attr(py, "path", path(p)),
+                    attr(py, "field", field.as_str()),
+                    attr(py, "dictionary", *number),
+                    attr(py, "reason", reason.as_str()),
+                ],
+            ),
             CoreError::MetaCorrupt { path: p, reason } => (
                 py.get_type::<CorruptError>(),
                 vec![

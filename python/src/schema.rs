@@ -62,12 +62,32 @@ pub(crate) fn dtype_of(s: &str) -> PyResult<DType> {
     Ok(d)
 }
 
-fn codec_of(s: &str) -> PyResult<Codec> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "raw" | "none" => Ok(Codec::Raw),
-        "deflate" => Ok(Codec::Deflate),
-        other => Err(value_error(format!(
-            "unknown codec {other:?} (expected raw or deflate)"
+/// A codec named as `Field.codec` reports it: `raw`, `deflate`, `zstd`, `zstd_dict`, the zstd
+/// ones optionally with a level (`zstd:9`, `zstd_dict:19`).
+pub(crate) fn codec_of(s: &str) -> PyResult<Codec> {
+    let s = s.trim().to_ascii_lowercase().replace('-', "_");
+    let (name, level) = match s.split_once(':') {
+        Some((name, level)) => {
+            let level: i32 = level
+                .parse()
+                .ok()
+                .filter(|l| (1..=19).contains(l))
+                .ok_or_else(|| {
+                    value_error(format!("zstd level {level:?} is not an integer from 1 to 19"))
+                })?;
+            (name.to_string(), Some(level))
+        }
+        None => (s.clone(), None),
+    };
+    let level = level.unwrap_or(Codec::ZSTD_DEFAULT_LEVEL);
+    match name.as_str() {
+        "raw" | "none" if s == name => Ok(Codec::Raw),
+        "deflate" if s == name => Ok(Codec::Deflate),
+        "zstd" => Ok(Codec::Zstd { level }),
+        "zstd_dict" => Ok(Codec::ZstdDict { level }),
+        _ => Err(value_error(format!(
+            "unknown codec {s:?} (expected raw, deflate, zstd, zstd_dict, or zstd:LEVEL, \
+             zstd_dict:LEVEL)"
         ))),
     }
 }
@@ -138,10 +158,7 @@ impl PyField {
 
     #[getter]
     fn codec(&self) -> String {
-        match self.inner.codec {
-            Codec::Deflate => "deflate".into(),
-            _ => "raw".into(),
-        }
+        self.inner.codec.to_string()
     }
 
     fn __repr__(&self) -> String {

@@ -85,15 +85,7 @@ pub(crate) fn convert_npy(
 ) -> PyResult<(u64, u64)> {
     let inputs = inputs.iter().map(path_str).collect::<PyResult<Vec<_>>>()?;
     let out = path_str(&out)?;
-    let codec = match codec {
-        "deflate" => zrecord::Codec::Deflate,
-        "raw" => zrecord::Codec::Raw,
-        other => {
-            return Err(crate::errors::value_error(format!(
-                "unknown codec {other:?}"
-            )))
-        }
-    };
+    let codec = crate::schema::codec_of(codec)?;
     without_gil(py, move || {
         let mut c = zrecord::convert::NpyConvert::new(inputs.iter(), &out).codec(codec);
         if let Some(n) = field_names {

@@ -267,6 +267,18 @@ impl PyWriter {
         self.run(py, move |w| w.delete(index))
     }
 
+    /// Trains a zstd dictionary for `field` (a `zstd_dict` field) on `samples` (a sequence of
+    /// bytes-like records) and compresses the field's next records with it; returns its
+    /// number. Without a call, the writer trains one on the field's first records itself.
+    fn train_dictionary(
+        &self,
+        py: Python<'_>,
+        field: String,
+        samples: Vec<Vec<u8>>,
+    ) -> PyResult<u8> {
+        self.run(py, move |w| w.train_dictionary(&field, &samples))
+    }
+
     /// Commits: everything appended, modified and deleted becomes visible at once, crash-safe.
     /// Returns the new generation.
     fn commit(&self, py: Python<'_>) -> PyResult<u64> {

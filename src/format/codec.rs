@@ -91,9 +91,6 @@ impl std::fmt::Debug for Encoder {
     }
 }
 
-/// The name of [`Encoder`] before zstd.
-pub type Deflater = Encoder;
-
 fn zstd_context(level: i32, dictionary: Option<&[u8]>) -> Option<zstd::zstd_safe::CCtx<'static>> {
     use zstd::zstd_safe::CParameter;
     let mut c = zstd::zstd_safe::CCtx::try_create()?;

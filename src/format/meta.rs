@@ -415,7 +415,8 @@ mod tests {
             assert!(Meta::decode(&bad.encode()).is_err(), "{d:?}");
         }
         let mut bad = m.clone();
-        bad.fields[0].dictionaries.push(bad.fields[0].dictionaries[0]);
+        let d = bad.fields[0].dictionaries[0];
+        bad.fields[0].dictionaries.push(d);
         assert!(Meta::decode(&bad.encode()).is_err());
         // A version 1 meta without dictionaries has no "dictionaries" key: byte-identical to
         // what builds before zstd wrote.

@@ -70,14 +70,28 @@ pub enum CodecArg {
     Raw,
     /// Whole-record deflate (records that do not shrink are stored raw).
     Deflate,
+    /// One zstd frame per record (`--zstd-level`; format version 2).
+    Zstd,
+    /// One zstd frame per record with a dictionary trained on the field's first records
+    /// (`--zstd-level`; format version 2).
+    ZstdDict,
+}
+
+impl CodecArg {
+    /// The codec, zstd ones at `zstd_level`.
+    pub fn codec(self, zstd_level: i32) -> Codec {
+        match self {
+            CodecArg::Raw => Codec::Raw,
+            CodecArg::Deflate => Codec::Deflate,
+            CodecArg::Zstd => Codec::Zstd { level: zstd_level },
+            CodecArg::ZstdDict => Codec::ZstdDict { level: zstd_level },
+        }
+    }
 }
 
 impl From<CodecArg> for Codec {
     fn from(c: CodecArg) -> Codec {
-        match c {
-            CodecArg::Raw => Codec::Raw,
-            CodecArg::Deflate => Codec::Deflate,
-        }
+        c.codec(Codec::ZSTD_DEFAULT_LEVEL)
     }
 }
 

@@ -9,7 +9,7 @@ use clap::Args;
 use std::path::PathBuf;
 use zrecord::convert::{NpyConvert, DEFAULT_BLOCK_BYTES};
 use zrecord::DEFAULT_CHUNK_SIZE_BYTES;
-use zrecord::{Codec, Error};
+use zrecord::Error;
 
 #[derive(Args)]
 #[command(
@@ -31,6 +31,9 @@ pub struct ConvertArgs {
     /// Codec of every field.
     #[arg(long, value_enum, default_value_t = CodecArg::Raw)]
     codec: CodecArg,
+    /// zstd level of `--codec zstd` and `zstd-dict`: 1 (fastest) to 19.
+    #[arg(long, value_name = "LEVEL", default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=19))]
+    zstd_level: i32,
     /// Chunk size (plain bytes or K, M, G with binary multiples: 64M, 256MiB, 1GiB).
     #[arg(long, value_name = "BYTES", value_parser = parse_size, default_value_t = DEFAULT_CHUNK_SIZE_BYTES)]
     chunk_size: u64,
@@ -59,7 +62,7 @@ pub fn run(a: &ConvertArgs) -> Res {
     let bar = progress::bytes_bar(0, "convert");
     let report = NpyConvert::new(&a.inputs, &a.out)
         .field_names(a.fields.iter().cloned())
-        .codec(Codec::from(a.codec))
+        .codec(a.codec.codec(a.zstd_level))
         .chunk_size_bytes(a.chunk_size)
         .num_writers(usize::from(a.writers))
         .block_bytes(a.block_bytes)

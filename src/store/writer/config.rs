@@ -35,7 +35,20 @@ pub struct WriterConfig {
     /// A writer holds at most about `num_writers × (queue_depth + 2) × write_buffer_bytes` of
     /// record bytes.
     pub queue_depth: usize,
+    /// Bytes of a `zstd_dict` field's first records the writer keeps as the sample it trains
+    /// the field's dictionary on (the sample is complete at this many bytes, or at
+    /// [`DICTIONARY_SAMPLE_RECORDS`] records); 0 trains none (records stay plain zstd unless
+    /// [`Writer::train_dictionary`](super::Writer::train_dictionary) is called). Records
+    /// written before the dictionary exists are stored as plain zstd. Default 4 MiB.
+    pub dictionary_sample_bytes: usize,
+    /// The largest dictionary trained: 256 B to [`MAX_DICTIONARY_BYTES`]. Default 64 KiB.
+    pub dictionary_bytes: usize,
 }
+
+/// The most records in a dictionary's sample.
+pub const DICTIONARY_SAMPLE_RECORDS: usize = 16_384;
+/// The largest dictionary a writer trains.
+pub const MAX_DICTIONARY_BYTES: usize = crate::format::codec::MAX_DICTIONARY_BYTES;
 
 /// The most append tasks a writer runs.
 pub const MAX_WRITERS: usize = 16;
@@ -61,6 +74,8 @@ impl Default for WriterConfig {
             write_buffer_bytes: DEFAULT_WRITE_BUFFER_BYTES,
             num_writers: DEFAULT_NUM_WRITERS,
             queue_depth: DEFAULT_QUEUE_DEPTH,
+            dictionary_sample_bytes: 4 << 20,
+            dictionary_bytes: 64 << 10,
         }
     }
 }
@@ -98,7 +113,30 @@ impl WriterConfig {
         self
     }
 
+    /// Sets the bytes of a `zstd_dict` field's first records its dictionary is trained on (0:
+    /// train none). Default 4 MiB.
+    #[must_use]
+    pub fn dictionary_sample_bytes(mut self, bytes: usize) -> Self {
+        self.dictionary_sample_bytes = bytes;
+        self
+    }
+
+    /// Sets the largest dictionary trained: 256 B to [`MAX_DICTIONARY_BYTES`]. Default 64 KiB.
+    #[must_use]
+    pub fn dictionary_bytes(mut self, bytes: usize) -> Self {
+        self.dictionary_bytes = bytes;
+        self
+    }
+
     pub(super) fn validate(&self) -> Result<()> {
+        if !(256..=MAX_DICTIONARY_BYTES).contains(&self.dictionary_bytes) {
+            return Err(Error::InvalidConfig {
+                reason: format!(
+                    "dictionary_bytes is {}; it must be between 256 and {MAX_DICTIONARY_BYTES}",
+                    self.dictionary_bytes
+                ),
+            });
+        }
         if !(1..=12).contains(&self.deflate_level) {
             return Err(Error::InvalidConfig {
                 reason: format!(

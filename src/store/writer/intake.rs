@@ -69,6 +69,7 @@ impl Writer {
     ) {
         for (f, v) in positions.zip(values) {
             let v = v.as_ref();
+            self.sample(f, v);
             let codec = self.field_metas.get(f).map(|m| m.codec).unwrap_or_default();
             self.open.data.extend_from_slice(v);
             self.open.items.push(Item {

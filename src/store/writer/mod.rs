@@ -40,6 +40,7 @@ mod appender;
 mod book;
 mod commit;
 mod config;
+mod dictionary;
 mod intake;
 mod open;
 mod oplog;
@@ -50,7 +51,10 @@ mod tables;
 mod task;
 mod wait;
 
-pub use config::{WriterConfig, MAX_QUEUE_DEPTH, MAX_WRITERS, MAX_WRITE_BUFFER_BYTES};
+pub use config::{
+    WriterConfig, DICTIONARY_SAMPLE_RECORDS, MAX_DICTIONARY_BYTES, MAX_QUEUE_DEPTH, MAX_WRITERS,
+    MAX_WRITE_BUFFER_BYTES,
+};
 pub use rebalance::RebalanceReport;
 
 use crate::error::{Error, Result};
@@ -86,6 +90,8 @@ pub struct Writer {
     config: WriterConfig,
     /// The fields' schema, for the checks `append` makes before taking an index.
     field_metas: Vec<FieldMeta>,
+    /// Each `zstd_dict` field's sample of its first records, until its dictionary is trained.
+    samples: Vec<dictionary::Sample>,
     /// Each field's current zstd dictionary, handed to every job (empty: none yet).
     dictionaries: std::sync::Arc<[Option<std::sync::Arc<crate::format::codec::Dictionary>>]>,
     /// Number of records, uncommitted changes included (what the caller sees).
@@ -229,7 +235,10 @@ impl Writer {
     async fn ready(&mut self) -> Result<()> {
         self.check_poisoned()?;
         self.reclaim_commit().await?;
-        self.send_outbox().await
+        self.send_outbox().await?;
+        // A dictionary sample completed by the last call is trained on now (once per field, a
+        // few to a hundred milliseconds), before this call takes anything.
+        self.train_ready()
     }
 
     // ---- Public API: async ----

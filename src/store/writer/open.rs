@@ -149,6 +149,19 @@ pub(super) fn open(vfs: Arc<dyn Vfs>, path: &Path, config: WriterConfig) -> Resu
             done_tx.clone(),
         )?);
     }
+    // Each `zstd_dict` field's newest dictionary: the one its next records are compressed with.
+    let dictionaries = meta
+        .fields
+        .iter()
+        .map(|f| {
+            f.dictionaries
+                .iter()
+                .max_by_key(|d| d.number)
+                .map(|d| crate::store::snapshot::load_dictionary(&*vfs, &dir, f, d))
+                .transpose()
+        })
+        .collect::<Result<Vec<_>>>()?
+        .into();
     let free_ids = u64::from(MAX_CHUNKS).saturating_sub(meta.chunks.len() as u64);
     Ok(Writer {
         len: meta.len,
@@ -168,7 +181,8 @@ pub(super) fn open(vfs: Arc<dyn Vfs>, path: &Path, config: WriterConfig) -> Resu
         tasks,
         done_rx,
         open: Job::default(),
-        dictionaries: Default::default(),
+        samples: Vec::new(),
+        dictionaries,
         open_task: 0,
         outbox: VecDeque::new(),
         next_ticket: 0,

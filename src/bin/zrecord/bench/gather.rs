@@ -238,8 +238,16 @@ fn bench_thread(
     let mut files: std::collections::HashMap<PathBuf, std::fs::File> =
         std::collections::HashMap::new();
     let mut buf = Vec::new();
-    let mut stored: Vec<(zrecord::Codec, usize, Vec<u8>)> = Vec::new();
+    let mut stored: Vec<(zrecord::RecordLocation, Vec<u8>)> = Vec::new();
     let mut inflater = libdeflater::Decompressor::new();
+    // The zstd twin of the inflate loop: one context, the dataset's dictionaries prepared once.
+    let mut unzstd = zrecord::diagnostics::ZstdDecoder::new().ok_or_else(|| {
+        zrecord::Error::InvalidConfig {
+            reason: "zstd could not allocate a context".into(),
+        }
+    })?;
+    let mut dictionaries: std::collections::HashMap<u8, std::sync::Arc<zrecord::diagnostics::Dictionary>> =
+        std::collections::HashMap::new();
     for _ in 0..job.batches {
         for i in idx.iter_mut() {
             *i = rng.next() % n;
@@ -252,21 +260,41 @@ fn bench_thread(
                 let loc = snap.locate(0, i)?;
                 let mut b = Vec::new();
                 if read_stored(&mut files, &loc, &mut b)? {
-                    stored.push((loc.codec, loc.logical_len as usize, b));
+                    if let Some(d) = loc.dictionary {
+                        if let std::collections::hash_map::Entry::Vacant(v) = dictionaries.entry(d) {
+                            let field = snap.schema().fields.first().map(|f| f.name.clone());
+                            let path = ds.path().join(format!("{}.{d}.zdict", field.unwrap_or_default()));
+                            let bytes = std::fs::read(&path).map_err(|e| zrecord::Error::InvalidConfig {
+                                reason: format!("{}: {e}", path.display()),
+                            })?;
+                            let dict = zrecord::diagnostics::Dictionary::new(d, bytes)
+                                .map_err(|reason| zrecord::Error::InvalidConfig { reason })?;
+                            v.insert(dict);
+                        }
+                    }
+                    stored.push((loc, b));
                 }
             }
             let t0 = Instant::now();
-            for (codec, logical, b) in &stored {
-                if *codec == zrecord::Codec::Deflate {
-                    buf.resize(*logical, 0);
-                    let n = inflater.deflate_decompress(b, &mut buf).map_err(|e| {
-                        zrecord::Error::InvalidConfig {
-                            reason: format!("inflate: {e:?}"),
-                        }
-                    })?;
-                    sink = sink.wrapping_add(n as u64);
-                }
-                bytes += *logical as u64;
+            for (loc, b) in &stored {
+                let logical = loc.logical_len as usize;
+                let failed = |e: String| zrecord::Error::InvalidConfig {
+                    reason: format!("decode: {e}"),
+                };
+                buf.resize(logical, 0);
+                let n = match loc.codec {
+                    zrecord::Codec::Deflate => inflater
+                        .deflate_decompress(b, &mut buf)
+                        .map_err(|e| failed(format!("{e:?}")))?,
+                    zrecord::Codec::Zstd { .. } | zrecord::Codec::ZstdDict { .. } => {
+                        let dict = loc.dictionary.and_then(|d| dictionaries.get(&d));
+                        unzstd.decode(dict.map(|d| &**d), b, &mut buf).map_err(failed)?;
+                        logical
+                    }
+                    _ => 0,
+                };
+                sink = sink.wrapping_add(n as u64);
+                bytes += logical as u64;
             }
             records += idx.len() as u64;
             lat.push(t0.elapsed().as_secs_f64() * 1e3);

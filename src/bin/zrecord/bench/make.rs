@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 use zrecord::{Codec, DType, Field, Schema, Writer, WriterConfig};
 
+
 #[derive(Args)]
 pub struct MakeArgs {
     /// Where to create the dataset (must not exist).
@@ -21,6 +22,9 @@ pub struct MakeArgs {
     /// Codec of the records.
     #[arg(long, value_enum, default_value_t = CodecArg::Raw)]
     codec: CodecArg,
+    /// zstd level of `--codec zstd` and `zstd-dict`: 1 (fastest) to 19.
+    #[arg(long, value_name = "LEVEL", default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=19))]
+    zstd_level: i32,
     /// What the records hold, from fixed seeds (the same bytes on every machine). Default:
     /// random with `--codec raw`, nibbles with `--codec deflate`.
     #[arg(long, value_enum)]
@@ -45,10 +49,17 @@ enum Content {
     /// by spaces, commas, full stops and newlines: about 2.6:1 with deflate, like captions or
     /// token text.
     Text,
+    /// JSON objects with a fixed key set (an id, a URL, a caption, sizes, a license, tags and
+    /// scores), each about `--record-bytes` long (the caption and tags grow or shrink): like
+    /// the metadata of a web-scraped image–text dataset.
+    Json,
+    /// Captions: sentences of the synthetic vocabulary, cut at a word, each 60–140% of
+    /// `--record-bytes` long.
+    Captions,
 }
 
 pub(super) fn make(a: &MakeArgs) -> Res {
-    let codec = Codec::from(a.codec);
+    let codec = a.codec.codec(a.zstd_level);
     let content = a.content.unwrap_or(match codec {
         Codec::Raw => Content::Random,
         _ => Content::Nibbles,
@@ -60,10 +71,23 @@ pub(super) fn make(a: &MakeArgs) -> Res {
     let config = WriterConfig::default().num_writers(usize::from(a.writers));
     let mut w = Writer::create(&a.dir, &schema, config)?;
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
-    let text = (content == Content::Text).then(|| Text::new(&mut Rng(0x7E47_5EED_0000_0001)));
+    let text = matches!(content, Content::Text | Content::Json | Content::Captions)
+        .then(|| Text::new(&mut Rng(0x7E47_5EED_0000_0001)));
     let mut rec = vec![0u8; a.record_bytes];
-    for _ in 0..a.records {
+    let mut total = 0u64;
+    for i in 0..a.records {
+        rec.resize(a.record_bytes, 0);
         match (&text, content) {
+            (Some(text), Content::Json) => text.json(&mut rng, i, a.record_bytes, &mut rec),
+            (Some(text), Content::Captions) => {
+                let n = a.record_bytes * 6 / 10 + (rng.next() as usize) % (a.record_bytes * 8 / 10 + 1);
+                rec.resize(n, 0);
+                text.fill(&mut rng, &mut rec);
+                // Cut at the last space: a caption ends on a whole word.
+                if let Some(sp) = rec.iter().rposition(|&b| b == b' ') {
+                    rec.truncate(sp.max(1));
+                }
+            }
             (Some(text), _) => text.fill(&mut rng, &mut rec),
             (None, Content::Nibbles) => {
                 for (k, chunk) in rec.chunks_mut(8).enumerate() {
@@ -85,15 +109,17 @@ pub(super) fn make(a: &MakeArgs) -> Res {
                 }
             }
         }
+        total += rec.len() as u64;
         w.append(&[&rec])?;
     }
     w.commit()?;
     let s = t.elapsed().as_secs_f64();
-    let total = a.records as f64 * a.record_bytes as f64;
+    let total = total as f64;
     println!(
-        "made {} records of {} bytes ({}, {:?} content, {} append tasks) in {:.2} s: {:.1} MB/s",
+        "made {} records of {:.0} bytes on average ({}, {:?} content, {} append tasks) in {:.2} s: \
+         {:.1} MB/s",
         a.records,
-        a.record_bytes,
+        total / a.records.max(1) as f64,
         codec,
         content,
         a.writers,
@@ -179,6 +205,57 @@ impl Text {
             capital = sep == b". ";
             at = put(rec, at, sep);
         }
+    }
+}
+
+impl Text {
+    /// Record `i` as a JSON object of about `target` bytes with a fixed key set, into `rec`.
+    fn json(&self, rng: &mut Rng, i: u64, target: usize, rec: &mut Vec<u8>) {
+        use std::fmt::Write as _;
+        let words = |n: usize, rng: &mut Rng| {
+            let mut buf = vec![0u8; n];
+            self.fill(rng, &mut buf);
+            let s: String = buf
+                .iter()
+                .map(|&b| match b {
+                    b'\n' | b'"' | b'\\' => ' ',
+                    b => char::from(b),
+                })
+                .collect();
+            s.trim().to_string()
+        };
+        let licenses = ["cc-by-4.0", "cc-by-sa-4.0", "cc0-1.0", "unknown"];
+        let x = rng.next();
+        let mut s = String::with_capacity(target + 64);
+        let _ = write!(
+            s,
+            "{{\"id\": {i}, \"url\": \"https://images.example.org/{:016x}/{:08x}.jpg\", \
+             \"width\": {}, \"height\": {}, \"license\": \"{}\", \"nsfw\": {}, \
+             \"clip_similarity\": 0.{:04}, \"aesthetic\": {}.{:02}, \"caption\": \"",
+            x,
+            x >> 32,
+            256 + (x % 1792),
+            256 + ((x >> 11) % 1792),
+            licenses.get((x >> 23) as usize % licenses.len()).copied().unwrap_or("unknown"),
+            (x >> 29) % 50 == 0,
+            (x >> 31) % 10_000,
+            3 + (x >> 37) % 5,
+            (x >> 41) % 100,
+        );
+        let room = target.saturating_sub(s.len() + 120);
+        let caption = words(room * 2 / 3 + 8, rng);
+        s.push_str(&caption);
+        s.push_str("\", \"tags\": [");
+        let tags = words(room / 3 + 8, rng);
+        for (k, t) in tags.split([' ', ',', '.']).filter(|t| !t.is_empty()).enumerate() {
+            if k > 0 {
+                s.push_str(", ");
+            }
+            let _ = write!(s, "\"{}\"", t.to_ascii_lowercase());
+        }
+        let _ = write!(s, "], \"source\": \"crawl-{}\"}}", 2020 + (x >> 47) % 6);
+        rec.clear();
+        rec.extend_from_slice(s.as_bytes());
     }
 }
 
