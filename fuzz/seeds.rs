@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use futures::executor::block_on;
-use zrecord::diagnostics::Deflater;
+use zrecord::diagnostics::{Dictionary, Encoder, StoredCodec};
 use zrecord::diagnostics::Meta;
 use zrecord::pipeline::{LoaderBuilder, LoaderState};
 use zrecord::Codec;
@@ -76,9 +76,9 @@ fn table_seeds() {
 
 fn record_seeds() {
     let data: Vec<u8> = (0..3000u32).map(|i| (i % 7) as u8).collect();
-    let mut d = Deflater::new(6);
-    let (codec, stored) = d.encode(Codec::Deflate, &data);
-    assert_eq!(codec, Codec::Deflate);
+    let mut d = Encoder::new(6);
+    let (codec, stored) = d.encode(Codec::Deflate, 0, None, &data);
+    assert_eq!(codec, StoredCodec::Deflate);
     let stored = stored.to_vec();
     let n = data.len() as u32;
     write("record_decode", &record_input(1, n, &stored)); // honest
@@ -88,8 +88,22 @@ fn record_seeds() {
     write("record_decode", &record_input(1, u32::MAX, &stored)); // past the limit
                                                                  // 4 MiB of zeros in a few KiB, claimed as 100 bytes.
     let zeros = vec![0u8; 4 << 20];
-    let bomb = d.encode(Codec::Deflate, &zeros).1.to_vec();
+    let bomb = d.encode(Codec::Deflate, 0, None, &zeros).1.to_vec();
     write("record_decode", &record_input(1, 100, &bomb));
+    // zstd frames: plain, a bomb, and one made with the target's fixed dictionary.
+    let (codec, stored) = d.encode(Codec::zstd(), 0, None, &data);
+    assert_eq!(codec, StoredCodec::Zstd);
+    let stored = stored.to_vec();
+    write("record_decode", &record_input(2, n, &stored));
+    write("record_decode", &record_input(2, n - 1, &stored));
+    let bomb = d.encode(Codec::zstd(), 0, None, &zeros).1.to_vec();
+    write("record_decode", &record_input(2, 100, &bomb));
+    let dict = Dictionary::new(1, b"the quick brown fox jumps over the lazy dog ".repeat(64))
+        .expect("a dictionary");
+    let text = b"the lazy dog jumps over the quick brown fox ".repeat(20);
+    let (codec, stored) = d.encode(Codec::zstd_dict(), 0, Some(&dict), &text);
+    assert_eq!(codec, StoredCodec::ZstdDict(1));
+    write("record_decode", &record_input(3, text.len() as u32, stored));
 }
 
 fn npy(version: u8, dict: &str, data: &[u8]) -> Vec<u8> {

@@ -3,8 +3,9 @@
 //! 1. The offset entry a damaged table could hold for these bytes (correct checksums, the
 //!    lengths as given, cut to their widths) goes through `Entry::decode`; if it is accepted,
 //!    the stored bytes are decoded into exactly `logical_len` bytes, as a read does.
-//! 2. Whatever the entry says, `format::codec::inflate` runs into an output of the claimed
-//!    logical length capped at the record limit (16 MiB − 1).
+//! 2. Whatever the entry says, `format::codec::inflate` and the zstd decoder (plain, and with a
+//!    fixed dictionary) run into an output of the claimed logical length capped at the record
+//!    limit (16 MiB − 1).
 //!
 //! Neither may panic, write past its output (guard bytes after it are checked) or allocate more
 //! than the record limit (the global allocator aborts on any larger allocation): a
@@ -16,10 +17,8 @@ use std::sync::Mutex;
 
 use libdeflater::Decompressor;
 use libfuzzer_sys::fuzz_target;
-use zrecord::diagnostics::inflate;
-use zrecord::diagnostics::Entry;
+use zrecord::diagnostics::{inflate, Dictionary, Entry, StoredCodec, ZstdDecoder};
 use zrecord::MAX_RECORD_BYTES;
-use zrecord::Codec;
 use zrecord_fuzz::{raw_entry, Input};
 
 const GUARD: usize = 64;
@@ -62,18 +61,25 @@ static ALLOC: Capped = Capped;
 struct State {
     out: Vec<u8>,
     dec: Decompressor,
+    zstd: ZstdDecoder,
+    dict: std::sync::Arc<Dictionary>,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
 
-/// Decodes into `out[..len]` with guard bytes after it, and checks the guard.
-fn decode_into(st: &mut State, stored: &[u8], len: usize) -> Result<(), String> {
+/// Decodes with `codec` into `out[..len]` with guard bytes after it, and checks the guard.
+fn decode_into(st: &mut State, codec: StoredCodec, stored: &[u8], len: usize) -> Result<(), String> {
     let len = len.min(CAP);
     st.out[len..len + GUARD].fill(0xA5);
-    let r = inflate(&mut st.dec, stored, &mut st.out[..len]);
+    let out = &mut st.out[..len];
+    let r = match codec {
+        StoredCodec::Zstd => st.zstd.decode(None, stored, out),
+        StoredCodec::ZstdDict(_) => st.zstd.decode(Some(&st.dict), stored, out),
+        _ => inflate(&mut st.dec, stored, out),
+    };
     assert!(
         st.out[len..len + GUARD].iter().all(|&b| b == 0xA5),
-        "inflate wrote past its {len}-byte output"
+        "{codec} decoding wrote past its {len}-byte output"
     );
     r
 }
@@ -87,6 +93,10 @@ fuzz_target!(|data: &[u8]| {
     let st = guard.get_or_insert_with(|| State {
         out: vec![0; CAP + GUARD],
         dec: Decompressor::new(),
+        zstd: ZstdDecoder::new().expect("a zstd context"),
+        // Raw content as a dictionary: zstd takes any bytes as a prefix.
+        dict: Dictionary::new(1, b"the quick brown fox jumps over the lazy dog ".repeat(64))
+            .expect("a dictionary"),
     });
 
     // 1. Through the entry, as a read does.
@@ -97,21 +107,22 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(e) = Entry::decode(0, &entry) {
         assert!(u64::from(e.logical_len) <= MAX_RECORD_BYTES);
         match e.codec {
-            Codec::Raw => assert_eq!(e.physical_len, e.logical_len),
-            Codec::Deflate => {
-                if decode_into(st, stored_part, e.logical_len as usize).is_ok() {
+            StoredCodec::Raw => assert_eq!(e.physical_len, e.logical_len),
+            c => {
+                if decode_into(st, c, stored_part, e.logical_len as usize).is_ok() {
                     // A stream that decodes to exactly the recorded length decodes the same
                     // into a larger buffer: no output was cut.
                     let bigger = (e.logical_len as usize + 1).min(CAP);
                     if bigger > e.logical_len as usize {
-                        assert!(decode_into(st, stored_part, bigger).is_err());
+                        assert!(decode_into(st, c, stored_part, bigger).is_err());
                     }
                 }
             }
-            _ => {}
         }
     }
 
     // 2. The claimed length capped at the limit, whatever the entry checks say.
-    let _ = decode_into(st, stored, (logical as usize).min(CAP));
+    for c in [StoredCodec::Deflate, StoredCodec::Zstd, StoredCodec::ZstdDict(1)] {
+        let _ = decode_into(st, c, stored, (logical as usize).min(CAP));
+    }
 });
