@@ -8,7 +8,8 @@
 //! └── data/
 //!     ├── chunk/00000.zr.<blake3>.<size>.<crc32c>            the committed bytes of a chunk
 //!     ├── <field>.<gen>.offsets.<blake3>.<size>.<crc32c>     an offset table's entries
-//!     └── <field>.<gen>.patches.<blake3>.<size>.<crc32c>     a patch log's records
+//!     ├── <field>.<gen>.patches.<blake3>.<size>.<crc32c>     a patch log's records
+//!     └── <field>.<n>.zdict.<blake3>.<size>.<crc32c>         a zstd dictionary (format v2)
 //! ```
 //!
 //! A data key names its content by the BLAKE3 hash of all of its bytes. Version 1 manifests
@@ -143,11 +144,14 @@ struct EnvelopeIn<'a> {
     crc32c: u32,
 }
 
-/// The files a commit names, with their committed sizes: every field's offset table and patch
-/// log, then every chunk.
+/// The files a commit names, with their committed sizes: every field's offset table, patch log
+/// and zstd dictionaries, then every chunk.
 pub(crate) fn required_files(meta: &Meta) -> Vec<(String, u64)> {
     let mut out = Vec::new();
     for f in &meta.fields {
+        for d in &f.dictionaries {
+            out.push((format!("{}.{}.zdict", f.name, d.number), d.bytes));
+        }
         let t = f.table;
         out.push((
             format!("{}.{}.offsets", f.name, t.generation),
