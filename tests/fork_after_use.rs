@@ -104,11 +104,11 @@ fn loader_epoch(ds: &Dataset) -> Result<(), String> {
 }
 
 /// Opens the dataset again, as the parent opened it.
-type Reopen = dyn Fn() -> zrecord::Result<Dataset>;
+type Reopen<'a> = dyn Fn() -> zrecord::Result<Dataset> + 'a;
 
 /// What a child does with a dataset its parent used: blocking and async gathers of records
 /// the parent read and never read, a snapshot read, a fresh open (`reopen`) and a loader.
-fn child_reads(ds: &Dataset, reopen: &Reopen, cfg: &ReadConfig) -> Result<(), String> {
+fn child_reads(ds: &Dataset, reopen: &Reopen<'_>, cfg: &ReadConfig) -> Result<(), String> {
     for k in 0..40 {
         let idx = indices(1000 + k, 64, 0..N);
         check(
@@ -250,7 +250,7 @@ impl Busy {
 
 /// The parent reads through `ds` (every thread started), forks three times while a thread of
 /// it gathers, each child reads, and the parent reads on.
-fn fork_after_use(ds: Arc<Dataset>, reopen: &Reopen, cfg: &ReadConfig, report: PathBuf) {
+fn fork_after_use(ds: Arc<Dataset>, reopen: &Reopen<'_>, cfg: &ReadConfig, report: PathBuf) {
     // The parent's own use: blocking, async and a loader with lookahead over half the records.
     for k in 0..10 {
         let idx = indices(k, 64, 0..N / 2);
