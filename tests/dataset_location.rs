@@ -161,12 +161,8 @@ fn check_all(ds: &Dataset, model: &[Vec<Vec<u8>>]) {
     let all: Vec<u64> = (0..model.len() as u64).rev().collect();
     let b = ds.gather_blocking(&all).unwrap();
     for (r, &i) in all.iter().enumerate() {
-        for f in 0..2 {
-            assert_eq!(
-                b.get(r, f).unwrap(),
-                &model[i as usize][f][..],
-                "record {i}"
-            );
+        for (f, want) in model[i as usize].iter().enumerate() {
+            assert_eq!(b.get(r, f).unwrap(), &want[..], "record {i}");
         }
     }
 }

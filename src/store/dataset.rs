@@ -133,6 +133,10 @@ impl Dataset {
         self.engine.backend.name()
     }
 
+    #[cfg_attr(
+        not(feature = "testing"),
+        allow(dead_code, reason = "`zrecord::testing`'s read-window probes use it")
+    )]
     pub(crate) fn engine(&self) -> &Arc<Engine> {
         &self.engine
     }
