@@ -168,8 +168,9 @@ impl Dataset {
         }
     }
 
-    /// Opens the dataset's single writer. Fails with [`Error::WriterBusy`] if another writer (in
-    /// this process or another) holds it.
+    /// Opens the dataset's single writer, through its [`Location::writer`]. Fails with
+    /// [`Error::WriterBusy`] if another writer (in this process or another) holds it, and with
+    /// [`Error::InvalidConfig`] where the location is read-only (an object store).
     pub fn writer(&self) -> Result<Writer> {
         self.location.writer()
     }
