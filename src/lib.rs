@@ -77,16 +77,28 @@ pub use format::{MAX_CHUNKS, MAX_CHUNK_BYTES, MAX_RECORDS, MAX_RECORD_BYTES};
 pub use io::job::{ReadJob, ReadRange};
 pub use store::batch::{Batch, Element};
 pub use store::dataset::{Dataset, GatherFuture};
+pub use store::location::{LocalDir, Location};
 pub use store::read::{
-    read_backend, uring_available, Backend, ReadBackend, ReadConfig, ZeroCopy,
+    read_backend, uring_available, Backend, ChunkAt, ReadBackend, ReadConfig, ZeroCopy,
     DEFAULT_MAX_BYTES_IN_FLIGHT, DEFAULT_QUEUE_DEPTH, DEFAULT_THREADS,
 };
 pub use store::scan::Scan;
 pub use store::schema::{Field, Schema, DEFAULT_CHUNK_SIZE_BYTES};
-pub use store::snapshot::{RecordLocation, Snapshot};
+pub use store::snapshot::{RecordLocation, Snapshot, TableAt};
 pub use store::writer::{
     RebalanceReport, Writer, WriterConfig, MAX_QUEUE_DEPTH, MAX_WRITERS, MAX_WRITE_BUFFER_BYTES,
 };
+
+/// The URL schemes [`Dataset::open`] dispatches `scheme://…` to: the one place that knows
+/// which [`Location`]s this build has, so `store/` names none of them. Adding a scheme (`gs://`,
+/// `az://`, a collection's) is one impl of `store::location::UrlScheme` and one entry here.
+pub(crate) fn url_schemes() -> &'static [&'static dyn store::location::UrlScheme] {
+    #[cfg(feature = "remote")]
+    const SCHEMES: &[&dyn store::location::UrlScheme] = &[&remote::open::Scheme];
+    #[cfg(not(feature = "remote"))]
+    const SCHEMES: &[&dyn store::location::UrlScheme] = &[];
+    SCHEMES
+}
 
 /// The name of [`ReadConfig`] in 0.1.0. Its builder methods (`default`, `with_backend`,
 /// `with_verify_checksums`, `with_direct_io`) are [`ReadConfig`]'s.

@@ -44,9 +44,10 @@ fn through(proxy: &FaultProxy, retries: u32) -> StoreOptions {
 }
 
 fn open(url: &str, store: StoreOptions, cache: &Path) -> zrecord::Result<Dataset> {
-    Dataset::open_with(
+    zrecord::remote::open(
         url,
-        ReadConfig::default().with_remote(RemoteConfig::default().store(store).cache_dir(cache)),
+        ReadConfig::default(),
+        RemoteConfig::default().store(store).cache_dir(cache),
     )
 }
 

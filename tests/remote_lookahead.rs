@@ -61,7 +61,7 @@ fn lookahead_serves_gathers_exactly_and_cancels_with_its_loader() {
         .lookahead_bytes(64 << 20)
         .store(server.options())
         .cache_dir(tmp.path().join("cache"));
-    let ds = Dataset::open_with(&url, ReadConfig::default().with_remote(remote)).unwrap();
+    let ds = zrecord::remote::open(&url, ReadConfig::default(), remote).unwrap();
 
     let plain: Vec<Vec<u64>> = {
         let mut l = loader(&ds, 0);
