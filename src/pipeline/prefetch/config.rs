@@ -1,9 +1,7 @@
 //! [`PrefetchConfig`] and the policies it holds: merge, retry, what to do after an error.
-
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
 
+pub use crate::retry::RetryPolicy;
 use crate::{Error, Result};
 
 /// How the items of the workers are merged into one stream.
@@ -25,71 +23,6 @@ pub enum MergePolicy {
         /// eligible worker, like strict but lead-bounded).
         max_skips_per_round: u64,
     },
-}
-
-/// How often a worker tries a failing batch (gather and transform) before it hands the error to
-/// the consumer, and how long it waits between tries.
-///
-/// Built from [`RetryPolicy::default`] with chainable setters:
-///
-/// ```
-/// use std::time::Duration;
-/// use zrecord::pipeline::RetryPolicy;
-///
-/// let policy = RetryPolicy::default().attempts(5).backoff(Duration::from_millis(50));
-/// assert_eq!(policy.max_backoff, Duration::from_secs(1));
-/// assert_eq!(RetryPolicy::none().attempts, 1);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct RetryPolicy {
-    /// Tries in all, the first included: 1 never retries. At least 1. Default: 3.
-    pub attempts: u32,
-    /// The wait before the second try; each later wait doubles, up to `max_backoff`.
-    /// Default: 10 ms.
-    pub backoff: Duration,
-    /// The longest wait between two tries. Default: 1 s.
-    pub max_backoff: Duration,
-}
-
-impl Default for RetryPolicy {
-    /// 3 tries, 10 ms then 20 ms apart (doubling, at most 1 s).
-    fn default() -> Self {
-        Self {
-            attempts: 3,
-            backoff: Duration::from_millis(10),
-            max_backoff: Duration::from_secs(1),
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// One try, no retry.
-    #[must_use]
-    pub fn none() -> Self {
-        Self::default().attempts(1)
-    }
-
-    /// Sets the number of tries in all, at least 1. Default 3.
-    #[must_use]
-    pub fn attempts(mut self, attempts: u32) -> Self {
-        self.attempts = attempts;
-        self
-    }
-
-    /// Sets the wait before the second try (later waits double). Default 10 ms.
-    #[must_use]
-    pub fn backoff(mut self, backoff: Duration) -> Self {
-        self.backoff = backoff;
-        self
-    }
-
-    /// Sets the longest wait between two tries. Default 1 s.
-    #[must_use]
-    pub fn max_backoff(mut self, max_backoff: Duration) -> Self {
-        self.max_backoff = max_backoff;
-        self
-    }
 }
 
 /// What the stream does after a batch that failed (on every try of the [`RetryPolicy`]) was

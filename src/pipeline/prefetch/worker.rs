@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures::channel::oneshot;
 
@@ -16,6 +17,7 @@ use super::super::stage::Stage;
 use super::super::state::Position;
 use super::super::stats::Counters;
 use super::{LoaderBatch, RetryPolicy, Split, Transform, WorkerItem};
+use crate::retry::{retry_blocking, Failure};
 use crate::{Error, Result};
 
 /// Everything one worker thread owns.
@@ -136,7 +138,6 @@ where
                     batch: None,
                     future: None,
                     result: None,
-                    tries: 0,
                     pending_since: None,
                 };
                 self.start(&mut pending);
@@ -164,7 +165,6 @@ where
     /// Starts (or starts again) `p`: its index batch if it has none yet (from the lookahead's
     /// if computed there), then its gather. A failure or a panic becomes `p`'s result.
     fn start(&mut self, p: &mut Pending<Src::Batch>) {
-        p.tries = p.tries.saturating_add(1);
         p.result = None;
         p.future = None;
         p.pending_since = None;
@@ -258,99 +258,118 @@ where
     /// the stream was dropped meanwhile.
     fn finish(
         &mut self,
-        mut head: Pending<Src::Batch>,
+        head: Pending<Src::Batch>,
         window: &mut VecDeque<Pending<Src::Batch>>,
     ) -> Option<Result<LoaderBatch<T>>> {
-        let mut backoff = self.retry.backoff.min(self.retry.max_backoff);
-        loop {
-            let error = match (head.batch.take(), head.result.take()) {
-                (Some(batch), Some(Ok(gathered))) => {
-                    let start = std::time::Instant::now();
-                    let data =
-                        catch_unwind(AssertUnwindSafe(|| (self.transform)(gathered, &batch)));
-                    self.counters.transform_time(start);
-                    match data {
-                        Ok(Ok(data)) => return Some(Ok(LoaderBatch { data, batch })),
-                        Ok(Err(e)) => {
-                            head.batch = Some(batch);
-                            e
-                        }
-                        Err(panic) => return Some(Err(panicked(self.w, head.pos, panic.as_ref()))),
+        let mut cx = (self, Some(head), window);
+        // The first try is the gather the window already ran; every later one starts the
+        // gather again and polls the window until it is done. `Ok(None)`: the stream was dropped.
+        let result = retry_blocking(
+            cx.0.retry,
+            &mut cx,
+            |(this, head, window), tries| {
+                let mut p = match head.take() {
+                    Some(p) if tries > 1 => {
+                        this.start_again(p, window).ok_or(Failure::Final(None))?
                     }
+                    Some(p) => p,
+                    None => return Err(Failure::Final(None)),
+                };
+                let error = match (p.batch.take(), p.result.take()) {
+                    (Some(batch), Some(Ok(gathered))) => {
+                        let start = std::time::Instant::now();
+                        let data =
+                            catch_unwind(AssertUnwindSafe(|| (this.transform)(gathered, &batch)));
+                        this.counters.transform_time(start);
+                        match data {
+                            Ok(Ok(data)) => return Ok(LoaderBatch { data, batch }),
+                            Ok(Err(e)) => {
+                                p.batch = Some(batch);
+                                e
+                            }
+                            Err(panic) => {
+                                let e = panicked(this.w, p.pos, panic.as_ref());
+                                return Err(Failure::Final(Some(e)));
+                            }
+                        }
+                    }
+                    (batch, Some(Err(e))) => {
+                        p.batch = batch;
+                        e
+                    }
+                    (_, None) | (None, Some(Ok(_))) => {
+                        Error::internal("an asynchronous gather finished with no result".into())
+                    }
+                };
+                // A panic is not retried.
+                if matches!(error, Error::WorkerPanicked { .. }) {
+                    return Err(Failure::Final(Some(error)));
                 }
-                (batch, Some(Err(e))) => {
-                    head.batch = batch;
-                    e
-                }
-                (_, None) | (None, Some(Ok(_))) => {
-                    Error::internal("an asynchronous gather finished with no result".into())
-                }
-            };
-            // A panic is not retried.
-            if matches!(error, Error::WorkerPanicked { .. }) {
-                return Some(Err(error));
-            }
-            self.counters.failed_attempt();
-            if head.tries >= self.retry.attempts {
-                return Some(Err(error));
-            }
-            tracing::debug!(
-                worker = self.w,
-                epoch = head.pos.epoch,
-                position = head.pos.position,
-                tries = head.tries,
-                error = %error,
-                "prefetch: retrying a failed batch"
-            );
-            let slept = std::time::Instant::now();
-            let closed = self.tx.wait_closed(backoff);
-            self.counters.retry_wait(slept);
-            if closed {
-                return Some(Err(error));
-            }
-            backoff = backoff.saturating_mul(2).min(self.retry.max_backoff);
-            self.start(&mut head);
-            window.push_front(head);
-            if !self.poll_window(window) {
-                return None;
-            }
-            head = window.pop_front()?;
+                this.counters.failed_attempt();
+                *head = Some(p);
+                Err(Failure::Retry(Some(error)))
+            },
+            |(this, head, _), error, tries, backoff| match (error, head) {
+                (Some(error), Some(p)) => this.wait_to_retry(p.pos, tries, error, backoff),
+                _ => false,
+            },
+        );
+        match result {
+            Ok(batch) => Some(Ok(batch)),
+            Err(Some(error)) => Some(Err(error)),
+            Err(None) => None,
         }
+    }
+
+    /// Starts `p`'s gather again at the front of the window and polls the window until `p` is
+    /// done: `p` again, or `None` if the stream was dropped meanwhile.
+    fn start_again(
+        &mut self,
+        mut p: Pending<Src::Batch>,
+        window: &mut VecDeque<Pending<Src::Batch>>,
+    ) -> Option<Pending<Src::Batch>> {
+        self.start(&mut p);
+        window.push_front(p);
+        if !self.poll_window(window) {
+            return None;
+        }
+        window.pop_front()
     }
 
     /// Produces the item at `pos`, trying a failed gather or transform again as the retry
     /// policy allows, sleeping on this thread between tries (a dropped stream cuts the sleep
     /// short and returns the error at once). A panic is not retried.
     fn produce_with_retries(&mut self, pos: Position) -> Result<LoaderBatch<T>> {
-        let mut backoff = self.retry.backoff.min(self.retry.max_backoff);
-        let mut tries = 1u32;
-        loop {
-            let error = match catch_unwind(AssertUnwindSafe(|| self.produce(pos))) {
-                Ok(Ok(batch)) => return Ok(batch),
-                Ok(Err(e)) => e,
-                Err(panic) => return Err(panicked(self.w, pos, panic.as_ref())),
-            };
-            self.counters.failed_attempt();
-            if tries >= self.retry.attempts {
-                return Err(error);
-            }
-            tracing::debug!(
-                worker = self.w,
-                epoch = pos.epoch,
-                position = pos.position,
-                tries,
-                error = %error,
-                "prefetch: retrying a failed batch"
-            );
-            let slept = std::time::Instant::now();
-            let closed = self.tx.wait_closed(backoff);
-            self.counters.retry_wait(slept);
-            if closed {
-                return Err(error);
-            }
-            tries = tries.saturating_add(1);
-            backoff = backoff.saturating_mul(2).min(self.retry.max_backoff);
-        }
+        retry_blocking(
+            self.retry,
+            self,
+            |this, _| match catch_unwind(AssertUnwindSafe(|| this.produce(pos))) {
+                Ok(Ok(batch)) => Ok(batch),
+                Ok(Err(e)) => {
+                    this.counters.failed_attempt();
+                    Err(Failure::Retry(e))
+                }
+                Err(panic) => Err(Failure::Final(panicked(this.w, pos, panic.as_ref()))),
+            },
+            |this, error, tries, backoff| this.wait_to_retry(pos, tries, error, backoff),
+        )
+    }
+
+    /// Waits `backoff` before another try of the batch at `pos` after `tries` failed with
+    /// `error`; false if the stream was dropped meanwhile (the wait ends then).
+    fn wait_to_retry(&self, pos: Position, tries: u32, error: &Error, backoff: Duration) -> bool {
+        tracing::debug!(
+            worker = self.w,
+            epoch = pos.epoch,
+            position = pos.position,
+            tries,
+            error = %error,
+            "prefetch: retrying a failed batch"
+        );
+        let slept = std::time::Instant::now();
+        let closed = self.tx.wait_closed(backoff);
+        self.counters.retry_wait(slept);
+        !closed
     }
 
     /// Computes this worker's batches after the current one, up to `lookahead` of them, and
@@ -435,7 +454,6 @@ struct Pending<B> {
         Arc<GatherSignal>,
     )>,
     result: Option<Result<B>>,
-    tries: u32,
     /// When a poll last found its gather pending.
     pending_since: Option<std::time::Instant>,
 }

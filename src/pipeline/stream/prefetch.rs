@@ -20,6 +20,7 @@ use super::super::prefetch::{
 use super::super::queue::{self, Receiver, Sender};
 use super::super::source::Source;
 use super::Checkpoint;
+use crate::retry::{retry_blocking, Failure};
 use crate::{Error, Result};
 
 /// The checkpoint of a [`PrefetchStream`].
@@ -440,37 +441,36 @@ fn produce<Src: Source, T>(
     tx: &Sender<Done<T>>,
     batch: IndexBatch,
 ) -> Result<LoaderBatch<T>> {
-    let mut backoff = retry.backoff.min(retry.max_backoff);
-    let mut tries = 1u32;
-    loop {
-        let attempt = catch_unwind(AssertUnwindSafe(|| {
-            let gathered = source.gather(&batch.indices())?;
-            transform(gathered, &batch)
-        }));
-        let error = match attempt {
-            Ok(Ok(data)) => return Ok(LoaderBatch { data, batch }),
-            Ok(Err(e)) => e,
-            Err(panic) => {
-                let message = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "non-string panic payload".into());
-                return Err(Error::WorkerPanicked {
-                    what: format!(
-                        "stream prefetch worker {w} (batch at epoch {} position {})",
-                        batch.epoch, batch.position
-                    ),
-                    message,
-                });
+    retry_blocking(
+        retry,
+        &mut (),
+        |_, _| {
+            let attempt = catch_unwind(AssertUnwindSafe(|| {
+                let gathered = source.gather(&batch.indices())?;
+                transform(gathered, &batch)
+            }));
+            match attempt {
+                Ok(Ok(data)) => Ok(data),
+                Ok(Err(e)) => Err(Failure::Retry(e)),
+                Err(panic) => {
+                    let message = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "non-string panic payload".into());
+                    Err(Failure::Final(Error::WorkerPanicked {
+                        what: format!(
+                            "stream prefetch worker {w} (batch at epoch {} position {})",
+                            batch.epoch, batch.position
+                        ),
+                        message,
+                    }))
+                }
             }
-        };
-        if tries >= retry.attempts || tx.wait_closed(backoff) {
-            return Err(error);
-        }
-        tries = tries.saturating_add(1);
-        backoff = backoff.saturating_mul(2).min(retry.max_backoff);
-    }
+        },
+        |_, _, _, backoff| !tx.wait_closed(backoff),
+    )
+    .map(|data| LoaderBatch { data, batch })
 }
 
 impl<S: Checkpoint, T> Drop for PrefetchStream<S, T> {
