@@ -4,13 +4,13 @@
 //! ```no_run
 //! # async fn train() -> zrecord::Result<()> {
 //! use std::sync::Arc;
-//! use zrecord::pipeline::{Loader, MergePolicy};
+//! use zrecord::pipeline::{Loader, PrefetchConfig};
 //!
 //! let dataset = Arc::new(zrecord::Dataset::open("train")?);
 //! let mut loader = Loader::builder(dataset)
 //!     .seed(42)
 //!     .batch_size(64)
-//!     .num_workers(4)
+//!     .prefetch(PrefetchConfig::default().num_workers(4))
 //!     .build()?;
 //! while let Some(batch) = loader.next().await {
 //!     // A read that failed on every retry surfaces here, in its place; the stream then ends
@@ -266,61 +266,94 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
         self
     }
 
-    /// Workers, queues and merge.
+    /// Workers, queues, merge, lookahead, gathers in flight, retries and error handling: every
+    /// option of the prefetch, set here and only here (default [`PrefetchConfig::default`]: 2
+    /// workers, queues of 2, strict merge, 3 tries per batch, stop at a failed batch).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use zrecord::pipeline::{Loader, MemorySource, MergePolicy, PrefetchConfig};
+    ///
+    /// let source = Arc::new(MemorySource::new(vec![vec![0u8; 4]; 100]));
+    /// let builder = Loader::builder(source)
+    ///     .batch_size(10)
+    ///     .prefetch(PrefetchConfig::default().num_workers(4).merge(MergePolicy::Strict));
+    /// assert_eq!(builder.current_config().prefetch.num_workers, 4);
+    /// ```
     pub fn prefetch(mut self, prefetch: PrefetchConfig) -> Self {
         self.config.prefetch = prefetch;
         self
     }
 
-    /// Number of worker threads.
+    /// Number of worker threads. Sets [`PrefetchConfig::num_workers`] of the current prefetch configuration.
+    #[deprecated(note = "set it in the prefetch configuration: \
+                `.prefetch(PrefetchConfig::default().num_workers(..))`; kept for one release, see \
+                CHANGELOG.md")]
     pub fn num_workers(mut self, num_workers: usize) -> Self {
-        self.config.prefetch.num_workers = num_workers;
+        self.config.prefetch = self.config.prefetch.num_workers(num_workers);
         self
     }
 
-    /// Capacity of each worker's queue, in batches.
+    /// Capacity of each worker's queue, in batches. Sets [`PrefetchConfig::worker_queue_size`] of the current prefetch configuration.
+    #[deprecated(note = "set it in the prefetch configuration: \
+                `.prefetch(PrefetchConfig::default().worker_queue_size(..))`; kept for one release, see \
+                CHANGELOG.md")]
     pub fn worker_queue_size(mut self, size: usize) -> Self {
-        self.config.prefetch.worker_queue_size = size;
+        self.config.prefetch = self.config.prefetch.worker_queue_size(size);
         self
     }
 
-    /// Capacity of the buffer of merged batches waiting for the consumer.
+    /// Capacity of the buffer of merged batches waiting for the consumer. Sets [`PrefetchConfig::consumer_queue_size`] of the current prefetch configuration.
+    #[deprecated(note = "set it in the prefetch configuration: \
+                `.prefetch(PrefetchConfig::default().consumer_queue_size(..))`; kept for one release, see \
+                CHANGELOG.md")]
     pub fn consumer_queue_size(mut self, size: usize) -> Self {
-        self.config.prefetch.consumer_queue_size = size;
+        self.config.prefetch = self.config.prefetch.consumer_queue_size(size);
         self
     }
 
-    /// Batches each worker announces to the source ahead of the one it gathers (see
-    /// [`PrefetchConfig::lookahead`]).
+    /// Batches each worker announces to the source ahead of the one it gathers. Sets [`PrefetchConfig::lookahead`] of the current prefetch configuration.
+    #[deprecated(note = "set it in the prefetch configuration: \
+                `.prefetch(PrefetchConfig::default().lookahead(..))`; kept for one release, see \
+                CHANGELOG.md")]
     pub fn lookahead(mut self, batches: usize) -> Self {
-        self.config.prefetch.lookahead = batches;
+        self.config.prefetch = self.config.prefetch.lookahead(batches);
         self
     }
 
-    /// Gathers each worker keeps in flight through [`Source::gather_async`] (see
-    /// [`PrefetchConfig::gathers_in_flight`]). Default 1: the blocking path.
+    /// Gathers each worker keeps in flight through [`Source::gather_async`]. Sets [`PrefetchConfig::gathers_in_flight`] of the current prefetch configuration.
+    #[deprecated(note = "set it in the prefetch configuration: \
+                `.prefetch(PrefetchConfig::default().gathers_in_flight(..))`; kept for one release, see \
+                CHANGELOG.md")]
     pub fn gathers_in_flight(mut self, gathers: usize) -> Self {
-        self.config.prefetch.gathers_in_flight = gathers;
+        self.config.prefetch = self.config.prefetch.gathers_in_flight(gathers);
         self
     }
 
-    /// The merge policy.
+    /// The merge policy. Sets [`PrefetchConfig::merge`] of the current prefetch configuration.
+    #[deprecated(note = "set it in the prefetch configuration: \
+                `.prefetch(PrefetchConfig::default().merge(..))`; kept for one release, see \
+                CHANGELOG.md")]
     pub fn merge(mut self, merge: MergePolicy) -> Self {
-        self.config.prefetch.merge = merge;
+        self.config.prefetch = self.config.prefetch.merge(merge);
         self
     }
 
-    /// How a worker retries a failing batch (default: 3 tries, 10 ms backoff doubling up to
-    /// 1 s); see [`RetryPolicy`].
+    /// How a worker retries a failing batch. Sets [`PrefetchConfig::retry`] of the current prefetch configuration.
+    #[deprecated(note = "set it in the prefetch configuration: \
+                `.prefetch(PrefetchConfig::default().retry(..))`; kept for one release, see \
+                CHANGELOG.md")]
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
-        self.config.prefetch.retry = retry;
+        self.config.prefetch = self.config.prefetch.retry(retry);
         self
     }
 
-    /// What the loader does after a failed batch (default: [`OnError::Stop`]); see
-    /// [`Loader::next`].
+    /// What the loader does after a failed batch. Sets [`PrefetchConfig::on_error`] of the current prefetch configuration.
+    #[deprecated(note = "set it in the prefetch configuration: \
+                `.prefetch(PrefetchConfig::default().on_error(..))`; kept for one release, see \
+                CHANGELOG.md")]
     pub fn on_error(mut self, on_error: OnError) -> Self {
-        self.config.prefetch.on_error = on_error;
+        self.config.prefetch = self.config.prefetch.on_error(on_error);
         self
     }
 
@@ -573,7 +606,7 @@ impl<S: Source, T> Loader<S, T> {
     /// The next batch, `None` after the last one.
     ///
     /// A batch that could not be read (a corrupt record, an I/O error, a failing transform) is
-    /// first tried again on the worker's thread as [`LoaderBuilder::retry`] says (3 tries in all
+    /// first tried again on the worker's thread as [`PrefetchConfig::retry`] says (3 tries in all
     /// by default; a panic is not retried). If every try fails, it is `Some(Err(..))` in the
     /// place the batch would have had, and then:
     ///
