@@ -263,7 +263,7 @@ where
     ) -> Option<Result<LoaderBatch<T>>> {
         let mut cx = (self, Some(head), window);
         // The first try is the gather the window already ran; every later one starts the
-        // gather again and polls the window until it is done. `Ok(None)`: the stream was dropped.
+        // gather again and polls the window until it is done. `Err(None)`: the stream was dropped.
         let result = retry_blocking(
             cx.0.retry,
             &mut cx,
