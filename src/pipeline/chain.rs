@@ -8,9 +8,10 @@ use super::shard::Shard;
 use super::stage::Stage;
 use crate::Result;
 
-/// The index chain a [`super::Loader`] runs: root (sampler or mix) → shard → (bucket) → batch. Its
-/// item sequence is the loader's batch order under [`super::MergePolicy::Strict`], so iterating it
-/// (with [`Stage::cursor`]) and gathering each batch is the sequential baseline of the loader.
+/// The index chain a [`super::Loader`] runs: root (sampler or mix) → shard → (bucket) → batch.
+/// Its item sequence is the loader's batch order under [`super::MergePolicy::Strict`], so
+/// iterating it (with [`Stage::cursor`]) and gathering each batch is the sequential baseline of
+/// the loader.
 #[derive(Debug, Clone)]
 pub enum IndexChain {
     /// Without bucketing.

@@ -285,73 +285,85 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
         self
     }
 
-    /// Number of worker threads. Sets [`PrefetchConfig::num_workers`] of the current prefetch configuration.
-    #[deprecated(note = "set it in the prefetch configuration: \
-                `.prefetch(PrefetchConfig::default().num_workers(..))`; kept for one release, see \
-                CHANGELOG.md")]
+    /// Deprecated: sets [`PrefetchConfig::num_workers`] in the builder's current prefetch
+    /// configuration; use [`LoaderBuilder::prefetch`].
+    #[deprecated(
+        note = "use `.prefetch(PrefetchConfig)` and `PrefetchConfig::num_workers`; \
+                kept for one release, see CHANGELOG.md"
+    )]
     pub fn num_workers(mut self, num_workers: usize) -> Self {
         self.config.prefetch = self.config.prefetch.num_workers(num_workers);
         self
     }
 
-    /// Capacity of each worker's queue, in batches. Sets [`PrefetchConfig::worker_queue_size`] of the current prefetch configuration.
-    #[deprecated(note = "set it in the prefetch configuration: \
-                `.prefetch(PrefetchConfig::default().worker_queue_size(..))`; kept for one release, see \
-                CHANGELOG.md")]
+    /// Deprecated: sets [`PrefetchConfig::worker_queue_size`] in the builder's current prefetch
+    /// configuration; use [`LoaderBuilder::prefetch`].
+    #[deprecated(
+        note = "use `.prefetch(PrefetchConfig)` and `PrefetchConfig::worker_queue_size`; \
+                kept for one release, see CHANGELOG.md"
+    )]
     pub fn worker_queue_size(mut self, size: usize) -> Self {
         self.config.prefetch = self.config.prefetch.worker_queue_size(size);
         self
     }
 
-    /// Capacity of the buffer of merged batches waiting for the consumer. Sets [`PrefetchConfig::consumer_queue_size`] of the current prefetch configuration.
-    #[deprecated(note = "set it in the prefetch configuration: \
-                `.prefetch(PrefetchConfig::default().consumer_queue_size(..))`; kept for one release, see \
-                CHANGELOG.md")]
+    /// Deprecated: sets [`PrefetchConfig::consumer_queue_size`] in the builder's current prefetch
+    /// configuration; use [`LoaderBuilder::prefetch`].
+    #[deprecated(
+        note = "use `.prefetch(PrefetchConfig)` and `PrefetchConfig::consumer_queue_size`; \
+                kept for one release, see CHANGELOG.md"
+    )]
     pub fn consumer_queue_size(mut self, size: usize) -> Self {
         self.config.prefetch = self.config.prefetch.consumer_queue_size(size);
         self
     }
 
-    /// Batches each worker announces to the source ahead of the one it gathers. Sets [`PrefetchConfig::lookahead`] of the current prefetch configuration.
-    #[deprecated(note = "set it in the prefetch configuration: \
-                `.prefetch(PrefetchConfig::default().lookahead(..))`; kept for one release, see \
-                CHANGELOG.md")]
+    /// Deprecated: sets [`PrefetchConfig::lookahead`] in the builder's current prefetch
+    /// configuration; use [`LoaderBuilder::prefetch`].
+    #[deprecated(
+        note = "use `.prefetch(PrefetchConfig)` and `PrefetchConfig::lookahead`; \
+                kept for one release, see CHANGELOG.md"
+    )]
     pub fn lookahead(mut self, batches: usize) -> Self {
         self.config.prefetch = self.config.prefetch.lookahead(batches);
         self
     }
 
-    /// Gathers each worker keeps in flight through [`Source::gather_async`]. Sets [`PrefetchConfig::gathers_in_flight`] of the current prefetch configuration.
-    #[deprecated(note = "set it in the prefetch configuration: \
-                `.prefetch(PrefetchConfig::default().gathers_in_flight(..))`; kept for one release, see \
-                CHANGELOG.md")]
+    /// Deprecated: sets [`PrefetchConfig::gathers_in_flight`] in the builder's current prefetch
+    /// configuration; use [`LoaderBuilder::prefetch`].
+    #[deprecated(
+        note = "use `.prefetch(PrefetchConfig)` and `PrefetchConfig::gathers_in_flight`; \
+                kept for one release, see CHANGELOG.md"
+    )]
     pub fn gathers_in_flight(mut self, gathers: usize) -> Self {
         self.config.prefetch = self.config.prefetch.gathers_in_flight(gathers);
         self
     }
 
-    /// The merge policy. Sets [`PrefetchConfig::merge`] of the current prefetch configuration.
-    #[deprecated(note = "set it in the prefetch configuration: \
-                `.prefetch(PrefetchConfig::default().merge(..))`; kept for one release, see \
-                CHANGELOG.md")]
+    /// Deprecated: sets [`PrefetchConfig::merge`] in the builder's current prefetch
+    /// configuration; use [`LoaderBuilder::prefetch`].
+    #[deprecated(note = "use `.prefetch(PrefetchConfig)` and `PrefetchConfig::merge`; \
+                kept for one release, see CHANGELOG.md")]
     pub fn merge(mut self, merge: MergePolicy) -> Self {
         self.config.prefetch = self.config.prefetch.merge(merge);
         self
     }
 
-    /// How a worker retries a failing batch. Sets [`PrefetchConfig::retry`] of the current prefetch configuration.
-    #[deprecated(note = "set it in the prefetch configuration: \
-                `.prefetch(PrefetchConfig::default().retry(..))`; kept for one release, see \
-                CHANGELOG.md")]
+    /// Deprecated: sets [`PrefetchConfig::retry`] in the builder's current prefetch
+    /// configuration; use [`LoaderBuilder::prefetch`].
+    #[deprecated(note = "use `.prefetch(PrefetchConfig)` and `PrefetchConfig::retry`; \
+                kept for one release, see CHANGELOG.md")]
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
         self.config.prefetch = self.config.prefetch.retry(retry);
         self
     }
 
-    /// What the loader does after a failed batch. Sets [`PrefetchConfig::on_error`] of the current prefetch configuration.
-    #[deprecated(note = "set it in the prefetch configuration: \
-                `.prefetch(PrefetchConfig::default().on_error(..))`; kept for one release, see \
-                CHANGELOG.md")]
+    /// Deprecated: sets [`PrefetchConfig::on_error`] in the builder's current prefetch
+    /// configuration; use [`LoaderBuilder::prefetch`].
+    #[deprecated(
+        note = "use `.prefetch(PrefetchConfig)` and `PrefetchConfig::on_error`; \
+                kept for one release, see CHANGELOG.md"
+    )]
     pub fn on_error(mut self, on_error: OnError) -> Self {
         self.config.prefetch = self.config.prefetch.on_error(on_error);
         self
