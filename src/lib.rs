@@ -65,6 +65,7 @@ mod io;
 pub mod pipeline;
 #[cfg(feature = "remote")]
 pub mod remote;
+mod retry;
 mod store;
 
 // The public face: every name a user needs, once, at the root; the loader's at `pipeline::`,

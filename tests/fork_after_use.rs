@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zrecord::pipeline::{DatasetSource, Loader};
+use zrecord::pipeline::{DatasetSource, Loader, PrefetchConfig};
 use zrecord::{Backend, Codec, DType, Dataset, Field, ReadConfig, Schema, Writer, WriterConfig};
 
 const N: u64 = 3000;
@@ -84,8 +84,7 @@ fn loader_epoch(ds: &Dataset) -> Result<(), String> {
     let mut loader = Loader::builder(src)
         .seed(11)
         .batch_size(97)
-        .num_workers(2)
-        .lookahead(2)
+        .prefetch(PrefetchConfig::default().num_workers(2).lookahead(2))
         .build()
         .map_err(|e| format!("loader: {e}"))?;
     let mut seen = vec![0u32; N as usize];
@@ -264,8 +263,7 @@ fn fork_after_use(ds: Arc<Dataset>, reopen: &Reopen<'_>, cfg: &ReadConfig, repor
     let mut parent_loader = Loader::builder(src)
         .seed(5)
         .batch_size(50)
-        .num_workers(2)
-        .lookahead(4)
+        .prefetch(PrefetchConfig::default().num_workers(2).lookahead(4))
         .build()
         .unwrap();
     for _ in 0..3 {

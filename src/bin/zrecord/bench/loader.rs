@@ -273,7 +273,9 @@ fn loader_round(
     a: &LoaderArgs,
     seed: u64,
 ) -> Result<LoaderRun, Box<dyn std::error::Error>> {
-    use zrecord::pipeline::{BucketConfig, DatasetSource, Loader, SamplerConfig, SamplerMode};
+    use zrecord::pipeline::{
+        BucketConfig, DatasetSource, Loader, PrefetchConfig, SamplerConfig, SamplerMode,
+    };
     let source = std::sync::Arc::new(DatasetSource::new(ds));
     let mut builder = Loader::builder(source)
         .sampler(
@@ -282,14 +284,16 @@ fn loader_round(
                 .seed(seed)
                 .epochs(None),
         )
-        .batch_size(a.batch)
+        .batch_size(a.batch);
+    let mut prefetch = PrefetchConfig::default()
         .num_workers(a.workers.max(1))
         .worker_queue_size(a.worker_queue)
         .gathers_in_flight(a.gathers_in_flight)
         .consumer_queue_size(a.consumer_queue);
     if let Some(l) = a.lookahead {
-        builder = builder.lookahead(l);
+        prefetch = prefetch.lookahead(l);
     }
+    builder = builder.prefetch(prefetch);
     if let Some(buffer_size) = a.bucket_buffer {
         builder = builder.bucket(
             BucketConfig::default()
