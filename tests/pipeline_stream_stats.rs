@@ -79,4 +79,8 @@ fn a_stream_chain_counts_what_the_loader_counts() {
     );
     assert_eq!((stats.gathers_in_flight, stats.records_in_flight), (0, 0));
     assert_eq!(stats.worker_queue_depths, vec![0, 0]);
+    // An ended stream's consumer waits no longer: the wait stops growing.
+    let wait = stream.stats().consumer_wait;
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(stream.stats().consumer_wait, wait);
 }

@@ -37,12 +37,12 @@ pub fn open(url: &str, config: ReadConfig, remote: RemoteConfig) -> Result<Datas
     Dataset::from_location(Arc::new(Remote::connect(url, &remote)?), config)
 }
 
-/// The `s3://` scheme: [`Dataset::open`] of such a URL opens it with default options.
+/// The `s3://` (and `s3a://`) scheme: [`Dataset::open`] of such a URL opens it with default options.
 pub(crate) struct Scheme;
 
 impl crate::store::location::UrlScheme for Scheme {
     fn handles(&self, scheme: &str) -> bool {
-        scheme == "s3"
+        matches!(scheme, "s3" | "s3a")
     }
 
     fn open(&self, url: &str) -> Result<Arc<dyn Location>> {
@@ -60,8 +60,6 @@ pub(crate) struct Remote {
     pub(crate) config: RemoteConfig,
     /// The chunk cache, if the configuration gives it room.
     pub(crate) cache: Option<Arc<Cache>>,
-    /// The commit slot the current snapshot is.
-    pub(crate) slot: std::sync::atomic::AtomicU64,
 }
 
 impl Remote {
@@ -82,7 +80,6 @@ impl Remote {
             store,
             cache,
             config: config.clone(),
-            slot: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -137,8 +134,8 @@ impl Remote {
         std::fs::create_dir(&links).map_err(|e| Error::io(&links, "mkdir", e))?;
         let opened = self.open_linked(&links, &objects, &tables, &chunks, &manifest);
         let _ = std::fs::remove_dir_all(&links);
-        let snap = opened?;
-        self.slot.store(slot, Ordering::Release);
+        let mut snap = opened?;
+        snap.origin = Some(slot);
         prune(&root, &objects, &tables);
         Ok(snap)
     }
@@ -245,9 +242,11 @@ impl Location for Remote {
     }
 
     /// One listing (and a `HEAD` past the highest listed slot): the latest commit slot is
-    /// the one the current snapshot was opened from.
-    fn is_latest(&self, _current: &Snapshot) -> Result<bool> {
-        Ok(self.latest_slot()? == self.slot.load(Ordering::Acquire))
+    /// the one `current` was opened from. A snapshot is compared by the slot it records, not
+    /// by what this location opened last: two datasets may share the location, and two
+    /// refreshes of one dataset may race.
+    fn is_latest(&self, current: &Snapshot) -> Result<bool> {
+        Ok(current.origin == Some(self.latest_slot()?))
     }
 
     fn read_backend(&self) -> Option<Arc<dyn ReadBackend>> {
@@ -318,5 +317,16 @@ fn prune(root: &Path, objects: &Path, tables: &[&ObjectEntry]) {
                 let _ = std::fs::remove_dir_all(e.path());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn s3a_is_an_s3_url() {
+        use crate::store::location::UrlScheme;
+        assert!(super::Scheme.handles("s3"));
+        assert!(super::Scheme.handles("s3a"));
+        assert!(!super::Scheme.handles("gs"));
     }
 }

@@ -133,12 +133,50 @@ pub(crate) fn open_url(url: &str, schemes: &[&dyn UrlScheme]) -> Result<Arc<dyn 
     let scheme = url.split_once("://").map_or("", |(s, _)| s);
     match schemes.iter().find(|s| s.handles(scheme)) {
         Some(s) => s.open(url),
-        None => Err(Error::NotADataset {
+        // A build without object stores: say how to get them.
+        None if schemes.is_empty() => Err(Error::NotADataset {
             path: PathBuf::from(url),
             reason: format!(
                 "this build of zrecord opens no `{scheme}://` URLs (object stores need its \
                  `remote` feature: enable it)"
             ),
         }),
+        None => Err(Error::InvalidConfig {
+            reason: format!("{url}: the {scheme}:// scheme is not supported"),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Only(&'static str);
+
+    impl UrlScheme for Only {
+        fn handles(&self, scheme: &str) -> bool {
+            scheme == self.0
+        }
+
+        fn open(&self, url: &str) -> Result<Arc<dyn Location>> {
+            Err(Error::InvalidConfig {
+                reason: format!("opened {url}"),
+            })
+        }
+    }
+
+    #[test]
+    fn a_url_goes_to_its_scheme_and_an_unknown_scheme_is_named() {
+        let s3 = Only("s3");
+        let schemes: &[&dyn UrlScheme] = &[&s3];
+        let reason = |e: Error| e.to_string();
+        assert!(reason(open_url("s3://b/p", schemes).unwrap_err()).contains("opened s3://b/p"));
+        let e = open_url("gs://b/p", schemes).unwrap_err();
+        assert!(matches!(e, Error::InvalidConfig { .. }), "{e}");
+        assert!(e.to_string().contains("gs:// scheme is not supported"), "{e}");
+        // No scheme at all in this build: the feature that brings them is named.
+        let e = open_url("s3://b/p", &[]).unwrap_err();
+        assert!(matches!(e, Error::NotADataset { .. }), "{e}");
+        assert!(e.to_string().contains("`remote` feature"), "{e}");
     }
 }

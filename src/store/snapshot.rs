@@ -209,6 +209,10 @@ pub struct Snapshot {
     /// store): every commit renames a new file into place, so a dataset removed and created
     /// again at the same path is told apart from this one even at the same generation.
     pub(crate) meta_id: Option<FileId>,
+    /// What the location that made this snapshot recorded of where it came from (an object
+    /// store's commit slot), so [`crate::Location::is_latest`] compares the latest commit with
+    /// this snapshot's, not with whatever the location opened last.
+    pub(crate) origin: Option<u64>,
 }
 
 /// The identity of `dir/meta.json` now, if it can be read.
@@ -353,6 +357,7 @@ impl Snapshot {
             chunks,
             native: backend,
             meta_id: None,
+            origin: None,
         })
     }
 
@@ -370,6 +375,7 @@ impl Snapshot {
             chunks,
             native: None,
             meta_id,
+            origin: None,
         })
     }
 

@@ -358,6 +358,7 @@ where
             return Poll::Ready(None);
         }
         if let Err(e) = this.dispatch(cx) {
+            this.consumer.ready();
             this.stop();
             return Poll::Ready(Some(Err(e)));
         }
@@ -367,6 +368,8 @@ where
                 return Poll::Pending;
             }
             Poll::Ready(None) if this.input_done => {
+                // The consumer no longer waits: a stream that has ended stops counting.
+                this.consumer.ready();
                 this.stopped = true;
                 this.workers.clear();
                 return Poll::Ready(None);
