@@ -45,7 +45,8 @@
 //! stores at `remote` (feature `remote`: `features = ["remote"]`); `.npy` conversion at
 //! [`convert`]. Off by default: `remote`, `diagnostics` (feature `diagnostics`: bench and
 //! diagnostic helpers, the format's decoders for fuzzing) and `testing` (feature `testing`:
-//! simulated and fault-injecting file systems). Each public name has one path; `docs/public-api.txt` lists them all.
+//! the writer's file-system seam, which the `zrecord-testing` crate's simulated and
+//! fault-injecting file systems plug into). Each public name has one path; `docs/public-api.txt` lists them all.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 // io_uring, `posix_fadvise`, `sync_file_range`, `mincore`, `O_DIRECT` and `/proc/self/fd` are
@@ -70,8 +71,8 @@ mod store;
 
 // The public face: every name a user needs, once, at the root; the loader's at `pipeline::`,
 // the object store's at `remote::`, `.npy` conversion at `convert::`, bench and diagnostic
-// helpers at `diagnostics::` (feature `diagnostics`), test machinery at `testing::` (feature
-// `testing`). docs/public-api.txt lists all of it; CI checks that the list is current.
+// helpers at `diagnostics::` (feature `diagnostics`), the seams test machinery plugs into at
+// `testing::` (feature `testing`; the machinery is the `zrecord-testing` crate). docs/public-api.txt lists all of it; CI checks that the list is current.
 pub use error::{Error, Result};
 pub use format::dtype::{Codec, DType};
 pub use format::{MAX_CHUNKS, MAX_CHUNK_BYTES, MAX_RECORDS, MAX_RECORD_BYTES};
@@ -176,18 +177,15 @@ pub mod diagnostics {
     pub use crate::store::scan::SCAN_BLOCK_BYTES;
 }
 
-/// Test machinery (feature `testing`, off by default): the file-system seam every file
-/// operation of the writer and of recovery goes through, the real file system, and the
-/// simulated and fault-injecting ones the crash and I/O-error tests run on, with
-/// [`Writer::create_with_vfs`] and [`Writer::open_with_vfs`] to put a writer on them; with the
-/// `remote` feature too, [`testing::FaultProxy`], an HTTP proxy that injects latency, 503s,
-/// connection resets and truncated bodies between an object-store client and its server.
+/// The seams test machinery plugs into (feature `testing`, off by default): the file-system
+/// seam every file operation of the writer and of recovery goes through and the real file
+/// system, with [`Writer::create_with_vfs`] and [`Writer::open_with_vfs`] to put a writer on
+/// another one; and probes of the read window. The machinery itself (the simulated and
+/// fault-injecting file systems, the fault-injecting HTTP proxy) is the `zrecord-testing`
+/// crate's (`testing/` in the repository, not published).
 #[cfg(feature = "testing")]
 pub mod testing {
-    pub use crate::io::fault::*;
     pub use crate::io::vfs::{Prefix, StdFile, StdFs, Vfs, VfsFile, VfsLock};
-    #[cfg(feature = "remote")]
-    pub use crate::remote::proxy::{FaultConfig, FaultCounts, FaultProxy};
 
     /// Bytes the read window of `ds`'s engine holds for announced batches no gather took
     /// (queued and running readahead, kept `O_DIRECT` reads), once no read of the window is

@@ -11,8 +11,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use zrecord::remote::{pull, push, RemoteConfig, StoreOptions, TransferOptions};
-use zrecord::testing::{FaultConfig, FaultProxy};
 use zrecord::{Codec, DType, Dataset, Error, Field, ReadConfig, Schema, Writer, WriterConfig};
+use zrecord_testing::{FaultConfig, FaultProxy};
 
 const N: u64 = 3000;
 

@@ -32,7 +32,12 @@ fn refresh_sees_a_new_commit_after_the_shared_location_opened_it() {
     let local = tmp.path().join("ds");
     let url = server.url("sets/shared");
     let publish = || {
-        push(&local, &url, &TransferOptions::default().store(server.options())).unwrap();
+        push(
+            &local,
+            &url,
+            &TransferOptions::default().store(server.options()),
+        )
+        .unwrap();
     };
     write(&local, 0, 100);
     publish();

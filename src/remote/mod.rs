@@ -22,8 +22,6 @@ pub(crate) mod baseline;
 pub(crate) mod cache;
 mod manifest;
 pub(crate) mod open;
-#[cfg(feature = "testing")]
-pub(crate) mod proxy;
 mod pull;
 mod push;
 mod store;

@@ -173,7 +173,10 @@ mod tests {
         assert!(reason(open_url("s3://b/p", schemes).unwrap_err()).contains("opened s3://b/p"));
         let e = open_url("gs://b/p", schemes).unwrap_err();
         assert!(matches!(e, Error::InvalidConfig { .. }), "{e}");
-        assert!(e.to_string().contains("gs:// scheme is not supported"), "{e}");
+        assert!(
+            e.to_string().contains("gs:// scheme is not supported"),
+            "{e}"
+        );
         // No scheme at all in this build: the feature that brings them is named.
         let e = open_url("s3://b/p", &[]).unwrap_err();
         assert!(matches!(e, Error::NotADataset { .. }), "{e}");
