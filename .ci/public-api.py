@@ -29,7 +29,7 @@ LIST = ROOT / "docs" / "public-api.txt"
 CRATE = "zrecord"
 # Types that public signatures name without a public path, known and left as they are.
 HIDDEN_ALLOWED = {
-    # Test machinery (feature `testing`): `Prefix::Mapped` holds the mmap module's mapping.
+    # The file-system seam (feature `testing`): `Prefix::Mapped` holds the mmap module's mapping.
     "zrecord::testing::Prefix: io::mmap::Mapping",
 }
 

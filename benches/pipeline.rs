@@ -8,7 +8,8 @@ use std::sync::Arc;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use futures::executor::block_on;
 use zrecord::pipeline::{
-    DatasetSource, Loader, LoaderBuilder, Position, SamplerConfig, SamplerMode, Source,
+    DatasetSource, Loader, LoaderBuilder, Position, PrefetchConfig, SamplerConfig, SamplerMode,
+    Source,
 };
 use zrecord::{DType, Dataset, Field, Schema, Writer, WriterConfig};
 
@@ -43,14 +44,14 @@ fn resume_deep(c: &mut Criterion) {
         LoaderBuilder::new(Arc::new(Synthetic))
             .sampler(shuffled())
             .batch_size(256)
-            .num_workers(2)
+            .prefetch(PrefetchConfig::default().num_workers(2))
     };
     // A checkpoint 99% into the first epoch, as a loader would have written it.
     let deep = 100_000_000 / 256 * 99 / 100;
     let mut state = LoaderBuilder::new(Arc::new(Synthetic))
         .sampler(shuffled())
         .batch_size(256)
-        .num_workers(1)
+        .prefetch(PrefetchConfig::default().num_workers(1))
         .build()
         .unwrap()
         .state();
@@ -90,7 +91,7 @@ fn loader(c: &mut Criterion) {
         let mut loader = Loader::builder(Arc::clone(&source))
             .sampler(shuffled())
             .batch_size(256)
-            .num_workers(workers)
+            .prefetch(PrefetchConfig::default().num_workers(workers))
             .build()
             .unwrap();
         group.bench_function(BenchmarkId::new("next", workers), |b| {
@@ -137,7 +138,7 @@ fn index_side(c: &mut Criterion) {
         let mut loader = LoaderBuilder::new(Arc::new(Small))
             .sampler(shuffled())
             .batch_size(256)
-            .num_workers(workers)
+            .prefetch(PrefetchConfig::default().num_workers(workers))
             .build()
             .unwrap();
         group.bench_function(BenchmarkId::new("loader_no_data", workers), |b| {

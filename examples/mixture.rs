@@ -14,7 +14,8 @@ use std::sync::Arc;
 
 use futures::executor::block_on;
 use zrecord::pipeline::{
-    Concat, DatasetSource, Exhausted, Loader, LoaderBuilder, LoaderState, MixConfig, ShardConfig,
+    Concat, DatasetSource, Exhausted, Loader, LoaderBuilder, LoaderState, MixConfig,
+    PrefetchConfig, ShardConfig,
 };
 use zrecord::{DType, Dataset, Field, Schema, Writer, WriterConfig};
 
@@ -70,7 +71,7 @@ fn builder(src: &Arc<Src>, ranks: u64, rank: u64) -> LoaderBuilder<Src> {
         .seed(2026)
         .shard(ShardConfig::new(ranks, rank))
         .batch_size(32)
-        .num_workers(2)
+        .prefetch(PrefetchConfig::default().num_workers(2))
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use std::sync::Arc;
 
-use zrecord::pipeline::{DatasetSource, Loader};
+use zrecord::pipeline::{DatasetSource, Loader, PrefetchConfig};
 use zrecord::{Codec, DType, Dataset, Field, Schema, Writer, WriterConfig};
 
 const RECORDS: u64 = 20_000;
@@ -66,7 +66,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .seed(17)
             .epochs(Some(EPOCHS))
             .batch_size(BATCH as u64)
-            .num_workers(2)
+            .prefetch(PrefetchConfig::default().num_workers(2))
     };
     let steps_per_epoch = RECORDS.div_ceil(BATCH as u64);
     let checkpoint_step = steps_per_epoch + steps_per_epoch / 2;

@@ -1,15 +1,15 @@
 //! A fault-injecting HTTP proxy in front of an S3 server, for benchmarks and experiments:
-//! `zrecord::testing::FaultProxy` as a process. Prints its endpoint, then serves until killed.
+//! `zrecord_testing::FaultProxy` as a process. Prints its endpoint, then serves until killed.
 //!
 //! ```sh
-//! cargo run --release --features testing --example s3_proxy -- \
+//! cargo run --release --example s3_proxy -- \
 //!     --upstream http://127.0.0.1:9000 --latency-ms 20 [--unavailable 0.1] [--reset 0.05]
 //! AWS_ENDPOINT=<printed endpoint> zrecord bench loader s3://bucket/prefix
 //! ```
 
 use std::time::Duration;
 
-use zrecord::testing::{FaultConfig, FaultProxy};
+use zrecord_testing::{FaultConfig, FaultProxy};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut upstream = None;

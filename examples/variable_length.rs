@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use zrecord::pipeline::{
-    pad_stack_field, BucketConfig, DatasetSource, Loader, PadConfig, PoolingType, SamplerConfig,
-    SamplerMode,
+    pad_stack_field, BucketConfig, DatasetSource, Loader, PadConfig, PoolingType, PrefetchConfig,
+    SamplerConfig, SamplerMode,
 };
 use zrecord::{DType, Dataset, Field, Schema, Writer, WriterConfig};
 
@@ -73,7 +73,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     .epochs(Some(1)),
             )
             .batch_size(BATCH)
-            .num_workers(2);
+            .prefetch(PrefetchConfig::default().num_workers(2));
         if let Some(b) = bucket {
             builder = builder.bucket(b);
         }

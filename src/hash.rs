@@ -1,6 +1,6 @@
 //! The hash functions every layer shares: the splitmix64 mixer, a keyed hash of several words
-//! (the sampler's permutations and draws, bucket and mix seeds, concat's part order, the fault
-//! proxy's decisions), a multiply-shift range reduction, and FNV-1a for names. A leaf: it
+//! (the sampler's permutations and draws, bucket and mix seeds, concat's part order), a
+//! multiply-shift range reduction, and FNV-1a for names. A leaf: it
 //! imports nothing of the crate. Their values are part of every checkpoint's meaning (a resumed
 //! loader recomputes its order from them): never change one.
 

@@ -45,7 +45,8 @@
 //! stores at `remote` (feature `remote`: `features = ["remote"]`); `.npy` conversion at
 //! [`convert`]. Off by default: `remote`, `diagnostics` (feature `diagnostics`: bench and
 //! diagnostic helpers, the format's decoders for fuzzing) and `testing` (feature `testing`:
-//! simulated and fault-injecting file systems). Each public name has one path; `docs/public-api.txt` lists them all.
+//! the writer's file-system seam, which the `zrecord-testing` crate's simulated and
+//! fault-injecting file systems plug into). Each public name has one path; `docs/public-api.txt` lists them all.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 // io_uring, `posix_fadvise`, `sync_file_range`, `mincore`, `O_DIRECT` and `/proc/self/fd` are
@@ -65,29 +66,42 @@ mod io;
 pub mod pipeline;
 #[cfg(feature = "remote")]
 pub mod remote;
+mod retry;
 mod store;
 
 // The public face: every name a user needs, once, at the root; the loader's at `pipeline::`,
 // the object store's at `remote::`, `.npy` conversion at `convert::`, bench and diagnostic
-// helpers at `diagnostics::` (feature `diagnostics`), test machinery at `testing::` (feature
-// `testing`). docs/public-api.txt lists all of it; CI checks that the list is current.
+// helpers at `diagnostics::` (feature `diagnostics`), the seams test machinery plugs into at
+// `testing::` (feature `testing`; the machinery is the `zrecord-testing` crate). docs/public-api.txt lists all of it; CI checks that the list is current.
 pub use error::{Error, Result};
 pub use format::dtype::{Codec, DType};
 pub use format::{MAX_CHUNKS, MAX_CHUNK_BYTES, MAX_RECORDS, MAX_RECORD_BYTES};
 pub use io::job::{ReadJob, ReadRange};
 pub use store::batch::{Batch, Element};
 pub use store::dataset::{Dataset, GatherFuture};
+pub use store::location::{LocalDir, Location};
 pub use store::read::{
-    read_backend, uring_available, Backend, ReadBackend, ReadConfig, ZeroCopy,
+    read_backend, uring_available, Backend, ChunkAt, ReadBackend, ReadConfig, ZeroCopy,
     DEFAULT_MAX_BYTES_IN_FLIGHT, DEFAULT_QUEUE_DEPTH, DEFAULT_THREADS,
 };
 pub use store::scan::Scan;
 pub use store::schema::{Field, Schema, DEFAULT_CHUNK_SIZE_BYTES};
-pub use store::snapshot::{RecordLocation, Snapshot};
+pub use store::snapshot::{RecordLocation, Snapshot, TableAt};
 pub use store::writer::{
     RebalanceReport, Writer, WriterConfig, DICTIONARY_SAMPLE_RECORDS, MAX_DICTIONARY_BYTES,
     MAX_QUEUE_DEPTH, MAX_WRITERS, MAX_WRITE_BUFFER_BYTES,
 };
+
+/// The URL schemes [`Dataset::open`] dispatches `scheme://…` to: the one place that knows
+/// which [`Location`]s this build has, so `store/` names none of them. Adding a scheme (`gs://`,
+/// `az://`, a collection's) is one impl of `store::location::UrlScheme` and one entry here.
+pub(crate) fn url_schemes() -> &'static [&'static dyn store::location::UrlScheme] {
+    #[cfg(feature = "remote")]
+    const SCHEMES: &[&dyn store::location::UrlScheme] = &[&remote::open::Scheme];
+    #[cfg(not(feature = "remote"))]
+    const SCHEMES: &[&dyn store::location::UrlScheme] = &[];
+    SCHEMES
+}
 
 /// The name of [`ReadConfig`] in 0.1.0. Its builder methods (`default`, `with_backend`,
 /// `with_verify_checksums`, `with_direct_io`) are [`ReadConfig`]'s.
@@ -165,18 +179,15 @@ pub mod diagnostics {
     pub use crate::store::scan::SCAN_BLOCK_BYTES;
 }
 
-/// Test machinery (feature `testing`, off by default): the file-system seam every file
-/// operation of the writer and of recovery goes through, the real file system, and the
-/// simulated and fault-injecting ones the crash and I/O-error tests run on, with
-/// [`Writer::create_with_vfs`] and [`Writer::open_with_vfs`] to put a writer on them; with the
-/// `remote` feature too, [`testing::FaultProxy`], an HTTP proxy that injects latency, 503s,
-/// connection resets and truncated bodies between an object-store client and its server.
+/// The seams test machinery plugs into (feature `testing`, off by default): the file-system
+/// seam every file operation of the writer and of recovery goes through and the real file
+/// system, with [`Writer::create_with_vfs`] and [`Writer::open_with_vfs`] to put a writer on
+/// another one; and probes of the read window. The machinery itself (the simulated and
+/// fault-injecting file systems, the fault-injecting HTTP proxy) is the `zrecord-testing`
+/// crate's (`testing/` in the repository, not published).
 #[cfg(feature = "testing")]
 pub mod testing {
-    pub use crate::io::fault::*;
     pub use crate::io::vfs::{Prefix, StdFile, StdFs, Vfs, VfsFile, VfsLock};
-    #[cfg(feature = "remote")]
-    pub use crate::remote::proxy::{FaultConfig, FaultCounts, FaultProxy};
 
     /// Bytes the read window of `ds`'s engine holds for announced batches no gather took
     /// (queued and running readahead, kept `O_DIRECT` reads), once no read of the window is

@@ -1,6 +1,6 @@
 //! A crash before or after any file operation — unsynced writes dropped, applied, torn at 512 bytes, persisted sector by sector out of order, or grown with zeros; directory operations durable or not — leaves a dataset that reopens and equals, byte for byte with every checksum verified, the model at the last acknowledged commit or at the commit being made.
 //!
-//! Each workload runs on the simulated file system (`zrecord::testing::SimFs`) behind the
+//! Each workload runs on the simulated file system (`zrecord_testing::SimFs`) behind the
 //! fault-injecting wrapper, once cleanly to count its file operations `N`, then once per crash
 //! point `k` in `0..=N` (operation `k` and every later one fail: the machine stopped before
 //! operation `k`, i.e. after operation `k - 1`). From the frozen state the simulated file
@@ -19,8 +19,8 @@ use std::sync::Arc;
 use support::{
     digest, evaluate, record, run, scratch, Rec, Rng, Step, Verdict, Workload, DS, ROOT,
 };
-use zrecord::testing::{CrashState, FaultFs, SimFs};
 use zrecord::WriterConfig;
+use zrecord_testing::{CrashState, FaultFs, SimFs};
 
 /// Torn variants per file with unsynced writes.
 const MAX_TORN: usize = 6;

@@ -35,3 +35,49 @@ fn read_options_is_read_config() {
     let source = DatasetSource::new(&ds).read_options(ReadConfig::default());
     assert_eq!(source.gather(&[2]).unwrap().get(0, 0).unwrap(), &[2, 2, 2]);
 }
+
+/// The builder's eight prefetch setters (deprecated: `LoaderBuilder::prefetch` takes the one
+/// `PrefetchConfig`) still set their option, and only it, in the builder's prefetch
+/// configuration.
+#[test]
+fn loader_builder_prefetch_setters_set_the_prefetch_configuration() {
+    use std::sync::Arc;
+    use std::time::Duration;
+    use zrecord::pipeline::{
+        Loader, MemorySource, MergePolicy, OnError, PrefetchConfig, RetryPolicy,
+    };
+
+    let source = Arc::new(MemorySource::new(vec![vec![1u8]; 10]));
+    let merge = MergePolicy::BestEffort {
+        max_lead: 3,
+        max_skips_per_round: 1,
+    };
+    let retry = RetryPolicy::default()
+        .attempts(5)
+        .backoff(Duration::from_millis(2));
+    let want = PrefetchConfig::default()
+        .num_workers(3)
+        .worker_queue_size(4)
+        .consumer_queue_size(5)
+        .lookahead(6)
+        .gathers_in_flight(7)
+        .merge(merge)
+        .retry(retry)
+        .on_error(OnError::Skip);
+    let old = Loader::builder(Arc::clone(&source))
+        .batch_size(2)
+        .num_workers(3)
+        .worker_queue_size(4)
+        .consumer_queue_size(5)
+        .lookahead(6)
+        .gathers_in_flight(7)
+        .merge(merge)
+        .retry(retry)
+        .on_error(OnError::Skip);
+    let new = Loader::builder(source).batch_size(2).prefetch(want);
+    assert_eq!(old.current_config(), new.current_config());
+    assert_eq!(old.current_config().prefetch, want);
+    // One setter changes one option of what `prefetch` set.
+    let one = new.num_workers(1);
+    assert_eq!(one.current_config().prefetch, want.num_workers(1));
+}

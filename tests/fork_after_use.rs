@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zrecord::pipeline::{DatasetSource, Loader};
+use zrecord::pipeline::{DatasetSource, Loader, PrefetchConfig};
 use zrecord::{Backend, Codec, DType, Dataset, Field, ReadConfig, Schema, Writer, WriterConfig};
 
 const N: u64 = 3000;
@@ -84,8 +84,7 @@ fn loader_epoch(ds: &Dataset) -> Result<(), String> {
     let mut loader = Loader::builder(src)
         .seed(11)
         .batch_size(97)
-        .num_workers(2)
-        .lookahead(2)
+        .prefetch(PrefetchConfig::default().num_workers(2).lookahead(2))
         .build()
         .map_err(|e| format!("loader: {e}"))?;
     let mut seen = vec![0u32; N as usize];
@@ -103,9 +102,12 @@ fn loader_epoch(ds: &Dataset) -> Result<(), String> {
     }
 }
 
+/// Opens the dataset again, as the parent opened it.
+type Reopen<'a> = dyn Fn() -> zrecord::Result<Dataset> + 'a;
+
 /// What a child does with a dataset its parent used: blocking and async gathers of records
-/// the parent read and never read, a snapshot read, a fresh open of `reopen` and a loader.
-fn child_reads(ds: &Dataset, reopen: &str, cfg: &ReadConfig) -> Result<(), String> {
+/// the parent read and never read, a snapshot read, a fresh open (`reopen`) and a loader.
+fn child_reads(ds: &Dataset, reopen: &Reopen<'_>, cfg: &ReadConfig) -> Result<(), String> {
     for k in 0..40 {
         let idx = indices(1000 + k, 64, 0..N);
         check(
@@ -138,7 +140,7 @@ fn child_reads(ds: &Dataset, reopen: &str, cfg: &ReadConfig) -> Result<(), Strin
         &idx,
         &[0, 1],
     )?;
-    let fresh = Dataset::open_with(reopen, cfg.clone()).map_err(|e| format!("open: {e}"))?;
+    let fresh = reopen().map_err(|e| format!("open: {e}"))?;
     check(
         &gathered(fresh.gather_blocking(&idx), "gather on a new open")?,
         &idx,
@@ -247,7 +249,7 @@ impl Busy {
 
 /// The parent reads through `ds` (every thread started), forks three times while a thread of
 /// it gathers, each child reads, and the parent reads on.
-fn fork_after_use(ds: Arc<Dataset>, reopen: &str, cfg: &ReadConfig, report: PathBuf) {
+fn fork_after_use(ds: Arc<Dataset>, reopen: &Reopen<'_>, cfg: &ReadConfig, report: PathBuf) {
     // The parent's own use: blocking, async and a loader with lookahead over half the records.
     for k in 0..10 {
         let idx = indices(k, 64, 0..N / 2);
@@ -261,8 +263,7 @@ fn fork_after_use(ds: Arc<Dataset>, reopen: &str, cfg: &ReadConfig, report: Path
     let mut parent_loader = Loader::builder(src)
         .seed(5)
         .batch_size(50)
-        .num_workers(2)
-        .lookahead(4)
+        .prefetch(PrefetchConfig::default().num_workers(2).lookahead(4))
         .build()
         .unwrap();
     for _ in 0..3 {
@@ -304,7 +305,7 @@ fn local(backend: Backend) {
     build(&dir);
     let cfg = ReadConfig::default().with_backend(backend);
     let ds = Arc::new(Dataset::open_with(&dir, cfg.clone()).unwrap());
-    let reopen = dir.to_str().unwrap().to_string();
+    let reopen = || Dataset::open_with(&dir, cfg.clone());
     fork_after_use(ds, &reopen, &cfg, tmp.path().join("child.txt"));
 }
 
@@ -344,24 +345,24 @@ fn remote(cache_bytes: u64) {
         &TransferOptions::default().store(server.options()),
     )
     .unwrap();
-    let cfg = ReadConfig::default().with_remote(
-        RemoteConfig::default()
-            .store(server.options())
-            .cache_dir(tmp.path().join("cache"))
-            .cache_bytes(cache_bytes),
-    );
+    let cfg = ReadConfig::default();
+    let remote = RemoteConfig::default()
+        .store(server.options())
+        .cache_dir(tmp.path().join("cache"))
+        .cache_bytes(cache_bytes);
+    let reopen = || zrecord::remote::open(&url, cfg.clone(), remote.clone());
     if cache_bytes > 0 {
         // Every chunk cached first: the dataset below reads them as local chunks.
-        let warm = Dataset::open_with(&url, cfg.clone()).unwrap();
+        let warm = reopen().unwrap();
         let all: Vec<u64> = (0..N).collect();
         check(&warm.gather_blocking(&all).unwrap(), &all, &[0, 1]).unwrap();
         while pending_fills() > 0 {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
-    let ds = Arc::new(Dataset::open_with(&url, cfg.clone()).unwrap());
+    let ds = Arc::new(reopen().unwrap());
     assert_eq!(ds.backend_name(), "remote");
-    fork_after_use(ds, &url, &cfg, tmp.path().join("child.txt"));
+    fork_after_use(ds, &reopen, &cfg, tmp.path().join("child.txt"));
 }
 
 /// No chunk cache: every read of the child is a range request of its own.

@@ -3,7 +3,7 @@
 //! The workload (create, appends over chunk rollovers, modify, delete, commits, a reopen, a
 //! rebalance) runs once cleanly to count its file operations `N`; then for every operation index
 //! `k < N`, every fault kind and both durations, it runs again with that fault injected by
-//! `zrecord::testing::FaultFs`. On the simulated file system every fault is followed by a
+//! `zrecord_testing::FaultFs`. On the simulated file system every fault is followed by a
 //! restart check (the process dies: what it wrote stays) and a power-loss check (unsynced state
 //! dropped); on the real file system (in `/dev/shm` when present) the check is the restart, and
 //! the process's descriptor count (`/proc/self/fd`) must not grow.
@@ -15,8 +15,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use support::{digest, evaluate, record, run, scratch, Outcome, Step, Verdict, Workload, DS, ROOT};
 use zrecord::testing::StdFs;
-use zrecord::testing::{FaultFs, FaultKind, ImageSpec, SimFs};
 use zrecord::{Error, WriterConfig};
+use zrecord_testing::{FaultFs, FaultKind, ImageSpec, SimFs};
 
 /// Serialises the tests of this file: the descriptor count is per process.
 static SERIAL: Mutex<()> = Mutex::new(());

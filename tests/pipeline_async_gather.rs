@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use futures::executor::block_on;
 use zrecord::pipeline::{
-    LoaderBuilder, LoaderState, MemorySource, SamplerConfig, SamplerMode, Source, SourceFuture,
+    LoaderBuilder, LoaderState, MemorySource, PrefetchConfig, SamplerConfig, SamplerMode, Source,
+    SourceFuture,
 };
 
 /// Gathers on a thread of their own that sleeps a little (more for some batches than others,
@@ -102,9 +103,12 @@ fn builder(source: Arc<Delayed>, workers: usize, window: usize) -> LoaderBuilder
                 .epochs(Some(2)),
         )
         .batch_size(8)
-        .num_workers(workers)
-        .gathers_in_flight(window)
-        .retry(zrecord::pipeline::RetryPolicy::default().backoff(Duration::from_millis(1)))
+        .prefetch(
+            PrefetchConfig::default()
+                .num_workers(workers)
+                .gathers_in_flight(window)
+                .retry(zrecord::pipeline::RetryPolicy::default().backoff(Duration::from_millis(1))),
+        )
 }
 
 /// A batch's indices and bytes, and the checkpoint after it.

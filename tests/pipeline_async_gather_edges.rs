@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use futures::executor::block_on;
 use zrecord::pipeline::{
-    BucketConfig, BucketKey, LoaderBuilder, MemorySource, RetryPolicy, SamplerConfig, SamplerMode,
-    Source, SourceFuture,
+    BucketConfig, BucketKey, LoaderBuilder, MemorySource, PrefetchConfig, RetryPolicy,
+    SamplerConfig, SamplerMode, Source, SourceFuture,
 };
 
 type Records = Vec<Vec<u8>>;
@@ -110,9 +110,12 @@ fn arc_dyn_source_keeps_gather_async() {
     let mut loader = LoaderBuilder::new(Arc::new(inner))
         .sampler(sampler())
         .batch_size(10)
-        .num_workers(1)
-        .gathers_in_flight(4)
-        .retry(RetryPolicy::none())
+        .prefetch(
+            PrefetchConfig::default()
+                .num_workers(1)
+                .gathers_in_flight(4)
+                .retry(RetryPolicy::none()),
+        )
         .build()
         .unwrap();
     let got = drain(&mut loader);
@@ -130,8 +133,11 @@ fn arc_source_keeps_item_lens() {
         .sampler(sampler())
         .bucket(BucketConfig::default().buffer_size(50).pack_size(10))
         .batch_size(10)
-        .num_workers(1)
-        .gathers_in_flight(2)
+        .prefetch(
+            PrefetchConfig::default()
+                .num_workers(1)
+                .gathers_in_flight(2),
+        )
         .build()
         .unwrap();
     let _ = drain(&mut loader);
@@ -149,9 +155,12 @@ fn async_worker_still_announces_lookahead() {
     let mut loader = LoaderBuilder::new(Arc::clone(&src))
         .sampler(sampler())
         .batch_size(10)
-        .num_workers(1)
-        .lookahead(4)
-        .gathers_in_flight(2)
+        .prefetch(
+            PrefetchConfig::default()
+                .num_workers(1)
+                .lookahead(4)
+                .gathers_in_flight(2),
+        )
         .build()
         .unwrap();
     let got = drain(&mut loader);
@@ -181,10 +190,13 @@ fn flaky_run(gathers_in_flight: usize) -> (Vec<zrecord::Result<Vec<u64>>>, u64) 
         .bucket(BucketConfig::default().buffer_size(100).pack_size(10))
         .bucket_key(flaky_key(Arc::default()))
         .batch_size(10)
-        .num_workers(1)
-        .lookahead(0)
-        .gathers_in_flight(gathers_in_flight)
-        .retry(RetryPolicy::default().backoff(Duration::from_millis(1)));
+        .prefetch(
+            PrefetchConfig::default()
+                .num_workers(1)
+                .lookahead(0)
+                .gathers_in_flight(gathers_in_flight)
+                .retry(RetryPolicy::default().backoff(Duration::from_millis(1))),
+        );
     let mut loader = builder.build().unwrap();
     let got = drain(&mut loader);
     (got, loader.stats().failed_attempts)
@@ -207,9 +219,12 @@ fn async_worker_retries_a_failed_index_computation_like_the_blocking_one() {
             .bucket(BucketConfig::default().buffer_size(100).pack_size(10))
             .bucket_key(flaky_key(Arc::default()))
             .batch_size(10)
-            .num_workers(1)
-            .lookahead(0)
-            .retry(RetryPolicy::default().backoff(Duration::from_millis(1)))
+            .prefetch(
+                PrefetchConfig::default()
+                    .num_workers(1)
+                    .lookahead(0)
+                    .retry(RetryPolicy::default().backoff(Duration::from_millis(1))),
+            )
             .build()
             .unwrap();
         let got = drain(&mut loader);
@@ -237,8 +252,11 @@ fn async_worker_reports_a_panicking_key_as_worker_panicked() {
         .bucket(BucketConfig::default().buffer_size(100).pack_size(10))
         .bucket_key(BucketKey::new("panics", |_| panic!("key panicked")))
         .batch_size(10)
-        .num_workers(1)
-        .gathers_in_flight(2)
+        .prefetch(
+            PrefetchConfig::default()
+                .num_workers(1)
+                .gathers_in_flight(2),
+        )
         .build()
         .unwrap();
     let got = drain(&mut loader);
@@ -261,11 +279,14 @@ fn async_gather_latency_does_not_include_worker_blocked_time() {
     let mut loader = LoaderBuilder::new(src)
         .sampler(sampler())
         .batch_size(10)
-        .num_workers(1)
-        .worker_queue_size(1)
-        .consumer_queue_size(1)
-        .lookahead(0)
-        .gathers_in_flight(4)
+        .prefetch(
+            PrefetchConfig::default()
+                .num_workers(1)
+                .worker_queue_size(1)
+                .consumer_queue_size(1)
+                .lookahead(0)
+                .gathers_in_flight(4),
+        )
         .build()
         .unwrap();
     let mut n = 0;
@@ -343,8 +364,11 @@ fn shutdown_drops_pending_gathers() {
     let loader = LoaderBuilder::new(src)
         .sampler(sampler())
         .batch_size(10)
-        .num_workers(1)
-        .gathers_in_flight(2)
+        .prefetch(
+            PrefetchConfig::default()
+                .num_workers(1)
+                .gathers_in_flight(2),
+        )
         .build()
         .unwrap();
     std::thread::sleep(Duration::from_millis(50));
@@ -386,9 +410,12 @@ fn shutdown_releases_a_dataset_source_with_gathers_in_flight() {
         let mut loader = LoaderBuilder::new(Arc::clone(&src))
             .sampler(sampler().epochs(None))
             .batch_size(256)
-            .num_workers(1)
-            .gathers_in_flight(32)
-            .lookahead(0)
+            .prefetch(
+                PrefetchConfig::default()
+                    .num_workers(1)
+                    .gathers_in_flight(32)
+                    .lookahead(0),
+            )
             .build()
             .unwrap();
         // Streaming: the worker keeps refilling its window as batches are taken.

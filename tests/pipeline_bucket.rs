@@ -7,8 +7,8 @@ use std::sync::Arc;
 use futures::executor::block_on;
 use futures::StreamExt;
 use zrecord::pipeline::{
-    pad_stack, BucketConfig, BucketKey, LoaderBuilder, MemorySource, PadConfig, SamplerConfig,
-    SamplerMode,
+    pad_stack, BucketConfig, BucketKey, LoaderBuilder, MemorySource, PadConfig, PrefetchConfig,
+    SamplerConfig, SamplerMode,
 };
 
 const N: u64 = 4000;
@@ -36,7 +36,7 @@ fn run(bucket: Option<BucketConfig>, key: Option<BucketKey>) -> (f64, Vec<Vec<u6
                 .epochs(Some(2)),
         )
         .batch_size(BATCH)
-        .num_workers(3);
+        .prefetch(PrefetchConfig::default().num_workers(3));
     if let Some(c) = bucket {
         b = b.bucket(c);
     }

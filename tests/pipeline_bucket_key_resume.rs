@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use futures::executor::block_on;
-use zrecord::pipeline::{BucketConfig, DatasetSource, LoaderBuilder, LoaderState, Source};
+use zrecord::pipeline::{
+    BucketConfig, DatasetSource, LoaderBuilder, LoaderState, PrefetchConfig, Source,
+};
 use zrecord::{DType, Dataset, Error, Field, Schema, Writer, WriterConfig};
 
 fn create(dir: &std::path::Path) {
@@ -26,7 +28,7 @@ fn builder<S: Source>(src: S, bucketed: bool) -> LoaderBuilder<S> {
         .seed(5)
         .epochs(Some(1))
         .batch_size(4)
-        .num_workers(2);
+        .prefetch(PrefetchConfig::default().num_workers(2));
     if bucketed {
         b.bucket(BucketConfig::default().buffer_size(32).pack_size(4))
     } else {

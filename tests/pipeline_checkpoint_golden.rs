@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use futures::executor::block_on;
 use zrecord::pipeline::{
-    LoaderBuilder, LoaderState, MemorySource, SamplerConfig, SamplerMode, ShardConfig,
+    LoaderBuilder, LoaderState, MemorySource, PrefetchConfig, SamplerConfig, SamplerMode,
+    ShardConfig,
 };
 use zrecord::Error;
 
@@ -29,7 +30,7 @@ fn builder() -> LoaderBuilder<MemorySource> {
         )
         .shard(ShardConfig::default().total(2).index(1))
         .batch_size(3)
-        .num_workers(2)
+        .prefetch(PrefetchConfig::default().num_workers(2))
 }
 
 #[test]

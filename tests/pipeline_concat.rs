@@ -10,7 +10,7 @@ use futures::executor::block_on;
 use futures::StreamExt;
 use zrecord::pipeline::{
     BucketConfig, Concat, Exhausted, IndexBatch, Loader, LoaderBuilder, LoaderState, MergePolicy,
-    MixConfig, Source,
+    MixConfig, PrefetchConfig, Source,
 };
 use zrecord::{DType, Dataset, Error, Field, Schema, Writer, WriterConfig};
 
@@ -179,9 +179,12 @@ fn builder(
         )
         .seed(5)
         .batch_size(4)
-        .num_workers(workers)
-        .worker_queue_size(2)
-        .merge(MergePolicy::Strict);
+        .prefetch(
+            PrefetchConfig::default()
+                .num_workers(workers)
+                .worker_queue_size(2)
+                .merge(MergePolicy::Strict),
+        );
     if bucket {
         b.bucket(BucketConfig::default().buffer_size(9).pack_size(4))
     } else {

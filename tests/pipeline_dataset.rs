@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use zrecord::pipeline::{
     pad_stack_field, BucketConfig, DatasetSource, Loader, OnError, PadConfig, PadSide, PoolingType,
-    RetryPolicy, SamplerConfig, SamplerMode, Source, Stage,
+    PrefetchConfig, RetryPolicy, SamplerConfig, SamplerMode, Source, Stage,
 };
 use zrecord::{DType, Dataset, Field, Schema, Writer, WriterConfig};
 
@@ -60,7 +60,7 @@ async fn a_dataset_through_the_loader() {
                 .seed(99),
         )
         .batch_size(8)
-        .num_workers(3)
+        .prefetch(PrefetchConfig::default().num_workers(3))
         .transform(|batch: zrecord::Batch, _| {
             let padded = pad_stack_field::<u8>(
                 &batch,
@@ -124,10 +124,14 @@ async fn corruption_surfaces_in_place() {
                 .epochs(Some(1)),
         )
         .batch_size(16)
-        .num_workers(4)
-        // Go on past each damaged batch, to see them all; the damage is there on every try.
-        .on_error(OnError::Skip)
-        .retry(RetryPolicy::none());
+        .prefetch(
+            PrefetchConfig::default()
+                .num_workers(4)
+                // Go on past each damaged batch, to see them all; the damage is there on every
+                // try.
+                .on_error(OnError::Skip)
+                .retry(RetryPolicy::none()),
+        );
     // The baseline: gather every batch in order, directly.
     let want: Vec<bool> = builder
         .index_chain()

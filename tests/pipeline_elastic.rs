@@ -19,7 +19,8 @@ mod support;
 use support::{count, Rng};
 use zrecord::pipeline::{
     BucketConfig, Exhausted, IndexBatch, Loader, LoaderBuilder, LoaderState, MemorySource,
-    MergePolicy, Mix, MixConfig, SamplerConfig, SamplerMode, ShardConfig, ShardMode, Source, Stage,
+    MergePolicy, Mix, MixConfig, PrefetchConfig, SamplerConfig, SamplerMode, ShardConfig,
+    ShardMode, Source, Stage,
 };
 
 /// Records in memory, seen as consecutive parts (what a mix weights).
@@ -174,9 +175,12 @@ impl Case {
             )
             .shard(shard.mode(self.mode).pad_to_equal(self.pad))
             .batch_size(self.batch)
-            .num_workers(workers)
-            .worker_queue_size(2)
-            .merge(merge);
+            .prefetch(
+                PrefetchConfig::default()
+                    .num_workers(workers)
+                    .worker_queue_size(2)
+                    .merge(merge),
+            );
         if let Some((_, config)) = &self.mix {
             b = b.mix(config.clone());
         }

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use futures::executor::block_on;
 use futures::StreamExt;
 use zrecord::pipeline::{
-    BucketConfig, BucketKey, LoaderBuilder, MemorySource, OnError, RetryPolicy, SamplerConfig,
-    SamplerMode, Source, Stage,
+    BucketConfig, BucketKey, LoaderBuilder, MemorySource, OnError, PrefetchConfig, RetryPolicy,
+    SamplerConfig, SamplerMode, Source, Stage,
 };
 use zrecord::Error;
 
@@ -58,6 +58,12 @@ fn builder(src: Arc<Flaky>, workers: usize) -> LoaderBuilder<Flaky> {
                 .epochs(Some(2)),
         )
         .batch_size(3)
+        .prefetch(prefetch(workers))
+}
+
+/// The prefetch of [`builder`]'s loaders.
+fn prefetch(workers: usize) -> PrefetchConfig {
+    PrefetchConfig::default()
         .num_workers(workers)
         .worker_queue_size(1)
         // The corrupt records fail on every try: retrying only slows the tests.
@@ -91,7 +97,9 @@ fn under_skip_gather_errors_arrive_in_place_and_the_loader_goes_on() {
         .collect();
     assert!(want.iter().filter(|r| r.is_err()).count() >= 6);
     for workers in [1, 2, 5] {
-        let got = outcomes(builder(Arc::clone(&src), workers).on_error(OnError::Skip));
+        let got = outcomes(
+            builder(Arc::clone(&src), workers).prefetch(prefetch(workers).on_error(OnError::Skip)),
+        );
         assert_eq!(got, want, "{workers} workers");
     }
 }
@@ -107,8 +115,11 @@ fn a_panicking_transform_is_an_error_not_a_crash() {
                 .epochs(Some(2)),
         )
         .batch_size(3)
-        .num_workers(3)
-        .on_error(OnError::Skip)
+        .prefetch(
+            PrefetchConfig::default()
+                .num_workers(3)
+                .on_error(OnError::Skip),
+        )
         .transform(|data: Vec<Vec<u8>>, batch| {
             if batch.position == 4 {
                 panic!("transform bug at position 4");
@@ -134,7 +145,7 @@ fn a_panicking_transform_is_an_error_not_a_crash() {
 fn a_failing_bucket_key_fails_the_batches_of_its_buffer() {
     let src = flaky(40);
     let loader = builder(Arc::clone(&src), 2)
-        .on_error(OnError::Skip)
+        .prefetch(prefetch(2).on_error(OnError::Skip))
         .bucket(BucketConfig::default().buffer_size(12).pack_size(3).seed(0))
         .bucket_key(BucketKey::new("fails_on_39", |i| {
             if i == 39 {

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use futures::executor::block_on;
 use zrecord::pipeline::{
-    LoaderBuilder, LoaderState, MemorySource, Position, SamplerConfig, SamplerMode, WorkerState,
+    LoaderBuilder, LoaderState, MemorySource, Position, PrefetchConfig, SamplerConfig, SamplerMode,
+    WorkerState,
 };
 use zrecord::Error;
 
@@ -24,7 +25,7 @@ fn builder(epochs: Option<u64>, workers: usize) -> LoaderBuilder<MemorySource> {
                 .epochs(epochs),
         )
         .batch_size(4)
-        .num_workers(workers)
+        .prefetch(PrefetchConfig::default().num_workers(workers))
 }
 
 fn checkpoint(b: LoaderBuilder<MemorySource>) -> LoaderState {
@@ -216,8 +217,16 @@ fn huge_worker_counts_and_queues_in_the_config_are_invalid() {
         builder(Some(2), usize::MAX),
         builder(Some(2), 1 << 20),
         builder(Some(2), 0),
-        builder(Some(2), 2).worker_queue_size(usize::MAX),
-        builder(Some(2), 2).consumer_queue_size(usize::MAX),
+        builder(Some(2), 2).prefetch(
+            PrefetchConfig::default()
+                .num_workers(2)
+                .worker_queue_size(usize::MAX),
+        ),
+        builder(Some(2), 2).prefetch(
+            PrefetchConfig::default()
+                .num_workers(2)
+                .consumer_queue_size(usize::MAX),
+        ),
     ] {
         match b.build() {
             Err(Error::InvalidConfig { .. }) => {}

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use futures::executor::block_on;
 use zrecord::pipeline::{
     Concat, Exhausted, IndexBatch, Loader, LoaderBuilder, LoaderState, MemorySource, MixConfig,
-    ShardConfig, Stage,
+    PrefetchConfig, ShardConfig, Stage,
 };
 
 type Src = Concat<MemorySource>;
@@ -24,7 +24,7 @@ fn builder(src: &Arc<Src>, total: u64, rank: u64, mix: &MixConfig) -> LoaderBuil
         .seed(17)
         .shard(ShardConfig::new(total, rank))
         .batch_size(3)
-        .num_workers(2)
+        .prefetch(PrefetchConfig::default().num_workers(2))
 }
 
 fn take(mut loader: Loader<Src>, k: usize) -> (Vec<IndexBatch>, LoaderState) {

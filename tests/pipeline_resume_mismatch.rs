@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use futures::executor::block_on;
 use zrecord::pipeline::{
-    BucketConfig, LoaderBuilder, LoaderState, MemorySource, MergePolicy, SamplerConfig,
-    SamplerMode, ShardConfig,
+    BucketConfig, LoaderBuilder, LoaderState, MemorySource, MergePolicy, PrefetchConfig,
+    SamplerConfig, SamplerMode, ShardConfig,
 };
 use zrecord::Error;
 
@@ -28,7 +28,7 @@ fn builder(src: Arc<MemorySource>) -> LoaderBuilder<MemorySource> {
                 .epochs(Some(2)),
         )
         .batch_size(4)
-        .num_workers(3)
+        .prefetch(PrefetchConfig::default().num_workers(3))
 }
 
 fn checkpoint(b: LoaderBuilder<MemorySource>) -> LoaderState {
@@ -99,19 +99,22 @@ fn worker_count_may_change_for_strict_but_not_best_effort_checkpoints() {
     // Strict: another worker count and even the best-effort merge are fine.
     let strict = checkpoint(builder(source(50, 0)));
     assert!(builder(source(50, 0))
-        .num_workers(5)
+        .prefetch(PrefetchConfig::default().num_workers(5))
         .resume(&strict)
         .is_ok());
 
     // Best effort: a checkpoint whose consumed batches are not a prefix of the sequential order
     // needs the same worker count. Craft one: worker 2 ahead of worker 0.
-    let be = |b: LoaderBuilder<MemorySource>| {
-        b.merge(MergePolicy::BestEffort {
-            max_lead: 4,
-            max_skips_per_round: 2,
-        })
-    };
-    let mut state = checkpoint(be(builder(source(50, 0))));
+    let be =
+        |b: LoaderBuilder<MemorySource>, workers: usize| {
+            b.prefetch(PrefetchConfig::default().num_workers(workers).merge(
+                MergePolicy::BestEffort {
+                    max_lead: 4,
+                    max_skips_per_round: 2,
+                },
+            ))
+        };
+    let mut state = checkpoint(be(builder(source(50, 0)), 3));
     let base = state.prefetch.clone();
     state.prefetch.workers = base.workers.clone();
     state.prefetch.workers[0].consumed = 1;
@@ -124,12 +127,8 @@ fn worker_count_may_change_for_strict_but_not_best_effort_checkpoints() {
             position: g % 13,
         });
     }
-    assert!(be(builder(source(50, 0))).resume(&state).is_ok());
-    refused(
-        be(builder(source(50, 0))).num_workers(2),
-        &state,
-        "best-effort",
-    );
+    assert!(be(builder(source(50, 0)), 3).resume(&state).is_ok());
+    refused(be(builder(source(50, 0)), 2), &state, "best-effort");
 }
 
 #[test]

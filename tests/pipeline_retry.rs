@@ -11,7 +11,8 @@ use std::time::Duration;
 use futures::executor::block_on;
 use futures::StreamExt;
 use zrecord::pipeline::{
-    LoaderBuilder, MemorySource, OnError, RetryPolicy, SamplerConfig, SamplerMode, Source, Stage,
+    LoaderBuilder, MemorySource, OnError, PrefetchConfig, RetryPolicy, SamplerConfig, SamplerMode,
+    Source, Stage,
 };
 use zrecord::Error;
 
@@ -79,7 +80,7 @@ fn builder(src: Arc<FailsTimes>, workers: usize) -> LoaderBuilder<FailsTimes> {
                 .epochs(Some(1)),
         )
         .batch_size(4)
-        .num_workers(workers)
+        .prefetch(PrefetchConfig::default().num_workers(workers))
 }
 
 fn baseline(b: &LoaderBuilder<FailsTimes>) -> Vec<Vec<u64>> {
@@ -107,10 +108,12 @@ fn a_batch_failing_twice_is_delivered_under_the_default_three_tries() {
 #[test]
 fn a_batch_failing_on_every_try_surfaces_the_last_error() {
     let src = FailsTimes::new(50, 21, 5);
-    let b = builder(Arc::clone(&src), 2).retry(
-        RetryPolicy::default()
-            .attempts(2)
-            .backoff(Duration::from_millis(1)),
+    let b = builder(Arc::clone(&src), 2).prefetch(
+        PrefetchConfig::default().num_workers(2).retry(
+            RetryPolicy::default()
+                .attempts(2)
+                .backoff(Duration::from_millis(1)),
+        ),
     );
     let want = baseline(&b);
     let mut loader = b.build().unwrap();
@@ -136,8 +139,12 @@ fn a_panic_is_not_retried() {
     let counted = Arc::clone(&calls);
     let src = FailsTimes::new(50, 99, 0);
     let loader = builder(src, 2)
-        .retry(RetryPolicy::default().attempts(4))
-        .on_error(OnError::Skip)
+        .prefetch(
+            PrefetchConfig::default()
+                .num_workers(2)
+                .retry(RetryPolicy::default().attempts(4))
+                .on_error(OnError::Skip),
+        )
         .transform(move |data: Vec<Vec<u8>>, batch| {
             if batch.position == 3 {
                 counted.fetch_add(1, Ordering::SeqCst);
@@ -158,7 +165,11 @@ fn a_panic_is_not_retried() {
 fn zero_attempts_is_an_invalid_configuration() {
     let src = FailsTimes::new(10, 99, 0);
     let err = builder(src, 1)
-        .retry(RetryPolicy::default().attempts(0))
+        .prefetch(
+            PrefetchConfig::default()
+                .num_workers(1)
+                .retry(RetryPolicy::default().attempts(0)),
+        )
         .build()
         .unwrap_err();
     assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");

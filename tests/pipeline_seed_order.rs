@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use futures::executor::block_on;
-use zrecord::pipeline::{BucketConfig, LoaderBuilder, LoaderState, MemorySource};
+use zrecord::pipeline::{BucketConfig, LoaderBuilder, LoaderState, MemorySource, PrefetchConfig};
 
 const SEED: u64 = 1234;
 
@@ -21,7 +21,7 @@ fn base() -> LoaderBuilder<MemorySource> {
     LoaderBuilder::new(source())
         .epochs(Some(2))
         .batch_size(8)
-        .num_workers(2)
+        .prefetch(PrefetchConfig::default().num_workers(2))
 }
 
 fn bucket() -> BucketConfig {

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use futures::executor::block_on;
 use futures::StreamExt;
 use zrecord::pipeline::{
-    BucketConfig, Cursor, CursorState, IndexBatch, LoaderBuilder, Position, Sampler, SamplerConfig,
-    SamplerMode, Source, Stage,
+    BucketConfig, Cursor, CursorState, IndexBatch, LoaderBuilder, Position, PrefetchConfig,
+    Sampler, SamplerConfig, SamplerMode, Source, Stage,
 };
 
 const N: u64 = 100_000_000;
@@ -101,7 +101,7 @@ fn loader_resumed_deep_in_a_100m_epoch_equals_stepping() {
         let mut b = LoaderBuilder::new(Arc::new(Synthetic))
             .sampler(shuffled(Some(1)))
             .batch_size(8)
-            .num_workers(1);
+            .prefetch(PrefetchConfig::default().num_workers(1));
         if bucket {
             b = b.bucket(
                 BucketConfig::default()
@@ -131,7 +131,7 @@ fn loader_resumed_deep_in_a_100m_epoch_equals_stepping() {
         for workers in [1, 4] {
             let builder = LoaderBuilder::new(Arc::new(Synthetic))
                 .config(*b.current_config())
-                .num_workers(workers);
+                .prefetch(b.current_config().prefetch.num_workers(workers));
             let loader = builder.resume(&state).unwrap();
             let got: Vec<Vec<u64>> = block_on(loader.take(50).map(|b| b.unwrap().data).collect());
             assert_eq!(got[..], stepped[10..], "bucket={bucket} workers={workers}");

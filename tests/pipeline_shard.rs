@@ -8,8 +8,8 @@ use std::sync::Arc;
 use futures::executor::block_on;
 use futures::StreamExt;
 use zrecord::pipeline::{
-    LoaderBuilder, MemorySource, Sampler, SamplerConfig, SamplerMode, ShardConfig, ShardMode,
-    Stage, StageExt,
+    LoaderBuilder, MemorySource, PrefetchConfig, Sampler, SamplerConfig, SamplerMode, ShardConfig,
+    ShardMode, Stage, StageExt,
 };
 
 fn sampler(n: u64, mode: SamplerMode) -> Sampler {
@@ -167,7 +167,7 @@ fn padded_markers_reach_the_loader() {
         .sampler(SamplerConfig::default().mode(SEQ).seed(0).epochs(Some(1)))
         .shard(cfg(4, 2, ShardMode::Interleaved, true, false))
         .batch_size(3)
-        .num_workers(2)
+        .prefetch(PrefetchConfig::default().num_workers(2))
         .build()
         .unwrap();
     type Row = (Vec<u64>, Vec<bool>, Vec<Vec<u8>>);

@@ -10,7 +10,8 @@ use std::time::Duration;
 use futures::executor::block_on;
 use futures::{FutureExt, StreamExt};
 use zrecord::pipeline::{
-    IndexBatch, Loader, LoaderBuilder, MemorySource, SamplerConfig, SamplerMode, Source, Stage,
+    IndexBatch, Loader, LoaderBuilder, MemorySource, PrefetchConfig, SamplerConfig, SamplerMode,
+    Source, Stage,
 };
 
 /// Hang guard only (a failing test must not hang CI); never a synchronisation.
@@ -81,9 +82,12 @@ fn builder<S: Source>(src: Arc<S>) -> LoaderBuilder<S> {
                 .epochs(None),
         )
         .batch_size(2)
-        .num_workers(4)
-        .worker_queue_size(1)
-        .consumer_queue_size(1)
+        .prefetch(
+            PrefetchConfig::default()
+                .num_workers(4)
+                .worker_queue_size(1)
+                .consumer_queue_size(1),
+        )
 }
 
 #[test]

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::executor::block_on;
-use zrecord::pipeline::{LoaderBuilder, MemorySource, RetryPolicy, SamplerConfig, Source};
+use zrecord::pipeline::{
+    LoaderBuilder, MemorySource, PrefetchConfig, RetryPolicy, SamplerConfig, Source,
+};
 
 /// Every gather of a batch holding record 0 fails on its first try.
 struct FailsOnce {
@@ -47,8 +49,11 @@ fn stats_account_for_every_batch_and_attempt() {
         let mut loader = LoaderBuilder::new(source)
             .sampler(SamplerConfig::default().seed(3))
             .batch_size(64)
-            .num_workers(workers)
-            .retry(RetryPolicy::default().backoff(Duration::from_millis(1)))
+            .prefetch(
+                PrefetchConfig::default()
+                    .num_workers(workers)
+                    .retry(RetryPolicy::default().backoff(Duration::from_millis(1))),
+            )
             .build()
             .unwrap();
         let before = loader.stats();

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use support::Rng;
-use zrecord::pipeline::{DatasetSource, Loader};
+use zrecord::pipeline::{DatasetSource, Loader, PrefetchConfig};
 use zrecord::{Backend, DType, Dataset, Field, ReadConfig, Schema, Writer, WriterConfig};
 
 const RECORDS: u64 = 200_000;
@@ -137,9 +137,12 @@ fn child_loads() {
     let mut loader = Loader::builder(Arc::new(DatasetSource::new(&ds)))
         .seed(3)
         .batch_size(batch)
-        .num_workers(workers)
-        .worker_queue_size(wq)
-        .consumer_queue_size(cq)
+        .prefetch(
+            PrefetchConfig::default()
+                .num_workers(workers)
+                .worker_queue_size(wq)
+                .consumer_queue_size(cq),
+        )
         .build()
         .unwrap();
     let mut n = 0;

@@ -7,7 +7,9 @@ use std::os::unix::fs::FileExt as _;
 use std::sync::Arc;
 
 use futures::executor::block_on;
-use zrecord::pipeline::{DatasetSource, Loader, RetryPolicy, SamplerConfig, SamplerMode};
+use zrecord::pipeline::{
+    DatasetSource, Loader, PrefetchConfig, RetryPolicy, SamplerConfig, SamplerMode,
+};
 use zrecord::{Backend, DType, Dataset, Error, Field, ReadConfig, Schema, Writer, WriterConfig};
 
 const N: u64 = 200;
@@ -56,9 +58,12 @@ fn a_damaged_record_through_the_window_is_a_checksum_error() {
                         .epochs(Some(1)),
                 )
                 .batch_size(10)
-                .num_workers(2)
-                .lookahead(8)
-                .retry(RetryPolicy::default().attempts(1))
+                .prefetch(
+                    PrefetchConfig::default()
+                        .num_workers(2)
+                        .lookahead(8)
+                        .retry(RetryPolicy::default().attempts(1)),
+                )
                 .build()
                 .unwrap();
             let mut errors = Vec::new();

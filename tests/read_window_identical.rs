@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use futures::executor::block_on;
-use zrecord::pipeline::{DatasetSource, Loader};
+use zrecord::pipeline::{DatasetSource, Loader, PrefetchConfig};
 use zrecord::{Backend, Codec, DType, Dataset, Field, ReadConfig, Schema, Writer, WriterConfig};
 
 const N: u64 = 600;
@@ -44,8 +44,11 @@ fn epoch(ds: &Dataset, lookahead: usize) -> Vec<(Vec<u64>, Vec<Vec<u8>>)> {
         .seed(3)
         .epochs(Some(1))
         .batch_size(24)
-        .num_workers(3)
-        .lookahead(lookahead)
+        .prefetch(
+            PrefetchConfig::default()
+                .num_workers(3)
+                .lookahead(lookahead),
+        )
         .build()
         .unwrap();
     let mut out = Vec::new();

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use futures::executor::block_on;
-use zrecord::pipeline::{DatasetSource, Loader, LoaderState};
+use zrecord::pipeline::{DatasetSource, Loader, LoaderState, PrefetchConfig};
 use zrecord::{DType, Dataset, Field, ReadConfig, Schema, Writer, WriterConfig};
 
 const N: u64 = 800;
@@ -40,8 +40,7 @@ fn builder(ds: &Dataset) -> zrecord::pipeline::LoaderBuilder<DatasetSource> {
         .seed(11)
         .epochs(Some(1))
         .batch_size(8)
-        .num_workers(2)
-        .lookahead(6)
+        .prefetch(PrefetchConfig::default().num_workers(2).lookahead(6))
 }
 
 /// Indices of `take` batches (all if `None`), and the checkpoint after them.
@@ -73,7 +72,13 @@ fn dropped_and_resumed(direct: bool, budget: usize) {
         .with_direct_io(direct)
         .with_max_bytes_in_flight(budget);
     let ds = Dataset::open_with(&dir, cfg).unwrap();
-    let (all, _, l) = run(builder(&ds).lookahead(0).build().unwrap(), None);
+    let (all, _, l) = run(
+        builder(&ds)
+            .prefetch(PrefetchConfig::default().num_workers(2).lookahead(0))
+            .build()
+            .unwrap(),
+        None,
+    );
     block_on(l.shutdown());
 
     // Dropped mid-epoch, with reads announced and not gathered.
@@ -85,7 +90,13 @@ fn dropped_and_resumed(direct: bool, budget: usize) {
     }
     drop(l);
     // The workers stop on their own; announcements after the session ended are ignored.
-    let (_, _, l) = run(builder(&ds).lookahead(0).build().unwrap(), Some(1));
+    let (_, _, l) = run(
+        builder(&ds)
+            .prefetch(PrefetchConfig::default().num_workers(2).lookahead(0))
+            .build()
+            .unwrap(),
+        Some(1),
+    );
     block_on(l.shutdown());
     assert_eq!(zrecord::testing::read_window_held(&ds), 0, "dropped");
 

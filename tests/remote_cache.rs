@@ -45,7 +45,7 @@ fn open(server: &s3::S3Server, url: &str, cache: &Path, bytes: u64) -> Dataset {
         .store(server.options())
         .cache_dir(cache)
         .cache_bytes(bytes);
-    Dataset::open_with(url, ReadConfig::default().with_remote(remote)).unwrap()
+    zrecord::remote::open(url, ReadConfig::default(), remote).unwrap()
 }
 
 fn check_all(ds: &Dataset, n: u64) {
@@ -68,7 +68,7 @@ fn open_child(spec: &str) -> (Dataset, PathBuf) {
         .store(s3::options_for(endpoint))
         .cache_dir(cache)
         .cache_bytes(1 << 30);
-    let ds = Dataset::open_with(url, ReadConfig::default().with_remote(remote)).unwrap();
+    let ds = zrecord::remote::open(url, ReadConfig::default(), remote).unwrap();
     (ds, PathBuf::from(cache))
 }
 

@@ -27,7 +27,7 @@ fn open(server: &s3::S3Server, url: &str, cache: &Path, bytes: u64) -> Dataset {
         .store(server.options())
         .cache_dir(cache)
         .cache_bytes(bytes);
-    Dataset::open_with(url, ReadConfig::default().with_remote(remote)).unwrap()
+    zrecord::remote::open(url, ReadConfig::default(), remote).unwrap()
 }
 
 /// The cached chunk files, complete ones.

@@ -11,8 +11,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use zrecord::remote::{pull, push, RemoteConfig, StoreOptions, TransferOptions};
-use zrecord::testing::{FaultConfig, FaultProxy};
 use zrecord::{Codec, DType, Dataset, Error, Field, ReadConfig, Schema, Writer, WriterConfig};
+use zrecord_testing::{FaultConfig, FaultProxy};
 
 const N: u64 = 3000;
 
@@ -44,9 +44,10 @@ fn through(proxy: &FaultProxy, retries: u32) -> StoreOptions {
 }
 
 fn open(url: &str, store: StoreOptions, cache: &Path) -> zrecord::Result<Dataset> {
-    Dataset::open_with(
+    zrecord::remote::open(
         url,
-        ReadConfig::default().with_remote(RemoteConfig::default().store(store).cache_dir(cache)),
+        ReadConfig::default(),
+        RemoteConfig::default().store(store).cache_dir(cache),
     )
 }
 

@@ -78,12 +78,10 @@ fn epoch_completes_exactly_with_a_node_killed_mid_epoch() {
         report.transferred.0 >= 8,
         "want several chunk objects, so reads spread over objects: {report:?}"
     );
-    let config = ReadConfig::default().with_remote(
-        RemoteConfig::default()
-            .store(cluster.options(0))
-            .cache_dir(tmp.path().join("cache")),
-    );
-    let remote = Dataset::open_with(&url, config).unwrap();
+    let config = RemoteConfig::default()
+        .store(cluster.options(0))
+        .cache_dir(tmp.path().join("cache"));
+    let remote = zrecord::remote::open(&url, ReadConfig::default(), config).unwrap();
     assert_eq!(remote.len(), N);
 
     let src = Arc::new(DatasetSource::new(&remote));

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use futures::executor::block_on;
 use zrecord::diagnostics::remote_stats as stats;
-use zrecord::pipeline::{DatasetSource, Loader, LoaderBatch};
+use zrecord::pipeline::{DatasetSource, Loader, LoaderBatch, PrefetchConfig};
 use zrecord::remote::{push, RemoteConfig, TransferOptions};
 use zrecord::{DType, Dataset, Field, ReadConfig, Schema, Writer, WriterConfig};
 
@@ -25,8 +25,11 @@ fn loader(ds: &Dataset, lookahead: usize) -> Loader<DatasetSource> {
     Loader::builder(Arc::new(DatasetSource::new(ds)))
         .seed(5)
         .batch_size(32)
-        .num_workers(2)
-        .lookahead(lookahead)
+        .prefetch(
+            PrefetchConfig::default()
+                .num_workers(2)
+                .lookahead(lookahead),
+        )
         .build()
         .unwrap()
 }
@@ -61,7 +64,7 @@ fn lookahead_serves_gathers_exactly_and_cancels_with_its_loader() {
         .lookahead_bytes(64 << 20)
         .store(server.options())
         .cache_dir(tmp.path().join("cache"));
-    let ds = Dataset::open_with(&url, ReadConfig::default().with_remote(remote)).unwrap();
+    let ds = zrecord::remote::open(&url, ReadConfig::default(), remote).unwrap();
 
     let plain: Vec<Vec<u64>> = {
         let mut l = loader(&ds, 0);
@@ -105,8 +108,7 @@ fn lookahead_serves_gathers_exactly_and_cancels_with_its_loader() {
     let mut resumed = Loader::builder(Arc::new(DatasetSource::new(&ds)))
         .seed(5)
         .batch_size(32)
-        .num_workers(2)
-        .lookahead(8)
+        .prefetch(PrefetchConfig::default().num_workers(2).lookahead(8))
         .resume(&state)
         .unwrap();
     let mut rest = Vec::new();

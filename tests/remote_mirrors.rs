@@ -10,7 +10,7 @@ mod s3;
 use std::path::Path;
 
 use zrecord::remote::{push, RemoteConfig, TransferOptions};
-use zrecord::{DType, Dataset, Field, ReadConfig, Schema, Writer, WriterConfig};
+use zrecord::{DType, Field, ReadConfig, Schema, Writer, WriterConfig};
 
 /// Bytes of the files under `dir`.
 fn bytes_under(dir: &Path) -> u64 {
@@ -50,7 +50,7 @@ fn mirrors_hold_the_latest_tables_once() {
         .store(server.options())
         .cache_dir(&cache)
         .cache_bytes(1 << 30);
-    let ds = Dataset::open_with(&url, ReadConfig::default().with_remote(remote.clone())).unwrap();
+    let ds = zrecord::remote::open(&url, ReadConfig::default(), remote.clone()).unwrap();
 
     // Four more commits, each changing one record of field a: b's files stay the same.
     for c in 1..=4u64 {
@@ -64,7 +64,7 @@ fn mirrors_hold_the_latest_tables_once() {
         );
     }
     // One more reader of the latest commit shares the same mirror.
-    let other = Dataset::open_with(&url, ReadConfig::default().with_remote(remote)).unwrap();
+    let other = zrecord::remote::open(&url, ReadConfig::default(), remote).unwrap();
     assert_eq!(other.len(), n);
 
     let meta = ds.snapshot().meta().clone();

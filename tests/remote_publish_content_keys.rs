@@ -79,13 +79,12 @@ fn datasets_differing_only_in_record_bytes_both_read_exactly() {
         // the empty patch logs, which are the same bytes).
         assert_eq!(report.skipped.1, 0, "push {n}: {report:?}");
         let cache = tmp.path().join(format!("cache{n}"));
-        let remote = Dataset::open_with(
+        let remote = zrecord::remote::open(
             &url,
-            ReadConfig::default().with_remote(
-                RemoteConfig::default()
-                    .store(server.options())
-                    .cache_dir(&cache),
-            ),
+            ReadConfig::default(),
+            RemoteConfig::default()
+                .store(server.options())
+                .cache_dir(&cache),
         )
         .unwrap();
         assert_eq!(

@@ -64,13 +64,12 @@ fn ten_thousand_chunks_push_under_64_descriptors() {
         "{report}"
     );
 
-    let remote = Dataset::open_with(
+    let remote = zrecord::remote::open(
         &url,
-        ReadConfig::default().with_remote(
-            RemoteConfig::default()
-                .store(server.options())
-                .cache_dir(tmp.path().join("cache")),
-        ),
+        ReadConfig::default(),
+        RemoteConfig::default()
+            .store(server.options())
+            .cache_dir(tmp.path().join("cache")),
     )
     .unwrap();
     let local = Dataset::open(&dir).unwrap();

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use zrecord::pipeline::{DatasetSource, Loader, ShardConfig};
 use zrecord::remote::{push, RemoteConfig, TransferOptions};
-use zrecord::{Codec, DType, Dataset, Field, ReadConfig, Schema, Writer, WriterConfig};
+use zrecord::{Codec, DType, Field, ReadConfig, Schema, Writer, WriterConfig};
 
 const N: u64 = 4000;
 const RANKS: u64 = 4;
@@ -55,12 +55,10 @@ fn rank_child() {
     };
     let rank: u64 = rank.parse().unwrap();
     let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} is not set"));
-    let config = ReadConfig::default().with_remote(
-        RemoteConfig::default()
-            .store(s3::options_for(&var(ENDPOINT)))
-            .cache_dir(var(CACHE)),
-    );
-    let ds = Dataset::open_with(var(URL), config).unwrap();
+    let remote = RemoteConfig::default()
+        .store(s3::options_for(&var(ENDPOINT)))
+        .cache_dir(var(CACHE));
+    let ds = zrecord::remote::open(&var(URL), ReadConfig::default(), remote).unwrap();
     assert_eq!(ds.backend_name(), "remote");
     assert_eq!(ds.len(), N);
     let src = Arc::new(DatasetSource::new(&ds));

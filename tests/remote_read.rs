@@ -35,8 +35,10 @@ fn write(dir: &Path, from: u64, to: u64) {
     w.commit().unwrap();
 }
 
-fn config(server: &s3::S3Server, cache: &Path) -> ReadConfig {
-    ReadConfig::default().with_remote(
+fn open(server: &s3::S3Server, url: &str, cache: &Path) -> zrecord::Result<Dataset> {
+    zrecord::remote::open(
+        url,
+        ReadConfig::default(),
         RemoteConfig::default()
             .store(server.options())
             .cache_dir(cache),
@@ -67,7 +69,7 @@ fn remote_reads_equal_local_reads() {
     .unwrap();
 
     let cache = tmp.path().join("cache");
-    let remote = Dataset::open_with(&url, config(&server, &cache)).unwrap();
+    let remote = open(&server, &url, &cache).unwrap();
     let ds = Dataset::open(&local).unwrap();
     assert_eq!(remote.len(), 3000);
     assert_eq!(remote.backend_name(), "remote");
@@ -135,7 +137,7 @@ fn damaged_objects_are_checksum_errors() {
         &TransferOptions::default().store(server.options()),
     )
     .unwrap();
-    let remote = Dataset::open_with(&url, config(&server, &tmp.path().join("cache"))).unwrap();
+    let remote = open(&server, &url, &tmp.path().join("cache")).unwrap();
 
     // Flip a byte of every chunk object on the server.
     let data = server.object_file("sets/b/data/chunk");

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use zrecord::diagnostics::remote_stats as stats;
 use zrecord::remote::{push, RemoteConfig, TransferOptions};
-use zrecord::{DType, Dataset, Error, Field, ReadConfig, Schema, Writer, WriterConfig};
+use zrecord::{DType, Error, Field, ReadConfig, Schema, Writer, WriterConfig};
 
 fn record(i: u64) -> Vec<u8> {
     (0..(200 + i % 13 * 17) as usize)
@@ -70,7 +70,7 @@ fn one_damaged_record_on_the_store_is_read_at_most_twice() {
             .store(server.options())
             .cache_dir(tmp.path().join(format!("cache{cache_bytes}")))
             .cache_bytes(cache_bytes);
-        let ds = Dataset::open_with(&url, ReadConfig::default().with_remote(remote)).unwrap();
+        let ds = zrecord::remote::open(&url, ReadConfig::default(), remote).unwrap();
         let all: Vec<u64> = (0..n).collect();
         let index = match ds.gather_blocking(&all) {
             Err(Error::ChecksumMismatch { index, .. }) => index,

@@ -2,8 +2,10 @@
 # The test suite, on any machine with the Rust toolchain and Python 3.11+: installs the two S3
 # servers the object-store tests start (s3s-fs and Garage, from crates.io, once: about 3 and 14
 # minutes to build on 2 cores) when they are missing, then runs `cargo test` with any arguments
-# given and, without arguments, the Python package's tests (python/tests/run.sh: the wheel
-# built by `pip install ./python` into a fresh venv, then pytest).
+# given and, without arguments, `cargo test` of the library and of the test machinery crate
+# (testing/, zrecord-testing: one build, the features are the same) and then the Python
+# package's tests (python/tests/run.sh: the wheel built by `pip install ./python` into a fresh
+# venv, then pytest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 S3S_FS_VERSION=0.14.1
@@ -18,7 +20,9 @@ if ! have garage; then
   echo "tests/run.sh: installing garage $GARAGE_VERSION (once)" >&2
   cargo install --locked "garage@$GARAGE_VERSION"
 fi
-cargo test "$@"
 if [ $# -eq 0 ]; then
+  cargo test -p zrecord -p zrecord-testing
   bash python/tests/run.sh
+else
+  cargo test "$@"
 fi

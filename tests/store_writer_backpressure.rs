@@ -6,9 +6,9 @@
 
 use futures::FutureExt;
 use std::sync::Arc;
-use zrecord::testing::FaultFs;
 use zrecord::testing::StdFs;
 use zrecord::{DType, Dataset, Field, Schema, Writer, WriterConfig};
+use zrecord_testing::FaultFs;
 
 const RECORD: usize = 1000;
 

@@ -3,9 +3,9 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use zrecord::testing::{FaultFs, SimFs};
 use zrecord::testing::{StdFs, Vfs};
 use zrecord::Error;
+use zrecord_testing::{FaultFs, SimFs};
 
 /// An observable outcome: `Ok` with a description, or the error's kind.
 fn obs<T: std::fmt::Debug>(r: Result<T, Error>) -> String {

@@ -11,7 +11,7 @@ use zrecord::pipeline::{
     BatchConfig, BucketConfig, LoaderConfig, MemorySource, MergePolicy, PrefetchConfig,
     SamplerConfig, SamplerMode, ShardConfig, ShardMode,
 };
-use zrecord::testing::{ImageSpec, SimFs};
+use zrecord_testing::{ImageSpec, SimFs};
 use zrecord::{Codec, DType, Field, Schema, Writer, WriterConfig};
 
 /// Reads an input front to back; past the end every read gives zeros / empty.

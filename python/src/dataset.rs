@@ -26,6 +26,15 @@ pub(crate) struct OpenOptions {
 }
 
 impl OpenOptions {
+    /// Opens the dataset at `location` (a directory, or an object store's URL) with these
+    /// options (`config`: [`OpenOptions::read_config`]).
+    pub(crate) fn open(&self, location: &str, config: ReadConfig) -> zrecord::Result<Dataset> {
+        match zrecord::remote::is_url(location) {
+            true => zrecord::remote::open(location, config, self.remote_config()),
+            false => Dataset::open_with(location, config),
+        }
+    }
+
     pub(crate) fn read_config(&self) -> PyResult<ReadConfig> {
         // Records read through mappings are copied into the slab in the checksum's pass, so a
         // field's values lie back to back there and NumPy gets them without a second copy.
@@ -37,6 +46,11 @@ impl OpenOptions {
             let backend: Backend = b.parse().map_err(to_py)?;
             c = c.with_backend(backend);
         }
+        Ok(c)
+    }
+
+    /// How a dataset on an object store is read: the storage options, the cache, lookahead.
+    pub(crate) fn remote_config(&self) -> RemoteConfig {
         let mut remote = RemoteConfig::default();
         let mut store = StoreOptions::default();
         for (k, v) in &self.storage_options {
@@ -52,7 +66,7 @@ impl OpenOptions {
         if let Some(b) = self.lookahead_bytes {
             remote = remote.lookahead_bytes(b);
         }
-        Ok(c.with_remote(remote))
+        remote
     }
 
     fn to_kwargs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -141,8 +155,7 @@ impl PyDataset {
         options: OpenOptions,
     ) -> PyResult<Self> {
         let config = options.read_config()?;
-        let loc = location.clone();
-        let ds = without_gil(py, || Dataset::open_with(&loc, config))?;
+        let ds = without_gil(py, || options.open(&location, config))?;
         Ok(PyDataset {
             inner: Arc::new(ds),
             location,

@@ -14,8 +14,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use zrecord::pipeline::{
     BucketConfig, Concat, DatasetSource, Exhausted, Loader, LoaderBatch, LoaderBuilder,
-    LoaderState, MergePolicy, MixConfig, OnError, RetryPolicy, SamplerConfig, SamplerMode,
-    ShardConfig, ShardMode, Source,
+    LoaderState, MergePolicy, MixConfig, OnError, PrefetchConfig, RetryPolicy, SamplerConfig,
+    SamplerMode, ShardConfig, ShardMode, Source,
 };
 
 /// How often a blocked `next()` looks for a pending signal (Ctrl-C).
@@ -221,10 +221,8 @@ impl Options {
         if let Some((buffer, pack)) = self.bucket {
             b = b.bucket(BucketConfig::default().buffer_size(buffer).pack_size(pack));
         }
-        b = b
-            .batch_size(self.batch_size)
-            .drop_last(self.drop_last)
-            .num_workers(self.workers);
+        b = b.batch_size(self.batch_size).drop_last(self.drop_last);
+        let mut p = PrefetchConfig::default().num_workers(self.workers);
         let merge = match self.merge.as_str() {
             "strict" => MergePolicy::Strict,
             "best_effort" => MergePolicy::BestEffort {
@@ -237,18 +235,18 @@ impl Options {
                 )))
             }
         };
-        b = b.merge(merge);
+        p = p.merge(merge);
         if let Some(n) = self.lookahead {
-            b = b.lookahead(n);
+            p = p.lookahead(n);
         }
         if let Some(n) = self.gathers_in_flight {
-            b = b.gathers_in_flight(n);
+            p = p.gathers_in_flight(n);
         }
         if let Some(n) = self.worker_queue_size {
-            b = b.worker_queue_size(n);
+            p = p.worker_queue_size(n);
         }
         if let Some(n) = self.consumer_queue_size {
-            b = b.consumer_queue_size(n);
+            p = p.consumer_queue_size(n);
         }
         if self.retries.is_some() || self.retry_backoff.is_some() {
             let mut r = RetryPolicy::default();
@@ -264,9 +262,9 @@ impl Options {
                     .backoff(backoff)
                     .max_backoff(backoff.saturating_mul(30).max(r.max_backoff));
             }
-            b = b.retry(r);
+            p = p.retry(r);
         }
-        b = b.on_error(match self.on_error.as_str() {
+        p = p.on_error(match self.on_error.as_str() {
             "stop" | "raise" => OnError::Stop,
             "skip" => OnError::Skip,
             other => {
@@ -275,6 +273,7 @@ impl Options {
                 )))
             }
         });
+        b = b.prefetch(p);
         Ok(b)
     }
 

@@ -8,16 +8,14 @@
 //! - `fs`: file-system calls with the durability rules of the commit protocol, and the
 //!   process's descriptor and mapping limits.
 //! - `vfs`: the seam every file operation of the writer and of recovery goes through, with the
-//!   real file system (`vfs::StdFs`); `fault` holds the simulated and fault-injecting ones
-//!   used by the crash and I/O-error tests.
+//!   real file system (`vfs::StdFs`); the simulated and fault-injecting ones the crash and
+//!   I/O-error tests use live outside the product, in the `zrecord-testing` crate (`testing/`).
 //! - `pool`: the worker threads async gathers run on (page faults, checksums, inflate).
 //! - `fork`: the process id, and `ForkLocal`, one value per process: what `fork()`'s child must
 //!   make again (threads, rings, runtimes, registries, budgets) instead of using its parent's.
 //!
 //! Which of these serves a read is the read engine's business (`store/read/`).
 
-#[cfg(feature = "testing")]
-pub(crate) mod fault;
 pub(crate) mod fork;
 pub(crate) mod fs;
 pub(crate) mod job;

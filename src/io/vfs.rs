@@ -4,9 +4,9 @@
 //! reading `meta.json`, cleaning orphans, loading the offset tables), appending, committing —
 //! goes through a [`Vfs`] and the [`VfsFile`] handles it returns. [`StdFs`] is the real file
 //! system: thin wrappers over `std::fs` and [`crate::io::fs`], with the same calls, flags and
-//! error contexts the writer used before the seam existed. `fault::SimFs` is an
-//! in-memory file system for tests that tracks durable versus unsynced state and can crash or
-//! fail at any operation.
+//! error contexts the writer used before the seam existed. `zrecord_testing::SimFs` (the
+//! `zrecord-testing` crate, `testing/`) is an in-memory file system for tests that tracks
+//! durable versus unsynced state and can crash or fail at any operation.
 //!
 //! The seam is dynamic (`Arc<dyn Vfs>`, `Box<dyn VfsFile>`), chosen once when a writer is opened.
 //! A virtual call costs nanoseconds; the hot append path makes one per 4 MiB buffer it writes.

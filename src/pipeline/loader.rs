@@ -11,114 +11,22 @@ use serde::{Deserialize, Serialize};
 
 use super::batch::{BatchConfig, Batcher, IndexBatch};
 use super::bucket::{Bucket, BucketConfig, BucketKey};
-use super::elastic::{self, ChainSpec, ElasticChain, ElasticState};
+use super::chain::IndexChain;
+use super::checkpoints::{self, Header};
+use super::elastic::{ChainSpec, ElasticChain};
 use super::mix::{Mix, MixConfig};
-use super::prefetch::fresh_state;
 use super::prefetch::{
     identity, LoaderBatch, MergePolicy, OnError, Prefetch, PrefetchConfig, RetryPolicy, Transform,
 };
+use super::residual::ElasticState;
 use super::root::Root;
 use super::sampler::{Sampler, SamplerConfig};
 use super::shard::{Shard, ShardConfig};
 use super::source::Source;
-use super::stage::{describe, Stage};
-use super::state::{describe_differences, shard_settings, LoaderState, LOADER_STATE_VERSION};
+use super::stage::describe;
+use super::state::{LoaderState, LOADER_STATE_VERSION};
 use super::stats::LoaderStats;
 use crate::{Error, Result};
-
-/// Ranks named in a merge refusal before "and N more".
-const RANKS_NAMED: usize = 8;
-
-/// Why checkpoints with shard settings `shards` (one per checkpoint, in the order given) are not
-/// every rank of one run once, naming the ranks that are missing or given twice; `None` if they
-/// are.
-fn rank_coverage(shards: &[ShardConfig]) -> Option<String> {
-    let n = shards.len();
-    let first = shards.first()?;
-    let total = first.total;
-    if let Some((i, other)) = shards.iter().enumerate().find(|(_, s)| s.total != total) {
-        return Some(format!(
-            "checkpoint {i} was taken by rank {} of {}, checkpoint 0 by rank {} of {total}: \
-             not one run's ranks",
-            other.index, other.total, first.index
-        ));
-    }
-    if let Some((i, bad)) = shards.iter().enumerate().find(|(_, s)| s.index >= total) {
-        return Some(format!(
-            "checkpoint {i} names rank {} of {total}: a malformed shard index",
-            bad.index
-        ));
-    }
-    let mut ranks: Vec<u64> = shards.iter().map(|s| s.index).collect();
-    ranks.sort_unstable();
-    let mut twice: Vec<u64> = ranks
-        .windows(2)
-        .filter_map(|w| match w {
-            [a, b] if a == b => Some(*a),
-            _ => None,
-        })
-        .collect();
-    twice.dedup();
-    ranks.dedup();
-    // The ranks below `total` not in `ranks` (sorted, distinct, each below `total`).
-    let missing_count = total.saturating_sub(ranks.len() as u64);
-    let mut missing = Vec::new();
-    let mut next = 0u64;
-    for &r in ranks.iter().chain(std::iter::once(&total)) {
-        missing.extend((next..r).take(RANKS_NAMED - missing.len()));
-        if missing.len() == RANKS_NAMED {
-            break;
-        }
-        next = r.saturating_add(1);
-    }
-    if missing_count == 0 && twice.is_empty() {
-        return None;
-    }
-    let given = match n {
-        1 => "1 checkpoint was".to_string(),
-        _ => format!("{n} checkpoints were"),
-    };
-    let mut problems = Vec::new();
-    if missing_count > 0 {
-        problems.push(rank_list(&missing, missing_count, "missing"));
-    }
-    if !twice.is_empty() {
-        problems.push(rank_list(&twice, twice.len() as u64, "given twice"));
-    }
-    Some(format!(
-        "{given} given for {total} ranks: {}: merge every rank's checkpoint, once",
-        problems.join(", ")
-    ))
-}
-
-/// "rank 2 is missing", "ranks 1 and 2 are missing", "ranks 1, 2, …, 8 and 29 more are
-/// missing": `named` are the first of `count` ranks.
-fn rank_list(named: &[u64], count: u64, what: &str) -> String {
-    let shown = named.iter().take(RANKS_NAMED).map(u64::to_string);
-    let mut items: Vec<String> = shown.collect();
-    let more = count.saturating_sub(items.len() as u64);
-    if more > 0 {
-        items.push(format!("{more} more"));
-    }
-    let list = match items.split_last() {
-        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
-        _ => items.concat(),
-    };
-    match count {
-        1 => format!("rank {list} is {what}"),
-        _ => format!("ranks {list} are {what}"),
-    }
-}
-
-/// A portable 64-bit fingerprint of a description string (FNV-1a then a splitmix finaliser).
-pub(crate) fn fingerprint(description: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in description.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    crate::hash::mix(h)
-}
 
 /// Every option of a [`Loader`] but the bucket key and the transform (which are functions).
 ///
@@ -186,49 +94,6 @@ impl LoaderConfig {
     pub fn prefetch(mut self, prefetch: PrefetchConfig) -> Self {
         self.prefetch = prefetch;
         self
-    }
-}
-
-/// The index chain a [`Loader`] runs: root (sampler or mix) → shard → (bucket) → batch. Its
-/// item sequence is the loader's batch order under [`MergePolicy::Strict`], so iterating it
-/// (with [`Stage::cursor`]) and gathering each batch is the sequential baseline of the loader.
-#[derive(Debug, Clone)]
-pub enum IndexChain {
-    /// Without bucketing.
-    Plain(Batcher<Shard<Root>>),
-    /// With bucketing.
-    Bucketed(Batcher<Bucket<Shard<Root>>>),
-}
-
-impl Stage for IndexChain {
-    type Item = IndexBatch;
-
-    fn epochs(&self) -> Option<u64> {
-        match self {
-            Self::Plain(s) => s.epochs(),
-            Self::Bucketed(s) => s.epochs(),
-        }
-    }
-
-    fn epoch_len(&self) -> u64 {
-        match self {
-            Self::Plain(s) => s.epoch_len(),
-            Self::Bucketed(s) => s.epoch_len(),
-        }
-    }
-
-    fn get(&mut self, epoch: u64, position: u64) -> Result<IndexBatch> {
-        match self {
-            Self::Plain(s) => s.get(epoch, position),
-            Self::Bucketed(s) => s.get(epoch, position),
-        }
-    }
-
-    fn describe(&self, out: &mut String) {
-        match self {
-            Self::Plain(s) => s.describe(out),
-            Self::Bucketed(s) => s.describe(out),
-        }
     }
 }
 
@@ -380,61 +245,106 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
         self
     }
 
-    /// Workers, queues and merge.
+    /// Workers, queues, merge, lookahead, gathers in flight, retries and error handling: every
+    /// option of the prefetch, set here and only here (default [`PrefetchConfig::default`]: 2
+    /// workers, queues of 2, strict merge, 3 tries per batch, stop at a failed batch).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use zrecord::pipeline::{Loader, MemorySource, MergePolicy, PrefetchConfig};
+    ///
+    /// let source = Arc::new(MemorySource::new(vec![vec![0u8; 4]; 100]));
+    /// let builder = Loader::builder(source)
+    ///     .batch_size(10)
+    ///     .prefetch(PrefetchConfig::default().num_workers(4).merge(MergePolicy::Strict));
+    /// assert_eq!(builder.current_config().prefetch.num_workers, 4);
+    /// ```
     pub fn prefetch(mut self, prefetch: PrefetchConfig) -> Self {
         self.config.prefetch = prefetch;
         self
     }
 
-    /// Number of worker threads.
+    /// Deprecated: sets [`PrefetchConfig::num_workers`] in the builder's current prefetch
+    /// configuration; use [`LoaderBuilder::prefetch`].
+    #[deprecated(
+        note = "use `.prefetch(PrefetchConfig)` and `PrefetchConfig::num_workers`; \
+                kept for one release, see CHANGELOG.md"
+    )]
     pub fn num_workers(mut self, num_workers: usize) -> Self {
-        self.config.prefetch.num_workers = num_workers;
+        self.config.prefetch = self.config.prefetch.num_workers(num_workers);
         self
     }
 
-    /// Capacity of each worker's queue, in batches.
+    /// Deprecated: sets [`PrefetchConfig::worker_queue_size`] in the builder's current prefetch
+    /// configuration; use [`LoaderBuilder::prefetch`].
+    #[deprecated(
+        note = "use `.prefetch(PrefetchConfig)` and `PrefetchConfig::worker_queue_size`; \
+                kept for one release, see CHANGELOG.md"
+    )]
     pub fn worker_queue_size(mut self, size: usize) -> Self {
-        self.config.prefetch.worker_queue_size = size;
+        self.config.prefetch = self.config.prefetch.worker_queue_size(size);
         self
     }
 
-    /// Capacity of the buffer of merged batches waiting for the consumer.
+    /// Deprecated: sets [`PrefetchConfig::consumer_queue_size`] in the builder's current prefetch
+    /// configuration; use [`LoaderBuilder::prefetch`].
+    #[deprecated(
+        note = "use `.prefetch(PrefetchConfig)` and `PrefetchConfig::consumer_queue_size`; \
+                kept for one release, see CHANGELOG.md"
+    )]
     pub fn consumer_queue_size(mut self, size: usize) -> Self {
-        self.config.prefetch.consumer_queue_size = size;
+        self.config.prefetch = self.config.prefetch.consumer_queue_size(size);
         self
     }
 
-    /// Batches each worker announces to the source ahead of the one it gathers (see
-    /// [`PrefetchConfig::lookahead`]).
+    /// Deprecated: sets [`PrefetchConfig::lookahead`] in the builder's current prefetch
+    /// configuration; use [`LoaderBuilder::prefetch`].
+    #[deprecated(
+        note = "use `.prefetch(PrefetchConfig)` and `PrefetchConfig::lookahead`; \
+                kept for one release, see CHANGELOG.md"
+    )]
     pub fn lookahead(mut self, batches: usize) -> Self {
-        self.config.prefetch.lookahead = batches;
+        self.config.prefetch = self.config.prefetch.lookahead(batches);
         self
     }
 
-    /// Gathers each worker keeps in flight through [`Source::gather_async`] (see
-    /// [`PrefetchConfig::gathers_in_flight`]). Default 1: the blocking path.
+    /// Deprecated: sets [`PrefetchConfig::gathers_in_flight`] in the builder's current prefetch
+    /// configuration; use [`LoaderBuilder::prefetch`].
+    #[deprecated(
+        note = "use `.prefetch(PrefetchConfig)` and `PrefetchConfig::gathers_in_flight`; \
+                kept for one release, see CHANGELOG.md"
+    )]
     pub fn gathers_in_flight(mut self, gathers: usize) -> Self {
-        self.config.prefetch.gathers_in_flight = gathers;
+        self.config.prefetch = self.config.prefetch.gathers_in_flight(gathers);
         self
     }
 
-    /// The merge policy.
+    /// Deprecated: sets [`PrefetchConfig::merge`] in the builder's current prefetch
+    /// configuration; use [`LoaderBuilder::prefetch`].
+    #[deprecated(note = "use `.prefetch(PrefetchConfig)` and `PrefetchConfig::merge`; \
+                kept for one release, see CHANGELOG.md")]
     pub fn merge(mut self, merge: MergePolicy) -> Self {
-        self.config.prefetch.merge = merge;
+        self.config.prefetch = self.config.prefetch.merge(merge);
         self
     }
 
-    /// How a worker retries a failing batch (default: 3 tries, 10 ms backoff doubling up to
-    /// 1 s); see [`RetryPolicy`].
+    /// Deprecated: sets [`PrefetchConfig::retry`] in the builder's current prefetch
+    /// configuration; use [`LoaderBuilder::prefetch`].
+    #[deprecated(note = "use `.prefetch(PrefetchConfig)` and `PrefetchConfig::retry`; \
+                kept for one release, see CHANGELOG.md")]
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
-        self.config.prefetch.retry = retry;
+        self.config.prefetch = self.config.prefetch.retry(retry);
         self
     }
 
-    /// What the loader does after a failed batch (default: [`OnError::Stop`]); see
-    /// [`Loader::next`].
+    /// Deprecated: sets [`PrefetchConfig::on_error`] in the builder's current prefetch
+    /// configuration; use [`LoaderBuilder::prefetch`].
+    #[deprecated(
+        note = "use `.prefetch(PrefetchConfig)` and `PrefetchConfig::on_error`; \
+                kept for one release, see CHANGELOG.md"
+    )]
     pub fn on_error(mut self, on_error: OnError) -> Self {
-        self.config.prefetch.on_error = on_error;
+        self.config.prefetch = self.config.prefetch.on_error(on_error);
         self
     }
 
@@ -551,96 +461,19 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     /// with a configuration that differs from this builder's in anything but the shard
     /// settings (seed, epochs, bucketing, batch size, …), or is damaged.
     pub fn merge_checkpoints(&self, states: &[LoaderState]) -> Result<LoaderState> {
-        let chain = self.index_chain()?;
-        let config = describe(&chain);
-        let header = Header {
-            generation: self.source.generation(),
-            source_len: self.source.len(),
-            fingerprint: fingerprint(&config),
-            config,
-        };
-        let n = states.len() as u64;
-        let mismatch = |reason: String| Error::ResumeMismatch { reason };
-        let first = states
-            .first()
-            .ok_or_else(|| mismatch("no checkpoint to merge".into()))?;
-        let mut shards = Vec::with_capacity(states.len());
-        for (i, state) in states.iter().enumerate() {
-            header.check_source(state).map_err(|e| match e {
-                Error::ResumeMismatch { reason } => {
-                    mismatch(format!("checkpoint {i} of {n}: {reason}"))
-                }
-                other => other,
-            })?;
-            let shard = shard_settings(&state.config).ok_or_else(|| {
-                mismatch(format!(
-                    "checkpoint {i} of {n} records no shard settings in `{}`",
-                    state.config
-                ))
-            })?;
-            shards.push(shard);
-        }
-        if let Some(reason) = rank_coverage(&shards) {
-            return Err(mismatch(reason));
-        }
-        let first_shard = shards
-            .first()
-            .copied()
-            .ok_or_else(|| mismatch("no checkpoint to merge".into()))?;
-        let mut by_rank: Vec<Option<(ShardConfig, &LoaderState)>> =
-            (0..states.len()).map(|_| None).collect();
-        for (state, shard) in states.iter().zip(shards) {
-            if first_shard.index(shard.index) != shard {
-                return Err(mismatch(format!(
-                    "rank {}'s shard settings ({shard:?}) differ from checkpoint 0's \
-                     ({first_shard:?}) beyond the rank index: not one run's ranks",
-                    shard.index
-                )));
-            }
-            if state.elastic != first.elastic {
-                return Err(mismatch(format!(
-                    "rank {}'s checkpoint resumed from another elastic merge than checkpoint 0's",
-                    shard.index
-                )));
-            }
-            // `rank_coverage` found every rank below the count, once.
-            let slot = usize::try_from(shard.index)
-                .ok()
-                .and_then(|r| by_rank.get_mut(r))
-                .ok_or_else(|| Error::Internal {
-                    reason: format!("merging checkpoints: rank {} of {n}", shard.index),
-                })?;
-            *slot = Some((shard, state));
-        }
-        let old = by_rank.into_iter().flatten().collect::<Vec<_>>();
+        let header = Header::new(
+            self.source.generation(),
+            self.source.len(),
+            describe(&self.index_chain()?),
+        );
         self.with_spec(|spec| {
-            let elastic = first.elastic.as_ref();
-            let mut chains = Vec::with_capacity(old.len());
-            for (shard, state) in old {
-                let chain = ElasticChain::new(spec, elastic, shard)?;
-                let theirs = describe(&chain);
-                if theirs != state.config {
-                    let what = describe_differences(&state.config, &theirs).unwrap_or_else(|| {
-                        format!("checkpoint has `{}`, this loader `{theirs}`", state.config)
-                    });
-                    return Err(mismatch(format!(
-                        "rank {} of {n}'s checkpoint: the pipeline configuration differs: {what}",
-                        shard.index
-                    )));
-                }
-                chains.push((chain, shard, state));
-            }
-            let merged = elastic::merge(spec, elastic, chains)?;
-            let chain = ElasticChain::new(spec, Some(&merged), self.config.shard)?;
-            Ok(LoaderState {
-                version: LOADER_STATE_VERSION,
-                generation: header.generation,
-                source_len: header.source_len,
-                fingerprint: header.fingerprint,
-                prefetch: fresh_state(&chain, self.config.prefetch.num_workers.max(1)),
-                config: header.config.clone(),
-                elastic: Some(merged),
-            })
+            checkpoints::merge(
+                spec,
+                &header,
+                states,
+                self.config.shard,
+                self.config.prefetch.num_workers.max(1),
+            )
         })
     }
 
@@ -685,13 +518,11 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
         let elastic = resume.and_then(|s| s.elastic.clone());
         let chain =
             self.with_spec(|spec| ElasticChain::new(spec, elastic.as_ref(), self.config.shard))?;
-        let config = describe(&chain);
-        let header = Header {
-            generation: self.source.generation(),
-            source_len: self.source.len(),
-            fingerprint: fingerprint(&config),
-            config,
-        };
+        let header = Header::new(
+            self.source.generation(),
+            self.source.len(),
+            describe(&chain),
+        );
         let prefetch = match resume {
             None => Prefetch::new(
                 chain,
@@ -719,59 +550,6 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     }
 }
 
-/// What a checkpoint records besides the prefetch state.
-#[derive(Debug, Clone)]
-struct Header {
-    generation: u64,
-    source_len: u64,
-    fingerprint: u64,
-    config: String,
-}
-
-impl Header {
-    /// Checks the checkpoint's format version and source.
-    fn check_source(&self, state: &LoaderState) -> Result<()> {
-        let mismatch = |reason: String| Err(Error::ResumeMismatch { reason });
-        if state.version != LOADER_STATE_VERSION {
-            return mismatch(format!(
-                "checkpoint format version {} is not the supported version {LOADER_STATE_VERSION}",
-                state.version
-            ));
-        }
-        if state.generation != self.generation {
-            return mismatch(format!(
-                "the checkpoint was taken on dataset generation {}, the source is at generation {}",
-                state.generation, self.generation
-            ));
-        }
-        if state.source_len != self.source_len {
-            return mismatch(format!(
-                "the checkpoint was taken on a source of {} records, this one has {}",
-                state.source_len, self.source_len
-            ));
-        }
-        Ok(())
-    }
-
-    fn check(&self, state: &LoaderState) -> Result<()> {
-        let mismatch = |reason: String| Err(Error::ResumeMismatch { reason });
-        self.check_source(state)?;
-        if state.config != self.config {
-            if let Some(differences) = describe_differences(&state.config, &self.config) {
-                return mismatch(format!("the pipeline configuration differs: {differences}"));
-            }
-        }
-        if state.fingerprint != self.fingerprint || state.config != self.config {
-            return mismatch(format!(
-                "the pipeline configuration differs: checkpoint has `{}` (fingerprint {:#018x}), \
-                 this loader has `{}` (fingerprint {:#018x})",
-                state.config, state.fingerprint, self.config, self.fingerprint
-            ));
-        }
-        Ok(())
-    }
-}
-
 /// The data loader: an async stream of gathered batches with a resumable checkpoint.
 ///
 /// `Send` (and `Sync` for a `Sync` batch type); usable from any multi-thread tokio runtime: the
@@ -780,13 +558,13 @@ impl Header {
 /// ```no_run
 /// # async fn train() -> zrecord::Result<()> {
 /// use std::sync::Arc;
-/// use zrecord::pipeline::{Loader, MergePolicy};
+/// use zrecord::pipeline::{Loader, PrefetchConfig};
 ///
 /// let dataset = Arc::new(zrecord::Dataset::open("train")?);
 /// let mut loader = Loader::builder(dataset)
 ///     .seed(42)
 ///     .batch_size(64)
-///     .num_workers(4)
+///     .prefetch(PrefetchConfig::default().num_workers(4))
 ///     .build()?;
 /// while let Some(batch) = loader.next().await {
 ///     // A read that failed on every retry surfaces here, in its place; the stream then ends
@@ -840,7 +618,7 @@ impl<S: Source, T> Loader<S, T> {
     /// The next batch, `None` after the last one.
     ///
     /// A batch that could not be read (a corrupt record, an I/O error, a failing transform) is
-    /// first tried again on the worker's thread as [`LoaderBuilder::retry`] says (3 tries in all
+    /// first tried again on the worker's thread as [`PrefetchConfig::retry`] says (3 tries in all
     /// by default; a panic is not retried). If every try fails, it is `Some(Err(..))` in the
     /// place the batch would have had, and then:
     ///

@@ -135,6 +135,8 @@
 
 mod batch;
 mod bucket;
+mod chain;
+mod checkpoints;
 mod collate;
 mod concat;
 mod elastic;
@@ -142,6 +144,7 @@ mod loader;
 mod mix;
 mod prefetch;
 mod queue;
+mod residual;
 mod root;
 mod sampler;
 mod shard;
@@ -154,19 +157,21 @@ mod stream;
 
 pub use batch::{BatchConfig, Batcher, IndexBatch};
 pub use bucket::{Bucket, BucketConfig, BucketKey};
+pub use chain::IndexChain;
 pub use collate::{
     pad_stack, pad_stack_field, pooling_mask, stack, PadConfig, PadSide, PaddedBatch, PoolingType,
     StackedBatch,
 };
 pub use concat::{Concat, Concatenate};
-pub use elastic::{ElasticChain, ElasticState, ResidualEpoch, ResidualRoot, Run};
-pub use loader::{IndexChain, Loader, LoaderBuilder, LoaderConfig};
+pub use elastic::ElasticChain;
+pub use loader::{Loader, LoaderBuilder, LoaderConfig};
 pub use mix::{Exhausted, Mix, MixConfig};
 pub use prefetch::{
     identity, LoaderBatch, MergePolicy, OnError, Prefetch, PrefetchConfig, RetryPolicy, Transform,
     MAX_NUM_WORKERS, MAX_QUEUE_SIZE,
 };
-pub use root::Root;
+pub use residual::{ElasticState, ResidualEpoch, Run};
+pub use root::{ResidualRoot, Root};
 pub use sampler::{Sampler, SamplerConfig, SamplerMode};
 pub use shard::{Shard, ShardConfig, ShardMode};
 pub use source::{DatasetSource, MemorySource, Source, SourceFuture};

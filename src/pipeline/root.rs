@@ -2,11 +2,13 @@
 //! [`Sampler`] over one index space, a [`Mix`] of several parts, or what an elastic resume left
 //! of an epoch.
 
-use super::elastic::ResidualRoot;
+use std::sync::Arc;
+
 use super::mix::Mix;
+use super::residual::Selection;
 use super::sampler::Sampler;
 use super::stage::{Sample, Stage};
-use crate::Result;
+use crate::{Error, Result};
 
 /// The root of an index chain: the stage whose `(epoch, position)` names every item a loader
 /// can deliver, and everything downstream (shard, bucket, batch) rearranges.
@@ -70,5 +72,60 @@ impl Stage for Root {
             Self::Mix(m) => m.describe(out),
             Self::Residual(r) => r.describe(out),
         }
+    }
+}
+
+/// The residual of one epoch of a root stage as a stage of its own: every epoch of it is that
+/// residual, and its items are the root's items (with the root's epoch and position).
+#[derive(Debug, Clone)]
+pub struct ResidualRoot {
+    base: Root,
+    epoch: u64,
+    selection: Arc<Selection>,
+}
+
+impl ResidualRoot {
+    pub(crate) fn new(base: Root, epoch: u64, selection: Arc<Selection>) -> Self {
+        Self {
+            base,
+            epoch,
+            selection,
+        }
+    }
+
+    /// The root epoch this is the residual of.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+}
+
+impl Stage for ResidualRoot {
+    type Item = Sample;
+
+    fn epochs(&self) -> Option<u64> {
+        None
+    }
+
+    fn epoch_len(&self) -> u64 {
+        self.selection.len
+    }
+
+    fn get(&mut self, _epoch: u64, position: u64) -> Result<Sample> {
+        let p = self
+            .selection
+            .lookup(position)
+            .ok_or(Error::IndexOutOfRange {
+                index: position,
+                len: self.selection.len,
+            })?;
+        self.base.get(self.epoch, p)
+    }
+
+    fn describe(&self, out: &mut String) {
+        self.base.describe(out);
+        out.push_str(&format!(
+            " | residual(epoch={}, len={})",
+            self.epoch, self.selection.len
+        ));
     }
 }

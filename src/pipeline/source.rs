@@ -6,6 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use crate::store::dataset::Reader;
 use crate::{Dataset, Error, Result, Snapshot};
 
 /// What [`Source::gather_async`] returns: a boxed future of the batch, `Send + 'static`.
@@ -216,13 +217,11 @@ impl Source for Dataset {
     }
 
     fn lookahead(&self, session: u64, indices: &[u64]) {
-        let snap = self.snapshot();
-        let fields: Vec<usize> = (0..snap.meta().fields.len()).collect();
-        let _ = crate::store::read::lookahead(&snap, indices, &fields, self.engine(), session);
+        let _ = Dataset::lookahead(self, session, indices);
     }
 
     fn end_lookahead(&self, session: u64) {
-        self.engine().backend.end_lookahead(session);
+        Dataset::end_lookahead(self, session);
     }
 }
 
@@ -234,7 +233,8 @@ pub struct DatasetSource {
     fields: Option<Vec<String>>,
     key_field: usize,
     config: crate::ReadConfig,
-    engine: std::sync::OnceLock<Arc<crate::store::read::Engine>>,
+    /// The snapshot's reader with `config`, made on first use.
+    reader: std::sync::OnceLock<Reader>,
 }
 
 impl DatasetSource {
@@ -243,7 +243,7 @@ impl DatasetSource {
     pub fn new(dataset: &Dataset) -> Self {
         let mut s = Self::from_snapshot(dataset.snapshot());
         s.config = dataset.read_config().clone();
-        s.engine = std::sync::OnceLock::from(Arc::clone(dataset.engine()));
+        s.reader = std::sync::OnceLock::from(dataset.reader());
         s
     }
 
@@ -251,7 +251,7 @@ impl DatasetSource {
     #[must_use]
     pub fn read_config(mut self, config: crate::ReadConfig) -> Self {
         self.config = config;
-        self.engine = std::sync::OnceLock::new();
+        self.reader = std::sync::OnceLock::new();
         self
     }
 
@@ -272,16 +272,16 @@ impl DatasetSource {
             fields: None,
             key_field: 0,
             config: crate::ReadConfig::default(),
-            engine: std::sync::OnceLock::new(),
+            reader: std::sync::OnceLock::new(),
         }
     }
 
-    fn engine(&self) -> Result<&Arc<crate::store::read::Engine>> {
-        if let Some(e) = self.engine.get() {
-            return Ok(e);
+    fn reader(&self) -> Result<&Reader> {
+        if let Some(r) = self.reader.get() {
+            return Ok(r);
         }
-        let e = Arc::new(self.snapshot.engine(&self.config)?);
-        Ok(self.engine.get_or_init(|| e))
+        let r = self.snapshot.reader(&self.config)?;
+        Ok(self.reader.get_or_init(|| r))
     }
 
     /// Gathers only `fields`, in that order; the key becomes the first of them.
@@ -355,27 +355,22 @@ impl Source for DatasetSource {
     }
 
     fn gather(&self, indices: &[u64]) -> Result<Self::Batch> {
-        let engine = self.engine()?;
+        let reader = self.reader()?;
         self.snapshot
-            .gather_engine(indices, &self.field_numbers()?, engine)
+            .gather_by(reader, indices, &self.field_numbers()?)
     }
 
     fn gather_async(self: Arc<Self>, indices: Vec<u64>) -> SourceFuture<Self::Batch> {
         let parts = self
-            .engine()
-            .and_then(|e| Ok((Arc::clone(e), self.field_numbers()?)));
-        let (engine, fields) = match parts {
+            .reader()
+            .and_then(|r| Ok((r.clone(), self.field_numbers()?)));
+        let (reader, fields) = match parts {
             Ok(p) => p,
             Err(e) => return Box::pin(std::future::ready(Err(e))),
         };
         // The task holds the snapshot and the engine, not the source: once the loader is shut
         // down, nothing holds the source.
-        let snapshot = Arc::clone(&self.snapshot);
-        let on = Arc::clone(&engine);
-        Box::pin(crate::store::dataset::GatherFuture::run_on(
-            &on,
-            move || snapshot.gather_engine(&indices, &fields, &engine),
-        ))
+        Box::pin(Arc::clone(&self.snapshot).gather_async_by(&reader, indices, fields))
     }
 
     fn generation(&self) -> u64 {
@@ -383,10 +378,10 @@ impl Source for DatasetSource {
     }
 
     fn lookahead(&self, session: u64, indices: &[u64]) {
-        let Ok(engine) = self.engine() else {
+        let Ok(reader) = self.reader() else {
             return;
         };
-        if !engine.backend.wants_lookahead() {
+        if !reader.wants_lookahead() {
             return;
         }
         let fields = match &self.fields {
@@ -400,12 +395,14 @@ impl Source for DatasetSource {
                 Err(_) => return,
             },
         };
-        let _ = crate::store::read::lookahead(&self.snapshot, indices, &fields, engine, session);
+        let _ = self
+            .snapshot
+            .lookahead_by(reader, session, indices, &fields);
     }
 
     fn end_lookahead(&self, session: u64) {
-        if let Ok(engine) = self.engine() {
-            engine.backend.end_lookahead(session);
+        if let Ok(reader) = self.reader() {
+            reader.end_lookahead(session);
         }
     }
 }

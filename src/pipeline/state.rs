@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::elastic::ElasticState;
+use super::residual::ElasticState;
 use super::shard::{ShardConfig, ShardMode};
 
 pub use super::stage::Position;

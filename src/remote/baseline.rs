@@ -15,9 +15,12 @@ pub fn range_get_loop(
     concurrency: usize,
 ) -> crate::Result<u64> {
     use futures::{StreamExt, TryStreamExt};
-    let remote = ds.remote().ok_or_else(|| crate::Error::InvalidConfig {
-        reason: format!("{} is not on an object store", ds.path().display()),
-    })?;
+    let location: &dyn std::any::Any = &**ds.location();
+    let remote = location
+        .downcast_ref::<super::open::Remote>()
+        .ok_or_else(|| crate::Error::InvalidConfig {
+            reason: format!("{} is not on an object store", ds.path().display()),
+        })?;
     let snap = ds.snapshot();
     let prefix = format!("{}/", remote.store.url());
     let mut total = 0u64;

@@ -21,6 +21,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use super::store::Store;
 use crate::checksum::crc32c;
 use crate::error::{Error, Result};
 use crate::format::entry::{ENTRY_BYTES, PATCH_BYTES};
@@ -262,6 +263,24 @@ impl Manifest {
             }
         }
         Ok((m, meta))
+    }
+}
+
+/// The latest commit slot on `store` and its bytes, `None` if there is none. Listing may lag
+/// behind creates on some stores, so the slots after the highest listed are probed too.
+pub(crate) async fn latest(store: &Store) -> Result<Option<(u64, bytes::Bytes)>> {
+    let listed = store.list(COMMITS).await?;
+    let mut slot = listed.iter().filter_map(|k| slot_of(k)).max();
+    loop {
+        let next = slot.map_or(1, |s| s.saturating_add(1));
+        if Some(next) == slot || store.head(&slot_key(next)).await?.is_none() {
+            break;
+        }
+        slot = Some(next);
+    }
+    match slot {
+        None => Ok(None),
+        Some(s) => Ok(Some((s, store.get(&slot_key(s)).await?))),
     }
 }
 

@@ -2,9 +2,14 @@
 //!
 //! - [`push`] publishes a local dataset's latest commit to `s3://bucket/prefix`; [`pull`]
 //!   fetches one back into a local directory.
-//! - [`crate::Dataset::open`] takes an `s3://` URL too: the offset tables are fetched into a
+//! - [`open`] opens a dataset at an `s3://` URL with [`RemoteConfig`]; [`crate::Dataset::open`]
+//!   takes such a URL too, with the default options. The offset tables are fetched into a
 //!   local cache directory and records are read with batched, coalesced range requests, every
 //!   record checked against its CRC32C as on local disk.
+//!
+//! A dataset here is a [`crate::Location`] like a local directory (`open.rs`): `store/` knows
+//! nothing of object stores, and the crate root lists `s3://` among the URL schemes
+//! [`crate::Dataset::open`] dispatches to.
 //!
 //! The layout on the store and its commit rule are in docs/FORMAT.md ("On an object store").
 //! Credentials, endpoint and region come from the usual environment variables (`AWS_ENDPOINT`,
@@ -17,21 +22,19 @@ pub(crate) mod baseline;
 pub(crate) mod cache;
 mod manifest;
 pub(crate) mod open;
-#[cfg(feature = "testing")]
-pub(crate) mod proxy;
 mod pull;
 mod push;
 mod store;
 
 use std::path::PathBuf;
 
+pub use open::open;
 pub use pull::pull;
 pub use push::{push, TransferOptions, TransferReport};
 pub use store::StoreOptions;
 
 /// How a dataset on an object store is read: the client's options, how reads become range
-/// requests, and where the local cache lives. Set it with
-/// [`crate::ReadConfig::with_remote`].
+/// requests, and where the local cache lives. Pass it to [`open`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RemoteConfig {
@@ -58,7 +61,7 @@ pub struct RemoteConfig {
     pub cache_bytes: u64,
     /// Bytes of range requests lookahead may have started ahead of the reads that will take
     /// them (the loader announces its next batches; see
-    /// [`crate::pipeline::PrefetchConfig::lookahead`]); 0 turns lookahead off. Default: 0 (off:
+    /// `zrecord::pipeline::PrefetchConfig::lookahead`); 0 turns lookahead off. Default: 0 (off:
     /// on the measured store, workers × requests in flight hid 20 ms of latency without it,
     /// and it cost throughput; docs/BENCHMARKS.md). 64 MiB is a sensible value to turn it on.
     pub lookahead_bytes: u64,

@@ -16,24 +16,50 @@ use std::time::{Duration, SystemTime};
 
 use super::backend::RemoteBackend;
 use super::cache::Cache;
-use super::manifest::{slot_key, Manifest, ObjectEntry, COMMITS};
-use super::push::latest;
+use super::manifest::{latest, slot_key, Manifest, ObjectEntry, COMMITS};
 use super::store::{block_on, Store};
 use super::RemoteConfig;
 use crate::checksum::crc32c_append;
 use crate::error::{Error, Result};
-use crate::store::read::chunks::{ChunkAt, ChunkSet};
-use crate::store::snapshot::Snapshot;
+use crate::{ChunkAt, Dataset, Location, ReadBackend, ReadConfig, Snapshot, TableAt, Writer};
 
-/// A dataset URL's store, and what opening it needs again on refresh.
+/// Opens the dataset at `url` (`s3://bucket/prefix`) read-only at its latest commit, read with
+/// `config` and `remote` (the client's options, request sizes, the cache):
+/// [`Dataset::open_with`] with object-store options. [`Dataset::open`] of a URL uses
+/// [`RemoteConfig::default`] (the environment's settings).
+///
+/// # Errors
+/// [`Error::NotADataset`] if there is no commit under the prefix; [`Error::InvalidConfig`] for
+/// a URL or options that do not work, or an invalid `ZRECORD_IO`; [`Error::Remote`] for a
+/// request that failed after its retries; [`Error::RemoteCorrupt`] for a damaged manifest or
+/// table.
+pub fn open(url: &str, config: ReadConfig, remote: RemoteConfig) -> Result<Dataset> {
+    Dataset::from_location(Arc::new(Remote::connect(url, &remote)?), config)
+}
+
+/// The `s3://` (and `s3a://`) scheme: [`Dataset::open`] of such a URL opens it with default options.
+pub(crate) struct Scheme;
+
+impl crate::store::location::UrlScheme for Scheme {
+    fn handles(&self, scheme: &str) -> bool {
+        matches!(scheme, "s3" | "s3a")
+    }
+
+    fn open(&self, url: &str) -> Result<Arc<dyn Location>> {
+        Ok(Arc::new(Remote::connect(url, &RemoteConfig::default())?))
+    }
+}
+
+/// A dataset URL's store, and what opening it needs again on refresh: the [`Location`] of a
+/// dataset on an object store.
 #[derive(Debug)]
 pub(crate) struct Remote {
+    /// The dataset's URL, as [`Location::path`] reports it.
+    path: PathBuf,
     pub(crate) store: Arc<Store>,
     pub(crate) config: RemoteConfig,
     /// The chunk cache, if the configuration gives it room.
     pub(crate) cache: Option<Arc<Cache>>,
-    /// The commit slot the current snapshot is.
-    pub(crate) slot: std::sync::atomic::AtomicU64,
 }
 
 impl Remote {
@@ -50,10 +76,10 @@ impl Remote {
             )?)),
         };
         Ok(Remote {
+            path: PathBuf::from(store.url()),
             store,
             cache,
             config: config.clone(),
-            slot: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -63,20 +89,20 @@ impl Remote {
             Arc::clone(&self.store),
             self.config.clone(),
             self.cache.clone(),
-            crate::store::read::read_backend(&crate::ReadConfig::default()).ok(),
+            crate::read_backend(&ReadConfig::default()).ok(),
         ))
     }
 
     /// The latest commit slot and its manifest.
-    fn latest(&self) -> Result<(u64, Manifest, crate::format::meta::Meta)> {
+    fn latest(&self) -> Result<(u64, Manifest)> {
         let store = Arc::clone(&self.store);
         let found = block_on(async move { latest(&store).await })??;
         let (slot, bytes) = found.ok_or_else(|| Error::NotADataset {
             path: PathBuf::from(self.store.url()),
             reason: format!("no commit under {}", self.store.object_url(COMMITS)),
         })?;
-        let (m, meta) = Manifest::decode(&self.store.object_url(&slot_key(slot)), &bytes)?;
-        Ok((slot, m, meta))
+        let (m, _) = Manifest::decode(&self.store.object_url(&slot_key(slot)), &bytes)?;
+        Ok((slot, m))
     }
 
     /// The latest commit slot, without opening it.
@@ -87,8 +113,8 @@ impl Remote {
     /// A snapshot of the latest commit: the offset tables and patch logs fetched (once per
     /// object key) into the mirror directory, checked against their manifest's sizes and
     /// checksums; chunks as objects, or as local chunks where the chunk cache has them.
-    pub(crate) fn snapshot(&self) -> Result<Snapshot> {
-        let (slot, manifest, meta) = self.latest()?;
+    fn open_latest(&self) -> Result<Snapshot> {
+        let (slot, manifest) = self.latest()?;
         let root = mirror_root(&self.config, self.store.url());
         let objects = root.join("objects");
         std::fs::create_dir_all(&objects).map_err(|e| Error::io(&objects, "mkdir", e))?;
@@ -106,22 +132,22 @@ impl Remote {
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
         std::fs::create_dir(&links).map_err(|e| Error::io(&links, "mkdir", e))?;
-        let opened = self.open_linked(&links, &objects, &tables, &chunks, meta);
+        let opened = self.open_linked(&links, &objects, &tables, &chunks, &manifest);
         let _ = std::fs::remove_dir_all(&links);
-        let snap = opened?;
-        self.slot.store(slot, Ordering::Release);
+        let mut snap = opened?;
+        snap.origin = Some(slot);
         prune(&root, &objects, &tables);
         Ok(snap)
     }
 
-    /// The snapshot of `meta`, its tables linked into `links` by file name.
+    /// The snapshot of `manifest`'s commit, its tables linked into `links` by file name.
     fn open_linked(
         &self,
         links: &Path,
         objects: &Path,
         tables: &[&ObjectEntry],
         chunks: &[&ObjectEntry],
-        meta: crate::format::meta::Meta,
+        manifest: &Manifest,
     ) -> Result<Snapshot> {
         for o in tables {
             let rel = Path::new(&o.file);
@@ -147,22 +173,29 @@ impl Remote {
         let cache = self.cache.as_deref();
         // Chunks already cached are local chunks: the local engine's whole path (zero-copy
         // included) reads them.
-        let set = ChunkSet::load_remote(&meta, |id| {
-            let file = format!("chunk/{id:05}.zr");
-            let o = chunks.iter().find(|o| o.file == file)?;
-            Some(match cache.and_then(|c| c.lookup(&o.object)) {
-                Some(path) => ChunkAt::Local(
-                    path,
-                    PathBuf::from(store.object_url(&o.object)),
-                    o.object.clone(),
-                ),
-                None => {
-                    ChunkAt::Remote(PathBuf::from(store.object_url(&o.object)), o.object.clone())
-                }
+        let chunk = |file: &str| -> Result<ChunkAt> {
+            let o = chunks
+                .iter()
+                .find(|o| o.file == file)
+                .ok_or_else(|| Error::Internal {
+                    reason: format!("no object for {file}"),
+                })?;
+            let path = PathBuf::from(store.object_url(&o.object));
+            let key = o.object.clone();
+            Ok(match cache.and_then(|c| c.lookup(&o.object)) {
+                Some(copy) => ChunkAt::Cached { copy, path, key },
+                None => ChunkAt::Object { path, key },
             })
-        })?;
-        let native: Arc<dyn crate::ReadBackend> = self.backend();
-        Snapshot::open_with_chunks(links, PathBuf::from(store.url()), meta, set, native)
+        };
+        let table = |file: &str| -> Result<TableAt> { Ok(TableAt::File(links.join(file))) };
+        let native: Arc<dyn ReadBackend> = self.backend();
+        Snapshot::assemble(
+            store.url(),
+            manifest.meta.as_bytes(),
+            table,
+            chunk,
+            Some(native),
+        )
     }
 
     /// Puts object `o` at `path`, unless it is there with its size and checksum.
@@ -196,6 +229,38 @@ impl Remote {
         let tmp = dir.join(format!("{TMP_MARK}{}-{n}", std::process::id()));
         std::fs::write(&tmp, &bytes).map_err(|e| Error::io(&tmp, "write", e))?;
         std::fs::rename(&tmp, path).map_err(|e| Error::io(path, "rename", e))
+    }
+}
+
+impl Location for Remote {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn snapshot(&self) -> Result<Snapshot> {
+        self.open_latest()
+    }
+
+    /// One listing (and a `HEAD` past the highest listed slot): the latest commit slot is
+    /// the one `current` was opened from. A snapshot is compared by the slot it records, not
+    /// by what this location opened last: two datasets may share the location, and two
+    /// refreshes of one dataset may race.
+    fn is_latest(&self, current: &Snapshot) -> Result<bool> {
+        Ok(current.origin == Some(self.latest_slot()?))
+    }
+
+    fn read_backend(&self) -> Option<Arc<dyn ReadBackend>> {
+        Some(self.backend())
+    }
+
+    fn writer(&self) -> Result<Writer> {
+        Err(Error::InvalidConfig {
+            reason: format!(
+                "{} is on an object store: datasets there are read-only (write locally, then \
+                 push)",
+                self.path.display()
+            ),
+        })
     }
 }
 
@@ -252,5 +317,16 @@ fn prune(root: &Path, objects: &Path, tables: &[&ObjectEntry]) {
                 let _ = std::fs::remove_dir_all(e.path());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn s3a_is_an_s3_url() {
+        use crate::store::location::UrlScheme;
+        assert!(super::Scheme.handles("s3"));
+        assert!(super::Scheme.handles("s3a"));
+        assert!(!super::Scheme.handles("gs"));
     }
 }

@@ -16,9 +16,9 @@ use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 
-use super::manifest::{slot_key, Manifest, ObjectEntry, COMMITS};
+use super::manifest::{latest, slot_key, Manifest, ObjectEntry, COMMITS};
 use super::off_runtime;
-use super::push::{latest, TransferOptions, TransferReport};
+use super::push::{TransferOptions, TransferReport};
 use super::store::{block_on, Store};
 use crate::checksum::crc32c_append;
 use crate::error::{Error, Result};

@@ -8,14 +8,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 
-use super::manifest::{required_files, slot_key, slot_of, Manifest, ObjectEntry, COMMITS, PROBES};
+use super::manifest::{latest, required_files, slot_key, Manifest, ObjectEntry, PROBES};
 use super::store::{block_on, Create, Store, StoreOptions};
 use crate::checksum::crc32c_append;
 use crate::error::{Error, Result};
 use crate::io::job::ReadFile;
-use crate::store::read::chunks::ChunkHandle;
-use crate::store::read::descriptor_budget;
-use crate::store::snapshot::{read_meta, Snapshot};
+use crate::store::read::chunks::descriptor_budget;
+use crate::store::snapshot::read_meta;
+use crate::{LocalDir, Location, Snapshot};
 
 /// Options of [`push`] and [`pull`].
 #[derive(Debug, Clone)]
@@ -160,9 +160,9 @@ pub(super) fn digest_of(
 /// so a push holds at most one descriptor per upload in flight, whatever the number of chunks.
 #[derive(Debug, Clone)]
 enum Source {
-    /// A chunk of the snapshot: its handle opens it within the chunk descriptor budget and
+    /// Chunk `id` of the snapshot, which opens it within the chunk descriptor budget and
     /// checks it is still the file the commit named.
-    Chunk(Arc<ChunkHandle>),
+    Chunk(Arc<Snapshot>, u16),
     /// A table or patch log: opened by path.
     Path,
 }
@@ -194,7 +194,7 @@ struct LocalFile {
 impl Source {
     fn open(&self, path: &Path) -> Result<Held> {
         match self {
-            Source::Chunk(handle) => handle.file().map(Held::Chunk),
+            Source::Chunk(snap, id) => snap.chunk_file(*id).map(Held::Chunk),
             Source::Path => crate::io::fs::open_read(path).map(Held::File),
         }
     }
@@ -241,13 +241,13 @@ pub fn push(
     // The snapshot and the meta text of one commit.
     let (meta_text, snap) = loop {
         let (bytes, meta) = read_meta(dir).map_err(not_a_dataset)?;
-        let snap = Snapshot::load(dir).map_err(not_a_dataset)?;
+        let snap = LocalDir::new(dir).snapshot().map_err(not_a_dataset)?;
         if snap.generation() == meta.generation {
             let text = String::from_utf8(bytes).map_err(|_| Error::MetaCorrupt {
                 path: crate::store::layout::meta(dir),
                 reason: "not UTF-8".into(),
             })?;
-            break (text, snap);
+            break (text, Arc::new(snap));
         }
     };
     if !options.single_writer {
@@ -276,10 +276,7 @@ pub fn push(
                 let id: u16 = id.parse().map_err(|_| Error::Internal {
                     reason: format!("chunk file name {name}"),
                 })?;
-                let handle = snap.chunk(id).ok_or_else(|| Error::Internal {
-                    reason: format!("chunk {id} of the commit has no handle"),
-                })?;
-                Source::Chunk(Arc::clone(handle))
+                Source::Chunk(Arc::clone(&snap), id)
             }
             None => Source::Path,
         };
@@ -409,24 +406,6 @@ async fn upload(store: Arc<Store>, f: LocalFile, part: usize) -> Result<(bool, u
         store.put_multipart(key, entry.size, part, checked).await?;
     }
     Ok((true, entry.size))
-}
-
-/// The latest commit slot on `store` and its bytes, `None` if there is none. Listing may lag
-/// behind creates on some stores, so the slots after the highest listed are probed too.
-pub(crate) async fn latest(store: &Store) -> Result<Option<(u64, Bytes)>> {
-    let listed = store.list(COMMITS).await?;
-    let mut slot = listed.iter().filter_map(|k| slot_of(k)).max();
-    loop {
-        let next = slot.map_or(1, |s| s.saturating_add(1));
-        if Some(next) == slot || store.head(&slot_key(next)).await?.is_none() {
-            break;
-        }
-        slot = Some(next);
-    }
-    match slot {
-        None => Ok(None),
-        Some(s) => Ok(Some((s, store.get(&slot_key(s)).await?))),
-    }
 }
 
 /// Writes `manifest` into the next free slot; returns the slot and whether the latest commit

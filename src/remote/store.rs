@@ -16,6 +16,7 @@ use object_store::{
 
 use crate::error::{Error, Result};
 use crate::io::fork::ForkLocal;
+use crate::retry::{retry, Failure, RetryPolicy};
 
 /// Options of the object-store client: `object_store` configuration keys and values (for S3:
 /// `aws_endpoint`, `aws_access_key_id`, `aws_secret_access_key`, `aws_region`,
@@ -298,33 +299,36 @@ impl Store {
     pub(crate) async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
         let path = self.path(key);
         let want = range.end.saturating_sub(range.start);
-        let mut delay = self.backoff;
-        let mut attempt = 0u32;
-        loop {
-            let result = self.inner()?.get_range(&path, range.clone()).await;
-            let error = match result {
-                Ok(b) if b.len() as u64 == want => return Ok(b),
-                Ok(b) => Error::Remote {
-                    object: self.object_url(key),
-                    range: Some(range.clone()),
-                    status: None,
-                    reason: format!("short body: {} of {want} bytes", b.len()),
-                },
-                Err(e @ object_store::Error::NotFound { .. }) => {
-                    return Err(self.error(key, Some(range), &e))
+        let path = &path;
+        // The client retried failed requests already; short bodies and errors it gave up on get
+        // a few more chances here.
+        retry(
+            self.retry_policy(self.retries.min(3)),
+            &mut (),
+            |_, _| {
+                let range = range.clone();
+                async move {
+                    let result = self.inner()?.get_range(path, range.clone()).await;
+                    Err(Failure::Retry(match result {
+                        Ok(b) if b.len() as u64 == want => return Ok(b),
+                        Ok(b) => Error::Remote {
+                            object: self.object_url(key),
+                            range: Some(range),
+                            status: None,
+                            reason: format!("short body: {} of {want} bytes", b.len()),
+                        },
+                        Err(e @ object_store::Error::NotFound { .. }) => {
+                            return Err(Failure::Final(self.error(key, Some(range), &e)))
+                        }
+                        Err(e) => self.error(key, Some(range), &e),
+                    }))
                 }
-                Err(e) => self.error(key, Some(range.clone()), &e),
-            };
-            // The client retried failed requests already; short bodies and errors it gave up
-            // on get a few more chances here.
-            if attempt >= self.retries.min(3) {
-                return Err(error);
-            }
-            attempt = attempt.saturating_add(1);
-            tracing::debug!("retrying {}: {error}", self.object_url(key));
-            tokio::time::sleep(delay).await;
-            delay = delay.saturating_mul(2).min(Duration::from_secs(2));
-        }
+            },
+            |_, error: &Error, _, delay| {
+                self.wait_to_retry(format!("{}: {error}", self.object_url(key)), delay)
+            },
+        )
+        .await
     }
 
     /// Bytes `range` of object `key` straight through the client (its own retries only), for
@@ -383,35 +387,39 @@ impl Store {
     /// timeout) is tried again; if that finds an object, it may be this create's own:
     /// [`Create::Maybe`], for the caller to read back.
     pub(crate) async fn create(&self, key: &str, bytes: Bytes) -> Result<Create> {
-        let mut delay = self.backoff;
-        let mut attempt = 0u32;
-        loop {
-            let opts = PutOptions {
-                mode: PutMode::Create,
-                ..PutOptions::default()
-            };
-            let payload = PutPayload::from_bytes(bytes.clone());
-            match self.inner()?.put_opts(&self.path(key), payload, opts).await {
-                Ok(_) => return Ok(Create::Created),
-                Err(
-                    object_store::Error::AlreadyExists { .. }
-                    | object_store::Error::Precondition { .. },
-                ) => {
-                    return Ok(if attempt == 0 {
-                        Create::Exists
-                    } else {
-                        Create::Maybe
-                    })
+        let path = &self.path(key);
+        retry(
+            self.retry_policy(self.retries),
+            &mut (),
+            |_, tries| {
+                let payload = PutPayload::from_bytes(bytes.clone());
+                async move {
+                    let opts = PutOptions {
+                        mode: PutMode::Create,
+                        ..PutOptions::default()
+                    };
+                    match self.inner()?.put_opts(path, payload, opts).await {
+                        Ok(_) => Ok(Create::Created),
+                        Err(
+                            object_store::Error::AlreadyExists { .. }
+                            | object_store::Error::Precondition { .. },
+                        ) => Ok(if tries == 1 {
+                            Create::Exists
+                        } else {
+                            Create::Maybe
+                        }),
+                        Err(e) => Err(Failure::Retry(self.error(key, None, &e))),
+                    }
                 }
-                Err(e) if attempt < self.retries => {
-                    tracing::debug!("retrying the create of {}: {e}", self.object_url(key));
-                }
-                Err(e) => return Err(self.error(key, None, &e)),
-            }
-            attempt = attempt.saturating_add(1);
-            tokio::time::sleep(delay).await;
-            delay = delay.saturating_mul(2).min(Duration::from_secs(2));
-        }
+            },
+            |_, error: &Error, _, delay| {
+                self.wait_to_retry(
+                    format!("the create of {}: {error}", self.object_url(key)),
+                    delay,
+                )
+            },
+        )
+        .await
     }
 
     /// Uploads object `key` in parts of `part` bytes read by `read(offset, len)`, several
@@ -458,36 +466,49 @@ impl Store {
     /// body, a reset) is started again, like a failed request.
     pub(crate) async fn list(&self, dir: &str) -> Result<Vec<String>> {
         let base = self.path(dir);
-        let mut delay = self.backoff;
-        let mut attempt = 0u32;
-        loop {
-            let mut out = Vec::new();
-            let mut stream = self.inner()?.list(Some(&base));
-            let mut failed = None;
-            while let Some(item) = stream.next().await {
-                match item {
-                    Ok(meta) => {
-                        if let Some(name) = meta.location.filename() {
-                            out.push(format!("{dir}/{name}"));
+        let base = &base;
+        retry(
+            self.retry_policy(self.retries),
+            &mut (),
+            |_, _| async move {
+                let mut out = Vec::new();
+                let mut stream = self.inner()?.list(Some(base));
+                while let Some(item) = stream.next().await {
+                    match item {
+                        Ok(meta) => {
+                            if let Some(name) = meta.location.filename() {
+                                out.push(format!("{dir}/{name}"));
+                            }
                         }
-                    }
-                    Err(e) => {
-                        failed = Some(e);
-                        break;
+                        Err(e) => return Err(Failure::Retry(self.error(dir, None, &e))),
                     }
                 }
-            }
-            let Some(e) = failed else {
-                return Ok(out);
-            };
-            if attempt >= self.retries {
-                return Err(self.error(dir, None, &e));
-            }
-            tracing::debug!("retrying the listing of {}: {e}", self.object_url(dir));
-            attempt = attempt.saturating_add(1);
-            tokio::time::sleep(delay).await;
-            delay = delay.saturating_mul(2).min(Duration::from_secs(2));
-        }
+                Ok(out)
+            },
+            |_, error: &Error, _, delay| {
+                self.wait_to_retry(
+                    format!("the listing of {}: {error}", self.object_url(dir)),
+                    delay,
+                )
+            },
+        )
+        .await
+    }
+
+    /// The policy of this store's own retries: `retries` after the first try, from
+    /// `backoff` doubling up to 2 s.
+    fn retry_policy(&self, retries: u32) -> RetryPolicy {
+        RetryPolicy::default()
+            .attempts(retries.saturating_add(1))
+            .backoff(self.backoff)
+            .max_backoff(Duration::from_secs(2).max(self.backoff))
+    }
+
+    /// Waits `delay` before another try of `what`.
+    async fn wait_to_retry(&self, what: String, delay: Duration) -> bool {
+        tracing::debug!("retrying {what}");
+        tokio::time::sleep(delay).await;
+        true
     }
 }
 

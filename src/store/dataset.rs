@@ -2,12 +2,13 @@
 
 use crate::error::{Error, Result};
 use crate::store::batch::Batch;
+use crate::store::location::{LocalDir, Location};
 use crate::store::read::{self, Engine, ReadConfig};
 use crate::store::schema::Schema;
 use crate::store::snapshot::Snapshot;
 use crate::store::writer::{Writer, WriterConfig};
 use bytes::Bytes;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, RwLock};
 
 /// A dataset opened for reading. Any number of them, in any number of processes, can read while
@@ -15,13 +16,11 @@ use std::sync::{Arc, RwLock};
 /// to, never a half-written one. `Send + Sync`; share it with an `Arc`.
 #[derive(Debug)]
 pub struct Dataset {
-    dir: PathBuf,
+    /// Where the commits come from: a local directory, an object store's prefix, ….
+    location: Arc<dyn Location>,
     current: RwLock<Arc<Snapshot>>,
     config: ReadConfig,
     engine: Arc<Engine>,
-    /// The store of a dataset opened by URL.
-    #[cfg(feature = "remote")]
-    remote: Option<Arc<crate::remote::open::Remote>>,
 }
 
 impl Dataset {
@@ -39,75 +38,72 @@ impl Dataset {
     /// Opens the dataset at `path` read-only, at its latest commit. Opening maps the offset
     /// tables and reads the patch logs; it reads no record data.
     ///
-    /// `path` may be the URL of a dataset on an object store (`s3://bucket/prefix`, published
-    /// with [`crate::remote::push`]; feature `remote`, on by default): its offset tables are
-    /// fetched into the local cache directory and its records read with range requests,
-    /// checked as on local disk. `file://` URLs are local paths.
+    /// `path` may be a URL (`scheme://…`): the location of that scheme opens it with default
+    /// options. With the `remote` feature, `s3://bucket/prefix` is a dataset on an object
+    /// store (published with `zrecord::remote::push`; options: `zrecord::remote::open`): its
+    /// offset tables are fetched into the local cache directory and its records read with
+    /// range requests, checked as on local disk. `file://` URLs are local paths.
     pub fn open(path: impl AsRef<Path>) -> Result<Dataset> {
         Dataset::open_with(path, ReadConfig::default())
     }
 
-    /// Opens the dataset at `path` read-only with the given read configuration (backend,
-    /// checksum verification, `O_DIRECT`, budgets).
+    /// Opens the dataset at `path` (a directory, or a URL as for [`Dataset::open`]) read-only
+    /// with the given read configuration (backend, checksum verification, `O_DIRECT`,
+    /// budgets).
     ///
     /// # Errors
     ///
     /// [`Error::NotADataset`] if `path` does not exist, is not a directory or holds no
-    /// `meta.json`; [`Error::InvalidConfig`] for an invalid `ZRECORD_IO`; the corruption and
-    /// I/O errors of the files the commit names.
+    /// `meta.json`, or is a URL of a scheme this build does not open; [`Error::InvalidConfig`]
+    /// for an invalid `ZRECORD_IO`; the corruption and I/O errors of the files the commit
+    /// names.
     pub fn open_with(path: impl AsRef<Path>, config: ReadConfig) -> Result<Dataset> {
         let text = path.as_ref().to_str().unwrap_or_default();
         if let Some(local) = text.strip_prefix("file://") {
             return Dataset::open_with(local, config);
         }
         if text.contains("://") {
-            return Dataset::open_url(text, config);
+            let location = crate::store::location::open_url(text, crate::url_schemes())?;
+            return Dataset::from_location(location, config);
         }
         let dir = path.as_ref().to_path_buf();
         let engine = Arc::new(Engine::new(&config)?);
         let snap = Snapshot::load(&dir).map_err(|e| not_a_dataset(&dir, e))?;
         Ok(Dataset {
-            dir,
+            location: Arc::new(LocalDir::new(dir)),
             current: RwLock::new(Arc::new(snap)),
             config,
             engine,
-            #[cfg(feature = "remote")]
-            remote: None,
         })
     }
 
-    #[cfg(feature = "remote")]
-    fn open_url(url: &str, config: ReadConfig) -> Result<Dataset> {
-        let remote = Arc::new(crate::remote::open::Remote::connect(url, &config.remote)?);
-        let engine_config = config.clone().with_custom_backend(remote.backend());
+    /// Opens the dataset at `location` (a local directory, an object store's prefix, or a
+    /// location of yours) read-only at its latest commit, with `config`. Chunks are read
+    /// through the location's [`read_backend`](Location::read_backend) where it has one, else
+    /// through the backend `config` names.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for an invalid `ZRECORD_IO`; the errors of
+    /// [`Location::snapshot`].
+    pub fn from_location(location: Arc<dyn Location>, config: ReadConfig) -> Result<Dataset> {
+        let engine_config = match location.read_backend() {
+            Some(backend) => config.clone().with_custom_backend(backend),
+            None => config.clone(),
+        };
         let engine = Arc::new(Engine::new(&engine_config)?);
-        let snap = remote.snapshot()?;
+        let snap = location.snapshot()?;
         Ok(Dataset {
-            dir: PathBuf::from(remote.store.url()),
+            location,
             current: RwLock::new(Arc::new(snap)),
             config,
             engine,
-            remote: Some(remote),
         })
     }
 
-    #[cfg(not(feature = "remote"))]
-    fn open_url(url: &str, _config: ReadConfig) -> Result<Dataset> {
-        Err(Error::NotADataset {
-            path: PathBuf::from(url),
-            reason: "this build of zrecord reads no object stores: enable its `remote` feature"
-                .into(),
-        })
-    }
-
-    /// The store of a dataset opened by URL.
-    #[cfg(feature = "remote")]
-    #[cfg_attr(
-        not(feature = "diagnostics"),
-        allow(dead_code, reason = "`zrecord::diagnostics::range_get_loop` uses it")
-    )]
-    pub(crate) fn remote(&self) -> Option<&Arc<crate::remote::open::Remote>> {
-        self.remote.as_ref()
+    /// Where this dataset's commits come from.
+    pub fn location(&self) -> &Arc<dyn Location> {
+        &self.location
     }
 
     /// The read configuration this handle uses.
@@ -137,6 +133,10 @@ impl Dataset {
         self.engine.backend.name()
     }
 
+    #[cfg_attr(
+        not(feature = "testing"),
+        allow(dead_code, reason = "`zrecord::testing`'s read-window probes use it")
+    )]
     pub(crate) fn engine(&self) -> &Arc<Engine> {
         &self.engine
     }
@@ -145,35 +145,12 @@ impl Dataset {
     /// dataset removed and created again at this path, whatever its generation). Snapshots
     /// already taken with [`Dataset::snapshot`] keep showing their commit.
     pub fn refresh(&self) -> Result<bool> {
-        let old = self.snapshot().generation();
-        #[cfg(feature = "remote")]
-        if let Some(remote) = &self.remote {
-            let seen = remote.slot.load(std::sync::atomic::Ordering::Acquire);
-            if remote.latest_slot()? == seen {
-                return Ok(false);
-            }
-            let snap = Arc::new(remote.snapshot()?);
-            let changed = snap.generation() != old;
-            match self.current.write() {
-                Ok(mut g) => *g = snap,
-                Err(poisoned) => *poisoned.into_inner() = snap,
-            }
-            return Ok(changed);
-        }
-        // Every commit renames a new `meta.json` into place, so a dataset removed and created
-        // again at this path is another file, even at the same generation. The identity alone
-        // does not name a commit, though: a freed inode number is handed straight back (two
-        // commits later `meta.json` has its old inode again) and birth times are coarse or
-        // absent. The same file holding the same meta is the same commit.
         let current = self.snapshot();
-        if current.meta_id.is_some()
-            && crate::store::snapshot::meta_id(&self.dir) == current.meta_id
-            && crate::store::snapshot::read_meta(&self.dir)?.1 == current.meta
-        {
+        if self.location.is_latest(&current)? {
             return Ok(false);
         }
-        let snap = Arc::new(Snapshot::load(&self.dir)?);
-        let changed = snap.generation() != old
+        let snap = Arc::new(self.location.snapshot()?);
+        let changed = snap.generation() != current.generation()
             || snap.meta_id != current.meta_id
             || snap.meta != current.meta;
         match self.current.write() {
@@ -191,20 +168,11 @@ impl Dataset {
         }
     }
 
-    /// Opens the dataset's single writer. Fails with [`Error::WriterBusy`] if another writer (in
-    /// this process or another) holds it.
+    /// Opens the dataset's single writer, through its [`Location::writer`]. Fails with
+    /// [`Error::WriterBusy`] if another writer (in this process or another) holds it, and with
+    /// [`Error::InvalidConfig`] where the location is read-only (an object store).
     pub fn writer(&self) -> Result<Writer> {
-        #[cfg(feature = "remote")]
-        if self.remote.is_some() {
-            return Err(Error::InvalidConfig {
-                reason: format!(
-                    "{} is on an object store: datasets there are read-only (write locally, then \
-                     push)",
-                    self.dir.display()
-                ),
-            });
-        }
-        Writer::open(&self.dir, WriterConfig::default())
+        self.location.writer()
     }
 
     /// The schema of the commit this handle shows: its fields (name, dtype, fixed shape,
@@ -213,9 +181,10 @@ impl Dataset {
         self.snapshot().schema()
     }
 
-    /// The dataset directory.
+    /// The dataset directory (its URL for a dataset opened by URL): its location's
+    /// [`path`](Location::path).
     pub fn path(&self) -> &Path {
-        &self.dir
+        self.location.path()
     }
 
     /// Number of records in the current snapshot.
@@ -310,7 +279,7 @@ pub struct GatherFuture {
 
 impl GatherFuture {
     /// Runs `gather` on `engine`'s read workers; the future resolves to what it returns.
-    pub(crate) fn run_on(
+    fn run_on(
         engine: &Engine,
         gather: impl FnOnce() -> Result<Batch> + Send + 'static,
     ) -> GatherFuture {
@@ -410,14 +379,93 @@ impl Snapshot {
         gather(self, indices, &fields, &self.engine(config)?)
     }
 
-    /// Reads `fields` (snapshot field numbers) of `indices` through `engine`.
-    pub(crate) fn gather_engine(
+    /// The reader of this snapshot with `config`: its engine, or (for a snapshot whose chunks
+    /// need their location's backend) one with that backend unless `config` names its own.
+    pub(crate) fn reader(&self, config: &ReadConfig) -> Result<Reader> {
+        Ok(Reader {
+            engine: Arc::new(self.engine(config)?),
+        })
+    }
+
+    /// Reads `fields` (snapshot field numbers) of `indices` through `reader`, blocking.
+    pub(crate) fn gather_by(
         &self,
+        reader: &Reader,
         indices: &[u64],
         fields: &[usize],
-        engine: &Engine,
     ) -> Result<Batch> {
-        gather(self, indices, fields, engine)
+        gather(self, indices, fields, &reader.engine)
+    }
+
+    /// Reads `fields` of `indices` through `reader` on its worker threads. The task holds the
+    /// snapshot and the engine, nothing of the caller's.
+    pub(crate) fn gather_async_by(
+        self: Arc<Self>,
+        reader: &Reader,
+        indices: Vec<u64>,
+        fields: Vec<usize>,
+    ) -> GatherFuture {
+        let engine = Arc::clone(&reader.engine);
+        GatherFuture::run_on(&reader.engine, move || {
+            gather(&self, &indices, &fields, &engine)
+        })
+    }
+
+    /// Announces to `reader`'s backend the reads a gather of `indices` × `fields` will make
+    /// (lookahead: nothing unless the backend wants it). `session` groups one loader's.
+    pub(crate) fn lookahead_by(
+        &self,
+        reader: &Reader,
+        session: u64,
+        indices: &[u64],
+        fields: &[usize],
+    ) -> Result<()> {
+        if !reader.wants_lookahead() {
+            return Ok(());
+        }
+        read::lookahead(self, indices, fields, &reader.engine, session)
+    }
+}
+
+/// A snapshot's read engine, as a source that pins a snapshot holds it
+/// (`pipeline::DatasetSource`): gathers and lookahead go through [`Snapshot::gather_by`],
+/// [`Snapshot::gather_async_by`] and [`Snapshot::lookahead_by`]; what it holds is the store's.
+#[derive(Clone, Debug)]
+pub(crate) struct Reader {
+    engine: Arc<Engine>,
+}
+
+impl Reader {
+    /// Whether the backend does anything with lookahead.
+    pub(crate) fn wants_lookahead(&self) -> bool {
+        self.engine.backend.wants_lookahead()
+    }
+
+    /// Drops whatever lookahead started for `session` that no gather took.
+    pub(crate) fn end_lookahead(&self, session: u64) {
+        self.engine.backend.end_lookahead(session);
+    }
+}
+
+impl Dataset {
+    /// The reader of this handle (its engine), shared.
+    pub(crate) fn reader(&self) -> Reader {
+        Reader {
+            engine: Arc::clone(&self.engine),
+        }
+    }
+
+    /// Announces the reads a gather of every field of `indices` will make (see
+    /// [`Snapshot::lookahead_by`]).
+    pub(crate) fn lookahead(&self, session: u64, indices: &[u64]) -> Result<()> {
+        let snap = self.snapshot();
+        let fields: Vec<usize> = (0..snap.tables.len()).collect();
+        snap.lookahead_by(&self.reader(), session, indices, &fields)
+    }
+
+    /// Drops whatever lookahead started for `session` that no gather took.
+    pub(crate) fn end_lookahead(&self, session: u64) {
+        self.engine.backend.end_lookahead(session);
     }
 }
 

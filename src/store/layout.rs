@@ -23,7 +23,12 @@ pub fn chunk_dir(dir: &Path) -> PathBuf {
 
 /// `dir/chunk/<id>.zr`, the id zero-padded to five digits.
 pub fn chunk(dir: &Path, id: u16) -> PathBuf {
-    dir.join(CHUNK_DIR).join(format!("{id:05}.zr"))
+    dir.join(chunk_name(id))
+}
+
+/// `chunk/<id>.zr`, the id zero-padded to five digits: a chunk file's name in a dataset.
+pub fn chunk_name(id: u16) -> String {
+    format!("{CHUNK_DIR}/{id:05}.zr")
 }
 
 /// Parses a chunk file name back into its id.
@@ -37,17 +42,32 @@ pub fn parse_chunk(name: &str) -> Option<u16> {
 
 /// `dir/<field>.<generation>.offsets`.
 pub fn table(dir: &Path, field: &str, generation: u64) -> PathBuf {
-    dir.join(format!("{field}.{generation}.offsets"))
+    dir.join(table_name(field, generation))
+}
+
+/// `<field>.<generation>.offsets`: an offset table's name in a dataset.
+pub fn table_name(field: &str, generation: u64) -> String {
+    format!("{field}.{generation}.offsets")
 }
 
 /// `dir/<field>.<generation>.patches`.
 pub fn patches(dir: &Path, field: &str, generation: u64) -> PathBuf {
-    dir.join(format!("{field}.{generation}.patches"))
+    dir.join(patches_name(field, generation))
+}
+
+/// `<field>.<generation>.patches`: a patch log's name in a dataset.
+pub fn patches_name(field: &str, generation: u64) -> String {
+    format!("{field}.{generation}.patches")
 }
 
 /// `dir/<field>.<number>.zdict`: a field's zstd dictionary.
 pub fn dictionary(dir: &Path, field: &str, number: u8) -> PathBuf {
-    dir.join(format!("{field}.{number}.zdict"))
+    dir.join(dictionary_name(field, number))
+}
+
+/// `<field>.<number>.zdict`.
+pub fn dictionary_name(field: &str, number: u8) -> String {
+    format!("{field}.{number}.zdict")
 }
 
 /// True for a name that looks like an offset table or patch log (`*.<digits>.offsets|patches`).

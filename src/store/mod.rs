@@ -4,6 +4,7 @@
 pub mod batch;
 pub mod dataset;
 pub(crate) mod layout;
+pub mod location;
 pub mod read;
 pub mod scan;
 pub mod schema;

@@ -19,8 +19,9 @@ use crate::format::FORMAT_VERSION;
 use crate::io::job::FileId;
 use crate::io::vfs::{Prefix, StdFs, Vfs, VfsFile};
 use crate::store::layout;
-use crate::store::read::chunks::{ChunkHandle, ChunkSet};
+use crate::store::read::chunks::{ChunkAt, ChunkHandle, ChunkSet};
 use crate::store::schema::{Field, Schema};
+use crate::ReadBackend;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -53,6 +54,68 @@ impl FieldTable {
         check_len(&*pfile, pwant)?;
         let mut buf = vec![0u8; usize::try_from(pwant).unwrap_or(usize::MAX)];
         pfile.read_exact_at(&mut buf, 0)?;
+        let dictionaries = meta
+            .dictionaries
+            .iter()
+            .map(|d| load_dictionary(vfs, dir, meta, d))
+            .collect::<Result<Vec<_>>>()?;
+        FieldTable::with_parts(meta, table_path, map, &patch_path, &buf, dictionaries)
+    }
+
+    /// The table of `meta` from the parts a [`Location`](crate::Location) handed over: each a
+    /// file (the table's committed prefix mapped) or bytes, checked to hold the committed
+    /// entries.
+    fn assemble(
+        meta: &FieldMeta,
+        table: TableAt,
+        patches: TableAt,
+        dictionaries: Vec<Arc<Dictionary>>,
+    ) -> Result<FieldTable> {
+        let t = meta.table;
+        let want = t.table_len.saturating_mul(ENTRY_BYTES as u64);
+        let (table_path, map) = match table {
+            TableAt::File(path) => {
+                let file = StdFs.open_read(&path)?;
+                check_len(&*file, want)?;
+                let map = file.map_prefix(want)?;
+                map.advise_random();
+                (path, map)
+            }
+            TableAt::Bytes { path, mut bytes } => {
+                check_bytes(&path, bytes.len(), want)?;
+                bytes.truncate(usize::try_from(want).unwrap_or(usize::MAX));
+                (path, Prefix::Owned(bytes.into_boxed_slice()))
+            }
+        };
+        let pwant = t.patch_len.saturating_mul(PATCH_BYTES as u64);
+        let (patch_path, buf) = match patches {
+            TableAt::File(path) => {
+                let pfile = StdFs.open_read(&path)?;
+                check_len(&*pfile, pwant)?;
+                let mut buf = vec![0u8; usize::try_from(pwant).unwrap_or(usize::MAX)];
+                pfile.read_exact_at(&mut buf, 0)?;
+                (path, buf)
+            }
+            TableAt::Bytes { path, mut bytes } => {
+                check_bytes(&path, bytes.len(), pwant)?;
+                bytes.truncate(usize::try_from(pwant).unwrap_or(usize::MAX));
+                (path, bytes)
+            }
+        };
+        FieldTable::with_parts(meta, table_path, map, &patch_path, &buf, dictionaries)
+    }
+
+    /// The table of `meta` whose entries are `map` (read from `table_path`) and whose patch log
+    /// holds `buf` (read from `patch_path`).
+    fn with_parts(
+        meta: &FieldMeta,
+        table_path: PathBuf,
+        map: Prefix,
+        patch_path: &Path,
+        buf: &[u8],
+        dictionaries: Vec<Arc<Dictionary>>,
+    ) -> Result<FieldTable> {
+        let t = meta.table;
         let mut patches = HashMap::with_capacity(buf.len() / PATCH_BYTES);
         for (i, raw) in buf.chunks_exact(PATCH_BYTES).enumerate() {
             #[expect(
@@ -62,7 +125,7 @@ impl FieldTable {
             )]
             let pos = (i * PATCH_BYTES) as u64;
             let corrupt = |index, reason| Error::OffsetCorrupt {
-                path: patch_path.clone(),
+                path: patch_path.to_path_buf(),
                 field: meta.name.clone(),
                 index,
                 offset: pos,
@@ -80,11 +143,6 @@ impl FieldTable {
             }
             patches.insert(index, entry);
         }
-        let dictionaries = meta
-            .dictionaries
-            .iter()
-            .map(|d| load_dictionary(vfs, dir, meta, d))
-            .collect::<Result<Vec<_>>>()?;
         Ok(FieldTable {
             dictionaries,
             meta: meta.clone(),
@@ -170,11 +228,15 @@ pub struct Snapshot {
     pub(crate) chunks: ChunkSet,
     /// The backend a snapshot of a dataset on an object store must be read with (its chunks
     /// are objects, not files).
-    pub(crate) native: Option<Arc<dyn crate::ReadBackend>>,
+    pub(crate) native: Option<Arc<dyn ReadBackend>>,
     /// The identity of the `meta.json` this snapshot was read from (`None` on an object
     /// store): every commit renames a new file into place, so a dataset removed and created
     /// again at the same path is told apart from this one even at the same generation.
     pub(crate) meta_id: Option<FileId>,
+    /// What the location that made this snapshot recorded of where it came from (an object
+    /// store's commit slot), so [`crate::Location::is_latest`] compares the latest commit with
+    /// this snapshot's, not with whatever the location opened last.
+    pub(crate) origin: Option<u64>,
 }
 
 /// The identity of `dir/meta.json` now, if it can be read.
@@ -190,16 +252,44 @@ pub(crate) fn load_dictionary(
     d: &DictionaryMeta,
 ) -> Result<Arc<Dictionary>> {
     let path = layout::dictionary(dir, &field.name, d.number);
+    let file = vfs.open_read(&path)?;
+    check_len(&*file, d.bytes)?;
+    let mut bytes = vec![0u8; usize::try_from(d.bytes).unwrap_or(usize::MAX)];
+    file.read_exact_at(&mut bytes, 0)?;
+    prepare_dictionary(path, field, d, bytes)
+}
+
+/// One of a field's dictionaries from the part a [`Location`](crate::Location) handed over.
+fn dictionary_at(at: TableAt, field: &FieldMeta, d: &DictionaryMeta) -> Result<Arc<Dictionary>> {
+    match at {
+        TableAt::File(path) => {
+            let file = StdFs.open_read(&path)?;
+            check_len(&*file, d.bytes)?;
+            let mut bytes = vec![0u8; usize::try_from(d.bytes).unwrap_or(usize::MAX)];
+            file.read_exact_at(&mut bytes, 0)?;
+            prepare_dictionary(path, field, d, bytes)
+        }
+        TableAt::Bytes { path, mut bytes } => {
+            check_bytes(&path, bytes.len(), d.bytes)?;
+            bytes.truncate(usize::try_from(d.bytes).unwrap_or(usize::MAX));
+            prepare_dictionary(path, field, d, bytes)
+        }
+    }
+}
+
+/// Checks a dictionary's bytes against its CRC32C in the commit and prepares it.
+fn prepare_dictionary(
+    path: PathBuf,
+    field: &FieldMeta,
+    d: &DictionaryMeta,
+    bytes: Vec<u8>,
+) -> Result<Arc<Dictionary>> {
     let corrupt = |reason: String| Error::DictionaryCorrupt {
         path: path.clone(),
         field: field.name.clone(),
         number: d.number,
         reason,
     };
-    let file = vfs.open_read(&path)?;
-    check_len(&*file, d.bytes)?;
-    let mut bytes = vec![0u8; usize::try_from(d.bytes).unwrap_or(usize::MAX)];
-    file.read_exact_at(&mut bytes, 0)?;
     let crc = crate::checksum::crc32c(&bytes);
     if crc != d.crc32c {
         return Err(corrupt(format!(
@@ -222,6 +312,36 @@ fn check_len(file: &dyn VfsFile, want: u64) -> Result<()> {
     Ok(())
 }
 
+fn check_bytes(path: &Path, have: usize, want: u64) -> Result<()> {
+    let have = have as u64;
+    if have < want {
+        return Err(Error::Truncated {
+            path: path.to_path_buf(),
+            expected: want,
+            actual: have,
+        });
+    }
+    Ok(())
+}
+
+/// Where one offset table or patch log of a commit is read from: a part a
+/// [`Location`](crate::Location) hands to [`Snapshot::assemble`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TableAt {
+    /// A local file: its committed prefix is mapped (a table is read where it lies, whatever
+    /// its size).
+    File(PathBuf),
+    /// The bytes (at least the committed prefix; more is ignored). `path` names them in
+    /// errors.
+    Bytes {
+        /// What names these bytes in errors.
+        path: PathBuf,
+        /// The table's or patch log's bytes.
+        bytes: Vec<u8>,
+    },
+}
+
 /// Reads and decodes `dir/meta.json`, returning the bytes too.
 pub(crate) fn read_meta(dir: &Path) -> Result<(Vec<u8>, Meta)> {
     read_meta_with(&StdFs, dir)
@@ -231,18 +351,23 @@ pub(crate) fn read_meta(dir: &Path) -> Result<(Vec<u8>, Meta)> {
 pub(crate) fn read_meta_with(vfs: &dyn Vfs, dir: &Path) -> Result<(Vec<u8>, Meta)> {
     let path = layout::meta(dir);
     let bytes = vfs.read(&path)?;
-    let meta = Meta::decode(&bytes).map_err(|e| match e {
+    let meta = decode_meta(&path, &bytes)?;
+    Ok((bytes, meta))
+}
+
+/// Decodes the `meta.json` bytes read from `path`.
+fn decode_meta(path: &Path, bytes: &[u8]) -> Result<Meta> {
+    Meta::decode(bytes).map_err(|e| match e {
         MetaError::Corrupt(reason) => Error::MetaCorrupt {
-            path: path.clone(),
+            path: path.to_path_buf(),
             reason,
         },
         MetaError::Version(found) => Error::UnsupportedVersion {
-            path: path.clone(),
+            path: path.to_path_buf(),
             found,
             supported: FORMAT_VERSION,
         },
-    })?;
-    Ok((bytes, meta))
+    })
 }
 
 impl Snapshot {
@@ -266,28 +391,61 @@ impl Snapshot {
         Snapshot::open_files(dir, meta, id)
     }
 
-    /// A snapshot of `meta` with its tables in `tables` (a remote dataset's mirror directory)
-    /// and the given chunks; `dir` is what [`Snapshot::dir`] reports (the dataset's URL).
-    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
-    pub(crate) fn open_with_chunks(
-        tables: &Path,
-        dir: PathBuf,
-        meta: Meta,
-        chunks: ChunkSet,
-        native: Arc<dyn crate::ReadBackend>,
+    /// Assembles the snapshot of one commit from its parts, fetched by a
+    /// [`Location`](crate::Location) its own way: `meta_json`, the commit's `meta.json` bytes;
+    /// `table(name)`, where the offset table, patch log or zstd dictionary of that name is
+    /// (`<field>.<generation>.offsets` and `.patches`, `<field>.<number>.zdict`, docs/FORMAT.md); `chunk(name)`, where the
+    /// chunk file of that name is (`chunk/<id>.zr`). `path` is what [`Snapshot::dir`] reports
+    /// (the dataset's directory or URL). `backend`, if set, reads this snapshot's chunks
+    /// whenever no custom backend is configured (objects only it can fetch; see
+    /// [`Location::read_backend`](crate::Location::read_backend)).
+    ///
+    /// The meta is decoded and checked, every table checked to hold its committed entries and
+    /// its patch log decoded, every local chunk file opened and checked to hold its committed
+    /// bytes (its identity recorded, as a local snapshot does). Chunks named
+    /// [`ChunkAt::Object`] are not touched until a read.
+    ///
+    /// # Errors
+    /// [`Error::MetaCorrupt`] / [`Error::UnsupportedVersion`] for the meta; [`Error::Truncated`]
+    /// for a table, patch log or local chunk shorter than the commit says;
+    /// [`Error::OffsetCorrupt`] for a damaged patch record; the errors `table` and `chunk`
+    /// return, and those of opening local files.
+    pub fn assemble(
+        path: impl Into<PathBuf>,
+        meta_json: &[u8],
+        mut table: impl FnMut(&str) -> Result<TableAt>,
+        chunk: impl FnMut(&str) -> Result<ChunkAt>,
+        backend: Option<Arc<dyn ReadBackend>>,
     ) -> Result<Snapshot> {
+        let dir = path.into();
+        let meta = decode_meta(&layout::meta(&dir), meta_json)?;
         let tables = meta
             .fields
             .iter()
-            .map(|f| FieldTable::load(&StdFs, tables, f))
+            .map(|f| {
+                let g = f.table.generation;
+                let offsets = table(&layout::table_name(&f.name, g))?;
+                let patches = table(&layout::patches_name(&f.name, g))?;
+                let dictionaries = f
+                    .dictionaries
+                    .iter()
+                    .map(|d| {
+                        let name = layout::dictionary_name(&f.name, d.number);
+                        dictionary_at(table(&name)?, f, d)
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                FieldTable::assemble(f, offsets, patches, dictionaries)
+            })
             .collect::<Result<Vec<_>>>()?;
+        let chunks = ChunkSet::assemble(&meta, chunk)?;
         Ok(Snapshot {
             dir,
             meta,
             tables,
             chunks,
-            native: Some(native),
+            native: backend,
             meta_id: None,
+            origin: None,
         })
     }
 
@@ -305,6 +463,7 @@ impl Snapshot {
             chunks,
             native: None,
             meta_id,
+            origin: None,
         })
     }
 
@@ -487,5 +646,16 @@ impl Snapshot {
 
     pub(crate) fn chunk(&self, id: u16) -> Option<&Arc<ChunkHandle>> {
         self.chunks.get(id)
+    }
+
+    /// Chunk `id`'s file, opened within the chunk descriptor budget and checked to be the file
+    /// this commit named (a push hashes and uploads it).
+    #[allow(dead_code, reason = "used by object-store pushes (`remote/push.rs`)")]
+    pub(crate) fn chunk_file(&self, id: u16) -> Result<Arc<crate::io::job::ReadFile>> {
+        self.chunk(id)
+            .ok_or_else(|| Error::Internal {
+                reason: format!("chunk {id} of the commit has no handle"),
+            })?
+            .file()
     }
 }

@@ -19,7 +19,9 @@ use super::super::prefetch::{
 };
 use super::super::queue::{self, Receiver, Sender};
 use super::super::source::Source;
+use super::super::stats::{ConsumerCounters, Counters, LoaderStats};
 use super::Checkpoint;
+use crate::retry::{retry_blocking, Failure};
 use crate::{Error, Result};
 
 /// The checkpoint of a [`PrefetchStream`].
@@ -117,6 +119,10 @@ pub struct PrefetchStream<S: Checkpoint, T> {
     next_seq: u64,
     consumed: S::State,
     stopped: bool,
+    /// What the workers count as they go (shared with them), and what the consumer side counts:
+    /// the counters of the seekable prefetch.
+    counters: Arc<Counters>,
+    consumer: ConsumerCounters,
 }
 
 impl<S: Checkpoint, T> fmt::Debug for PrefetchStream<S, T> {
@@ -175,6 +181,8 @@ where
                 });
             announce
         });
+        let counters = Arc::new(Counters::default());
+        let shared = Arc::clone(&counters);
         let spawn: Spawn<T> = Arc::new(move |w| {
             spawn_worker(
                 w,
@@ -182,6 +190,7 @@ where
                 Arc::clone(&transform),
                 retry,
                 queue_size,
+                Arc::clone(&shared),
             )
         });
         Ok(Self {
@@ -199,6 +208,8 @@ where
             in_flight: VecDeque::new(),
             next_seq: 0,
             stopped: false,
+            counters,
+            consumer: ConsumerCounters::default(),
         })
     }
 }
@@ -223,6 +234,29 @@ impl<S: Checkpoint, T> PrefetchStream<S, T> {
             .collect();
         drop(self);
         wait_exits(exits).await;
+    }
+
+    /// A snapshot of what the stream is doing, as [`super::super::Loader::stats`] reports it:
+    /// batches and records consumed and produced, failed tries, gathers and records in flight,
+    /// time per stage, the gather latency histogram, and who waits for whom (see
+    /// [`LoaderStats`]). The index side runs on the consumer's task here, so `index_time` is 0;
+    /// the merge is strict, so `lead` and `max_lead` are 0; `consumer_queue_depth` counts the
+    /// batches pulled from the input and not consumed yet. Cheap: a few atomic loads and one
+    /// lock per worker queue.
+    pub fn stats(&self) -> LoaderStats {
+        let depths = self.workers.iter().map(|w| w.results.len()).collect();
+        let depths = if self.workers.is_empty() {
+            vec![0; self.num_workers]
+        } else {
+            depths
+        };
+        LoaderStats::new(
+            &self.counters,
+            &self.consumer,
+            depths,
+            self.in_flight.len(),
+            (0, 0),
+        )
     }
 
     /// Drops whatever the source started for the batches announced and not gathered.
@@ -324,20 +358,30 @@ where
             return Poll::Ready(None);
         }
         if let Err(e) = this.dispatch(cx) {
+            this.consumer.ready();
             this.stop();
             return Poll::Ready(Some(Err(e)));
         }
         let result = match this.poll_front(cx) {
-            Poll::Pending => return Poll::Pending,
+            Poll::Pending => {
+                this.consumer.pending();
+                return Poll::Pending;
+            }
             Poll::Ready(None) if this.input_done => {
+                // The consumer no longer waits: a stream that has ended stops counting.
+                this.consumer.ready();
                 this.stopped = true;
                 this.workers.clear();
                 return Poll::Ready(None);
             }
             // Nothing in flight and the input not ready: it woke us when it is.
-            Poll::Ready(None) => return Poll::Pending,
+            Poll::Ready(None) => {
+                this.consumer.pending();
+                return Poll::Pending;
+            }
             Poll::Ready(Some(result)) => result,
         };
+        this.consumer.ready();
         let Some(done) = this.in_flight.pop_front() else {
             return Poll::Ready(Some(result));
         };
@@ -345,6 +389,13 @@ where
             this.stop();
         } else {
             this.consumed = done.state;
+            if let Ok(b) = &result {
+                this.consumer.batches = this.consumer.batches.saturating_add(1);
+                this.consumer.records = this
+                    .consumer
+                    .records
+                    .saturating_add(b.batch.samples.len() as u64);
+            }
         }
         Poll::Ready(Some(result))
     }
@@ -399,6 +450,7 @@ fn spawn_worker<Src: Source, T: Send + 'static>(
     transform: Transform<Src::Batch, T>,
     retry: RetryPolicy,
     queue_size: usize,
+    counters: Arc<Counters>,
 ) -> Result<Worker<T>> {
     let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
     let (tx, rx) = queue::bounded(queue_size);
@@ -410,10 +462,15 @@ fn spawn_worker<Src: Source, T: Send + 'static>(
                 if tx.is_closed() {
                     break;
                 }
-                let result = produce(w, &*source, &transform, retry, &tx, batch);
+                let result = produce(w, &*source, &transform, retry, &tx, &counters, batch);
+                if let Ok(b) = &result {
+                    counters.produced(b.batch.samples.len());
+                }
+                let pushed = std::time::Instant::now();
                 if tx.push((seq, result)).is_err() {
                     break;
                 }
+                counters.blocked(pushed);
             }
             // Release the source before announcing the exit.
             drop((source, transform, tx));
@@ -438,39 +495,54 @@ fn produce<Src: Source, T>(
     transform: &Transform<Src::Batch, T>,
     retry: RetryPolicy,
     tx: &Sender<Done<T>>,
+    counters: &Arc<Counters>,
     batch: IndexBatch,
 ) -> Result<LoaderBatch<T>> {
-    let mut backoff = retry.backoff.min(retry.max_backoff);
-    let mut tries = 1u32;
-    loop {
-        let attempt = catch_unwind(AssertUnwindSafe(|| {
-            let gathered = source.gather(&batch.indices())?;
-            transform(gathered, &batch)
-        }));
-        let error = match attempt {
-            Ok(Ok(data)) => return Ok(LoaderBatch { data, batch }),
-            Ok(Err(e)) => e,
-            Err(panic) => {
-                let message = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "non-string panic payload".into());
-                return Err(Error::WorkerPanicked {
-                    what: format!(
-                        "stream prefetch worker {w} (batch at epoch {} position {})",
-                        batch.epoch, batch.position
-                    ),
-                    message,
-                });
+    retry_blocking(
+        retry,
+        &mut (),
+        |_, _| {
+            let attempt = catch_unwind(AssertUnwindSafe(|| {
+                let indices = batch.indices();
+                let gathered = {
+                    let _in_flight = counters.gather_started(indices.len());
+                    source.gather(&indices)?
+                };
+                let start = std::time::Instant::now();
+                let data = transform(gathered, &batch)?;
+                counters.transform_time(start);
+                Ok(data)
+            }));
+            match attempt {
+                Ok(Ok(data)) => Ok(data),
+                Ok(Err(e)) => {
+                    counters.failed_attempt();
+                    Err(Failure::Retry(e))
+                }
+                Err(panic) => {
+                    let message = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "non-string panic payload".into());
+                    Err(Failure::Final(Error::WorkerPanicked {
+                        what: format!(
+                            "stream prefetch worker {w} (batch at epoch {} position {})",
+                            batch.epoch, batch.position
+                        ),
+                        message,
+                    }))
+                }
             }
-        };
-        if tries >= retry.attempts || tx.wait_closed(backoff) {
-            return Err(error);
-        }
-        tries = tries.saturating_add(1);
-        backoff = backoff.saturating_mul(2).min(retry.max_backoff);
-    }
+        },
+        |_, _, _, backoff| {
+            let slept = std::time::Instant::now();
+            let closed = tx.wait_closed(backoff);
+            counters.retry_wait(slept);
+            !closed
+        },
+    )
+    .map(|data| LoaderBatch { data, batch })
 }
 
 impl<S: Checkpoint, T> Drop for PrefetchStream<S, T> {

@@ -220,8 +220,11 @@ fn maps() -> &'static Budget {
 
 /// Descriptors the chunk budget allows, for tests and reports.
 #[cfg_attr(
-    not(any(feature = "diagnostics", feature = "remote")),
-    allow(dead_code, reason = "used by push and by `zrecord::diagnostics`")
+    not(feature = "diagnostics"),
+    allow(
+        dead_code,
+        reason = "used by object-store pushes and by `zrecord::diagnostics`"
+    )
 )]
 pub fn descriptor_budget() -> usize {
     fds().cap
@@ -251,9 +254,10 @@ pub(crate) struct ChunkHandle {
     direct_refused: AtomicBool,
     /// Mapping failed (reported once); reads go through the I/O backend.
     map_refused: AtomicBool,
-    /// For a chunk on an object store: the object, which only the remote backend reads (no
+    /// For a chunk that is an object ([`ChunkAt::Object`]): the object, which only its
+    /// location's backend reads (no
     /// descriptor, no mapping).
-    remote: Option<Arc<ReadFile>>,
+    object: Option<Arc<ReadFile>>,
     /// For a cached copy of a chunk on an object store: the object, read instead when the
     /// copy is gone (evicted, or dropped as damaged) by the time the file must be reopened.
     fallback: Option<Arc<ReadFile>>,
@@ -274,7 +278,10 @@ const USE_INTERVAL_MS: u64 = 1000;
 /// Lets go of the descriptors and mappings this process's snapshots hold of cached copies that
 /// are no longer linked (the chunk cache evicted them): their blocks are freed, and those
 /// chunks are read from their objects.
-#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+#[allow(
+    dead_code,
+    reason = "called by the chunk caches of object-store locations (`remote/cache.rs`)"
+)]
 pub(crate) fn release_unlinked_copies() {
     for budget in [fds(), maps()] {
         let handles: Vec<Arc<ChunkHandle>> = lock(&budget.ring)
@@ -294,7 +301,7 @@ impl ChunkHandle {
         path: PathBuf,
         identity: FileId,
         file: Option<Arc<ReadFile>>,
-        remote: Option<Arc<ReadFile>>,
+        object: Option<Arc<ReadFile>>,
         fallback: Option<Arc<ReadFile>>,
     ) -> Arc<ChunkHandle> {
         Arc::new(ChunkHandle {
@@ -308,7 +315,7 @@ impl ChunkHandle {
             map_used: AtomicBool::new(false),
             direct_refused: AtomicBool::new(false),
             map_refused: AtomicBool::new(false),
-            remote,
+            object,
             fallback,
             used_at: AtomicU64::new(0),
             evicted: AtomicBool::new(false),
@@ -504,7 +511,7 @@ impl ChunkHandle {
 
     /// The chunk's descriptor, opened (and counted) on first use.
     pub(crate) fn file(self: &Arc<Self>) -> Result<Arc<ReadFile>> {
-        if let Some(r) = &self.remote {
+        if let Some(r) = &self.object {
             return Ok(Arc::clone(r));
         }
         self.note_use();
@@ -540,7 +547,7 @@ impl ChunkHandle {
     pub(crate) fn direct(self: &Arc<Self>) -> Result<Option<Arc<ReadFile>>> {
         // Chunks of a dataset on an object store (cached copies included) never use O_DIRECT.
         if self.direct_refused.load(Ordering::Acquire)
-            || self.remote.is_some()
+            || self.object.is_some()
             || self.fallback.is_some()
         {
             return Ok(None);
@@ -597,7 +604,7 @@ impl ChunkHandle {
     /// The mapping of the committed prefix, made on first use; `None` if mapping failed
     /// (reported once per chunk; reads then go through the I/O backend).
     pub(crate) fn map(self: &Arc<Self>) -> Result<Option<SharedMap>> {
-        if self.map_refused.load(Ordering::Acquire) || self.remote.is_some() {
+        if self.map_refused.load(Ordering::Acquire) || self.object.is_some() {
             return Ok(None);
         }
         self.map_used.store(true, Ordering::Release);
@@ -648,14 +655,36 @@ impl Drop for ChunkHandle {
     }
 }
 
-/// Where a chunk of a dataset on an object store is read from.
-#[cfg_attr(not(feature = "remote"), allow(dead_code))]
-pub(crate) enum ChunkAt {
-    /// The object: its URL (its path in errors) and key.
-    Remote(PathBuf, String),
-    /// A complete local copy (the chunk cache's), and the object's URL and key, read instead
-    /// if the copy is gone when it must be reopened.
-    Local(PathBuf, PathBuf, String),
+/// Where one chunk of a commit is read from: a part a [`Location`](crate::Location) hands to
+/// [`Snapshot::assemble`](crate::Snapshot::assemble).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ChunkAt {
+    /// A local file, read by the engine's own backends (mapped, io_uring, the pread pool):
+    /// checked to hold the chunk's committed bytes when the snapshot is assembled, its
+    /// identity recorded.
+    File(PathBuf),
+    /// An object only the location's [`read_backend`](crate::Location::read_backend) reads: no
+    /// descriptor, no mapping. `path` names it in errors and is the
+    /// [`ReadRange::path`](crate::ReadRange::path) of its reads; `key` is their
+    /// [`ReadRange::object`](crate::ReadRange::object).
+    Object {
+        /// What names the object in errors (its URL).
+        path: PathBuf,
+        /// The object's key, as the location's backend knows it.
+        key: String,
+    },
+    /// A complete local copy of an object (a cache's), read as a local file; the object is read
+    /// instead once the copy is gone (evicted, or dropped as damaged) when it must be opened
+    /// again, or if it is gone already when the snapshot is assembled.
+    Cached {
+        /// The local copy.
+        copy: PathBuf,
+        /// What names the object in errors (its URL).
+        path: PathBuf,
+        /// The object's key.
+        key: String,
+    },
 }
 
 /// The chunks a commit names, by id.
@@ -675,44 +704,38 @@ impl ChunkSet {
         })
     }
 
-    /// The chunks `meta` names, as objects on a store: `object(id)` gives each chunk's URL
-    /// (its path in errors) and key, or a complete local copy (a cached one). Objects hold no
-    /// descriptor and no mapping; only the remote backend reads them.
-    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
-    pub(crate) fn load_remote(
+    /// The chunks `meta` names, each where `at(name)` says (`name`: `chunk/<id>.zr`).
+    pub(crate) fn assemble(
         meta: &Meta,
-        object: impl Fn(u16) -> Option<ChunkAt>,
+        mut at: impl FnMut(&str) -> Result<ChunkAt>,
     ) -> Result<ChunkSet> {
-        Self::build(meta, |c| {
-            match object(c.id).ok_or_else(|| Error::Internal {
-                reason: format!("no object for chunk {}", c.id),
-            })? {
-                ChunkAt::Local(path, url, key) => {
-                    let object = Arc::new(ReadFile {
-                        file: None,
-                        path: url.clone(),
-                        direct: false,
-                        object: Some(key.clone()),
-                        id: None,
-                    });
-                    match Self::local_handle(c, path, Some(object)) {
-                        // A cached copy gone between the cache's lookup and this open (another
-                        // process evicted it): the object.
-                        Err(Error::Io { source, .. })
-                            if source.kind() == std::io::ErrorKind::NotFound =>
-                        {
-                            Ok(Self::remote_handle(c, url, key))
-                        }
-                        r => r,
+        Self::build(meta, |c| match at(&layout::chunk_name(c.id))? {
+            ChunkAt::File(path) => Self::local_handle(c, path, None),
+            ChunkAt::Cached { copy, path, key } => {
+                let object = Arc::new(ReadFile {
+                    file: None,
+                    path: path.clone(),
+                    direct: false,
+                    object: Some(key.clone()),
+                    id: None,
+                });
+                match Self::local_handle(c, copy, Some(object)) {
+                    // A cached copy gone between the cache's lookup and this open (another
+                    // process evicted it): the object.
+                    Err(Error::Io { source, .. })
+                        if source.kind() == std::io::ErrorKind::NotFound =>
+                    {
+                        Ok(Self::object_handle(c, path, key))
                     }
+                    r => r,
                 }
-                ChunkAt::Remote(path, key) => Ok(Self::remote_handle(c, path, key)),
             }
+            ChunkAt::Object { path, key } => Ok(Self::object_handle(c, path, key)),
         })
     }
 
     /// The handle of chunk `c` as object `key` at URL `path`: no descriptor, no mapping.
-    fn remote_handle(
+    fn object_handle(
         c: &crate::format::meta::ChunkMeta,
         path: PathBuf,
         key: String,
@@ -790,8 +813,8 @@ impl ChunkSet {
     }
 
     /// True if some chunk is an object on a store (not a local file).
-    pub(crate) fn any_remote(&self) -> bool {
-        self.by_id.iter().flatten().any(|h| h.remote.is_some())
+    pub(crate) fn any_object(&self) -> bool {
+        self.by_id.iter().flatten().any(|h| h.object.is_some())
     }
 
     /// The chunk with id `id`, if the commit names it.
@@ -860,17 +883,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let kept = dir.path().join("kept");
         std::fs::write(&kept, [7u8; 10]).unwrap();
-        let at = |id: u16| {
-            let name = if id == 0 { "kept" } else { "evicted" };
-            Some(ChunkAt::Local(
-                dir.path().join(name),
-                PathBuf::from(format!("s3://b/p/data/{id}")),
-                format!("data/{id}"),
-            ))
+        let at = |name: &str| {
+            let id = u16::from(name != "chunk/00000.zr");
+            let copy = if id == 0 { "kept" } else { "evicted" };
+            Ok(ChunkAt::Cached {
+                copy: dir.path().join(copy),
+                path: PathBuf::from(format!("s3://b/p/data/{id}")),
+                key: format!("data/{id}"),
+            })
         };
-        let set = ChunkSet::load_remote(&meta(&[(0, 10), (1, 10)]), at).unwrap();
+        let set = ChunkSet::assemble(&meta(&[(0, 10), (1, 10)]), at).unwrap();
         let kept = set.get(0).unwrap();
-        assert!(kept.remote.is_none());
+        assert!(kept.object.is_none());
         assert!(kept.file().unwrap().local().is_some());
         let gone = set.get(1).unwrap();
         let file = gone.file().unwrap();

@@ -112,9 +112,6 @@ pub struct ReadConfig {
     pub(crate) queue_depth: usize,
     pub(crate) max_bytes_in_flight: usize,
     pub(crate) threads: usize,
-    /// How a dataset on an object store is read.
-    #[cfg(feature = "remote")]
-    pub(crate) remote: crate::remote::RemoteConfig,
 }
 
 impl Default for ReadConfig {
@@ -128,8 +125,6 @@ impl Default for ReadConfig {
             queue_depth: DEFAULT_QUEUE_DEPTH,
             max_bytes_in_flight: DEFAULT_MAX_BYTES_IN_FLIGHT,
             threads: DEFAULT_THREADS,
-            #[cfg(feature = "remote")]
-            remote: crate::remote::RemoteConfig::default(),
         }
     }
 }
@@ -198,20 +193,6 @@ impl ReadConfig {
     pub fn with_threads(mut self, threads: usize) -> Self {
         self.threads = threads.clamp(2, 1024);
         self
-    }
-
-    /// How a dataset on an object store (`s3://…`) is read: client options, request sizes
-    /// and concurrency, the cache directory. Default [`crate::remote::RemoteConfig::default`].
-    #[cfg(feature = "remote")]
-    pub fn with_remote(mut self, remote: crate::remote::RemoteConfig) -> Self {
-        self.remote = remote;
-        self
-    }
-
-    /// How a dataset on an object store is read.
-    #[cfg(feature = "remote")]
-    pub fn remote(&self) -> &crate::remote::RemoteConfig {
-        &self.remote
     }
 
     /// The backend asked for (before `ZRECORD_IO`); see [`crate::Dataset::backend`] for the one

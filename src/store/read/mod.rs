@@ -27,8 +27,7 @@ mod resolve;
 mod window;
 
 pub use backend::{ReadBackend, ZeroCopy};
-#[cfg(feature = "remote")]
-pub(crate) use chunks::descriptor_budget;
+pub use chunks::ChunkAt;
 pub use config::{
     forced_backend, Backend, ReadConfig, DEFAULT_MAX_BYTES_IN_FLIGHT, DEFAULT_QUEUE_DEPTH,
     DEFAULT_THREADS,
@@ -268,7 +267,7 @@ pub(crate) fn lookahead(
     // A custom backend (an object store's) has nothing to hide for local chunks (a remote
     // dataset's cached ones included); zrecord's own backends have the read window.
     let local_window = engine.effective.is_some();
-    if !engine.backend.wants_lookahead() || !(local_window || snap.chunks.any_remote()) {
+    if !engine.backend.wants_lookahead() || !(local_window || snap.chunks.any_object()) {
         return Ok(());
     }
     let per_part = (PART_VALUES / fields.len().max(1)).max(1);

@@ -132,7 +132,7 @@ impl Writer {
     }
 
     /// [`Writer::create`] on the file system `vfs` (the real one is [`StdFs`]; tests use the
-    /// simulated and fault-injecting ones of `zrecord::testing`). Feature `testing`.
+    /// simulated and fault-injecting ones of the `zrecord-testing` crate). Feature `testing`.
     #[cfg(feature = "testing")]
     pub fn create_with_vfs(
         vfs: Arc<dyn Vfs>,

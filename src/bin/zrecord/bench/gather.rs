@@ -97,16 +97,14 @@ fn run_gather(a: &GatherArgs) -> Result<GatherStats, Box<dyn std::error::Error>>
     let opts = ReadConfig::default()
         .with_backend(backend)
         .with_direct_io(a.direct)
-        .with_verify_checksums(!a.no_verify)
-        .with_remote(
-            zrecord::remote::RemoteConfig::default()
-                .requests_in_flight(a.requests)
-                .cache_bytes(a.cache.unwrap_or(0)),
-        );
+        .with_verify_checksums(!a.no_verify);
+    let remote = zrecord::remote::RemoteConfig::default()
+        .requests_in_flight(a.requests)
+        .cache_bytes(a.cache.unwrap_or(0));
     if a.evict {
         evict(&a.dir)?;
     }
-    let ds = std::sync::Arc::new(Dataset::open_with(&a.dir, opts)?);
+    let ds = std::sync::Arc::new(super::open_dataset(&a.dir, opts, remote)?);
     gather_on(&ds, a)
 }
 

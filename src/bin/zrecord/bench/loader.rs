@@ -80,13 +80,11 @@ pub(super) fn loader(a: &LoaderArgs) -> Res {
     let backend = Backend::from(a.backend);
     let config = ReadConfig::default()
         .with_backend(backend)
-        .with_direct_io(a.direct)
-        .with_remote(
-            zrecord::remote::RemoteConfig::default()
-                .requests_in_flight(a.requests)
-                .cache_bytes(a.cache.unwrap_or(0))
-                .lookahead_bytes(if a.lookahead.is_some() { 64 << 20 } else { 0 }),
-        );
+        .with_direct_io(a.direct);
+    let remote = zrecord::remote::RemoteConfig::default()
+        .requests_in_flight(a.requests)
+        .cache_bytes(a.cache.unwrap_or(0))
+        .lookahead_bytes(if a.lookahead.is_some() { 64 << 20 } else { 0 });
     // Warm: one open dataset for every run (the same mappings and descriptors). Cold: each run
     // evicts the files and opens the dataset afresh (pages mapped by an open dataset cannot be
     // evicted).
@@ -97,7 +95,11 @@ pub(super) fn loader(a: &LoaderArgs) -> Res {
         if a.evict {
             evict(&a.dir)?;
         }
-        Ok(std::sync::Arc::new(Dataset::open_with(&a.dir, config.clone())?))
+        Ok(std::sync::Arc::new(super::open_dataset(
+            &a.dir,
+            config.clone(),
+            remote.clone(),
+        )?))
     };
     let shared = if a.evict { None } else { Some(open(None)?) };
     let remote_before = zrecord::diagnostics::remote_stats();
@@ -271,7 +273,9 @@ fn loader_round(
     a: &LoaderArgs,
     seed: u64,
 ) -> Result<LoaderRun, Box<dyn std::error::Error>> {
-    use zrecord::pipeline::{BucketConfig, DatasetSource, Loader, SamplerConfig, SamplerMode};
+    use zrecord::pipeline::{
+        BucketConfig, DatasetSource, Loader, PrefetchConfig, SamplerConfig, SamplerMode,
+    };
     let source = std::sync::Arc::new(DatasetSource::new(ds));
     let mut builder = Loader::builder(source)
         .sampler(
@@ -280,14 +284,16 @@ fn loader_round(
                 .seed(seed)
                 .epochs(None),
         )
-        .batch_size(a.batch)
+        .batch_size(a.batch);
+    let mut prefetch = PrefetchConfig::default()
         .num_workers(a.workers.max(1))
         .worker_queue_size(a.worker_queue)
         .gathers_in_flight(a.gathers_in_flight)
         .consumer_queue_size(a.consumer_queue);
     if let Some(l) = a.lookahead {
-        builder = builder.lookahead(l);
+        prefetch = prefetch.lookahead(l);
     }
+    builder = builder.prefetch(prefetch);
     if let Some(buffer_size) = a.bucket_buffer {
         builder = builder.bucket(
             BucketConfig::default()

@@ -31,6 +31,18 @@ pub fn run(cmd: &BenchCmd) -> Res {
     }
 }
 
+/// Opens the dataset at `dir` (a directory, or an object store's URL read with `remote`).
+fn open_dataset(
+    dir: &Path,
+    config: zrecord::ReadConfig,
+    remote: zrecord::remote::RemoteConfig,
+) -> zrecord::Result<zrecord::Dataset> {
+    match dir.to_str().filter(|d| zrecord::remote::is_url(d)) {
+        Some(url) => zrecord::remote::open(url, config, remote),
+        None => zrecord::Dataset::open_with(dir, config),
+    }
+}
+
 /// xorshift64. `benches/baselines/numpy_memmap.py` draws `bench gather`'s indices with the same
 /// generator and seeding (`gather_on`, `bench_thread`): change them together.
 struct Rng(u64);

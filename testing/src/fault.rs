@@ -15,14 +15,32 @@
 //!   (that operation and every later one fails without effect) or fails operations with `EIO`,
 //!   `ENOSPC` or a short write, once or permanently.
 //!
-//! Not part of the stable API: public (and hidden from the docs) so integration tests can use it.
+//! Built on zrecord's public seam only (`zrecord::testing`): it constructs `Prefix::Owned`
+//! copies and zrecord's `Error::Io`/`Error::WriterBusy`, the errors the real file system gives.
 
-use crate::error::{Error, Result};
-use crate::io::vfs::{Prefix, Vfs, VfsFile, VfsLock};
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
+use zrecord::testing::{Prefix, Vfs, VfsFile, VfsLock};
+use zrecord::{Error, Result};
+
+/// An I/O error on `path` during `op`, as zrecord's own file calls report one.
+fn io_error(path: impl Into<PathBuf>, op: &'static str, source: std::io::Error) -> Error {
+    Error::Io {
+        path: path.into(),
+        op,
+        source,
+    }
+}
+
+/// CRC32C of `data` continued from `crc` (zrecord's checksum, for image fingerprints).
+fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
+    let mut d =
+        crc_fast::Digest::new_with_init_state(crc_fast::CrcAlgorithm::Crc32Iscsi, u64::from(!crc));
+    d.update(data);
+    d.finalize() as u32
+}
 
 type Ino = usize;
 
@@ -314,7 +332,7 @@ impl Drop for SimFile {
 
 impl SimFile {
     fn err(&self, op: &'static str, e: std::io::Error) -> Error {
-        Error::io(&self.path, op, e)
+        io_error(&self.path, op, e)
     }
 }
 
@@ -415,8 +433,8 @@ impl Vfs for SimFs {
     fn open_read(&self, path: &Path) -> Result<Box<dyn VfsFile>> {
         let ino = {
             let st = self.st();
-            let ino = st.lookup(path).map_err(|e| Error::io(path, "open", e))?;
-            st.file(ino).map_err(|e| Error::io(path, "open", e))?;
+            let ino = st.lookup(path).map_err(|e| io_error(path, "open", e))?;
+            st.file(ino).map_err(|e| io_error(path, "open", e))?;
             ino
         };
         Ok(self.handle(ino, path, false))
@@ -425,8 +443,8 @@ impl Vfs for SimFs {
     fn open_rw(&self, path: &Path) -> Result<Box<dyn VfsFile>> {
         let ino = {
             let st = self.st();
-            let ino = st.lookup(path).map_err(|e| Error::io(path, "open", e))?;
-            st.file(ino).map_err(|e| Error::io(path, "open", e))?;
+            let ino = st.lookup(path).map_err(|e| io_error(path, "open", e))?;
+            st.file(ino).map_err(|e| io_error(path, "open", e))?;
             ino
         };
         Ok(self.handle(ino, path, true))
@@ -436,7 +454,7 @@ impl Vfs for SimFs {
         let ino = self
             .st()
             .create_file(path, true, false)
-            .map_err(|e| Error::io(path, "create", e))?;
+            .map_err(|e| io_error(path, "create", e))?;
         Ok(self.handle(ino, path, true))
     }
 
@@ -444,16 +462,16 @@ impl Vfs for SimFs {
         let ino = self
             .st()
             .create_file(path, false, true)
-            .map_err(|e| Error::io(path, "create", e))?;
+            .map_err(|e| io_error(path, "create", e))?;
         Ok(self.handle(ino, path, true))
     }
 
     fn read(&self, path: &Path) -> Result<Vec<u8>> {
         let st = self.st();
-        let ino = st.lookup(path).map_err(|e| Error::io(path, "read", e))?;
+        let ino = st.lookup(path).map_err(|e| io_error(path, "read", e))?;
         Ok(st
             .file(ino)
-            .map_err(|e| Error::io(path, "read", e))?
+            .map_err(|e| io_error(path, "read", e))?
             .data
             .clone())
     }
@@ -462,16 +480,16 @@ impl Vfs for SimFs {
         match self.st().lookup(path) {
             Ok(_) => Ok(true),
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
-            Err(e) => Err(Error::io(path, "stat", e)),
+            Err(e) => Err(io_error(path, "stat", e)),
         }
     }
 
     fn read_dir(&self, dir: &Path) -> Result<Vec<String>> {
         let st = self.st();
-        let ino = st.lookup(dir).map_err(|e| Error::io(dir, "list", e))?;
+        let ino = st.lookup(dir).map_err(|e| io_error(dir, "list", e))?;
         Ok(st
             .dir(ino)
-            .map_err(|e| Error::io(dir, "list", e))?
+            .map_err(|e| io_error(dir, "list", e))?
             .entries
             .keys()
             .cloned()
@@ -480,7 +498,7 @@ impl Vfs for SimFs {
 
     fn create_dir_all(&self, dir: &Path) -> Result<()> {
         let mut st = self.st();
-        let err = |e| Error::io(dir, "create directory", e);
+        let err = |e| io_error(dir, "create directory", e);
         let mut ino = ROOT;
         for name in SimState::names(dir).map_err(err)? {
             let next = st.dir(ino).map_err(err)?.entries.get(&name).copied();
@@ -499,7 +517,7 @@ impl Vfs for SimFs {
 
     fn remove_file(&self, path: &Path) -> Result<()> {
         let mut st = self.st();
-        let err = |e| Error::io(path, "remove", e);
+        let err = |e| io_error(path, "remove", e);
         let (dir, name) = st.parent(path).map_err(err)?;
         let ino = *st
             .dir(dir)
@@ -516,7 +534,7 @@ impl Vfs for SimFs {
 
     fn remove_dir_all(&self, dir: &Path) -> Result<()> {
         let mut st = self.st();
-        let err = |e| Error::io(dir, "remove directory", e);
+        let err = |e| io_error(dir, "remove directory", e);
         let (parent, name) = st.parent(dir).map_err(err)?;
         let ino = *st
             .dir(parent)
@@ -533,7 +551,7 @@ impl Vfs for SimFs {
 
     fn rename(&self, from: &Path, to: &Path) -> Result<()> {
         let mut st = self.st();
-        let err = |e| Error::io(to, "rename", e);
+        let err = |e| io_error(to, "rename", e);
         let (fd, fname) = st.parent(from).map_err(err)?;
         let (td, tname) = st.parent(to).map_err(err)?;
         if fd != td {
@@ -564,7 +582,7 @@ impl Vfs for SimFs {
 
     fn sync_dir(&self, dir: &Path) -> Result<()> {
         let mut st = self.st();
-        let err = |e| Error::io(dir, "fsync directory", e);
+        let err = |e| io_error(dir, "fsync directory", e);
         let ino = st.lookup(dir).map_err(err)?;
         let d = st.dir_mut(ino).map_err(err)?;
         d.durable = d.entries.clone();
@@ -576,7 +594,7 @@ impl Vfs for SimFs {
         let mut st = self.st();
         let ino = st
             .create_file(path, false, false)
-            .map_err(|e| Error::io(path, "open", e))?;
+            .map_err(|e| io_error(path, "open", e))?;
         if !st.locks.insert(ino) {
             return Err(Error::WriterBusy {
                 path: path.to_path_buf(),
@@ -693,10 +711,10 @@ impl Image {
         self.hash(&mut h);
         let mut crc = 0u32;
         for (p, c) in &self.entries {
-            crc = crate::checksum::crc32c_append(crc, p.as_os_str().as_encoded_bytes());
+            crc = crc32c_append(crc, p.as_os_str().as_encoded_bytes());
             if let Some(c) = c {
-                crc = crate::checksum::crc32c_append(crc, &(c.len() as u64).to_le_bytes());
-                crc = crate::checksum::crc32c_append(crc, c);
+                crc = crc32c_append(crc, &(c.len() as u64).to_le_bytes());
+                crc = crc32c_append(crc, c);
             }
         }
         (h.finish(), crc)
@@ -708,10 +726,8 @@ impl Image {
             let at = dst.join(p);
             match c {
                 None => std::fs::create_dir_all(&at)
-                    .map_err(|e| Error::io(&at, "create directory", e))?,
-                Some(bytes) => {
-                    std::fs::write(&at, bytes).map_err(|e| Error::io(&at, "write", e))?
-                }
+                    .map_err(|e| io_error(&at, "create directory", e))?,
+                Some(bytes) => std::fs::write(&at, bytes).map_err(|e| io_error(&at, "write", e))?,
             }
         }
         Ok(())
@@ -982,10 +998,10 @@ impl CrashState {
             e
         };
         let mut ino = ROOT;
-        for name in SimState::names(root).map_err(|e| Error::io(root, "image", e))? {
+        for name in SimState::names(root).map_err(|e| io_error(root, "image", e))? {
             ino = *entries_of(ino)
                 .get(&name)
-                .ok_or_else(|| Error::io(root, "image", errno(libc::ENOENT)))?;
+                .ok_or_else(|| io_error(root, "image", errno(libc::ENOENT)))?;
         }
         let mut image = Image::default();
         let mut stack = vec![(PathBuf::new(), ino)];
@@ -1144,11 +1160,7 @@ impl FaultFs {
                 p.fired += 1;
             }
             p.crashed = true;
-            return Err(Error::io(
-                path,
-                op,
-                std::io::Error::other("simulated crash"),
-            ));
+            return Err(io_error(path, op, std::io::Error::other("simulated crash")));
         }
         let Some((at, kind, permanent)) = p.fault else {
             return Ok(Go::Run);
@@ -1166,8 +1178,8 @@ impl FaultFs {
         }
         p.fired += 1;
         match kind {
-            FaultKind::Eio => Err(Error::io(path, op, errno(libc::EIO))),
-            FaultKind::Enospc => Err(Error::io(path, op, errno(libc::ENOSPC))),
+            FaultKind::Eio => Err(io_error(path, op, errno(libc::EIO))),
+            FaultKind::Enospc => Err(io_error(path, op, errno(libc::ENOSPC))),
             FaultKind::ShortWrite => Ok(Go::Short),
         }
     }

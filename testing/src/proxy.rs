@@ -1,10 +1,8 @@
-//! A fault-injecting HTTP/1.1 proxy for tests and benchmarks (features `remote` and `testing`):
-//! put it between the object-store client and an S3 server to see what retries hide and what
-//! they do not.
+//! A fault-injecting HTTP/1.1 proxy for tests and benchmarks: put it between the object-store
+//! client and an S3 server to see what retries hide and what they do not.
 //!
-//! Everything about it is in [`FaultProxy`]'s documentation.
-//!
-//! Not part of the stable API.
+//! Everything about it is in [`FaultProxy`]'s documentation. Of zrecord it uses only the public
+//! [`Error`], so that a test's `?` works on it as on zrecord's calls.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -13,8 +11,31 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
-use crate::hash::hash;
+use zrecord::{Error, Result};
+
+/// An I/O error on `what` (an address) during `op`, as zrecord reports one.
+fn io_error(what: &str, op: &'static str, source: std::io::Error) -> Error {
+    Error::Io {
+        path: what.into(),
+        op,
+        source,
+    }
+}
+
+/// The splitmix64 finaliser: a bijective 64-bit mixer.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A keyed hash of several words (order-sensitive): the one zrecord's sampler uses, so which
+/// requests meet faults under a seed is what it was when the proxy lived in zrecord.
+fn hash(words: &[u64]) -> u64 {
+    words.iter().fold(0x9e37_79b9_7f4a_7c15, |acc, &w| {
+        mix(acc.wrapping_add(0x9e37_79b9_7f4a_7c15) ^ mix(w))
+    })
+}
 
 /// A socket read or write that makes no progress for this long fails (and its thread ends).
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
@@ -27,7 +48,7 @@ const MAX_HEAD_BYTES: u64 = 64 << 10;
 ///
 /// ```
 /// use std::time::Duration;
-/// use zrecord::testing::FaultConfig;
+/// use zrecord_testing::FaultConfig;
 ///
 /// let config = FaultConfig::default()
 ///     .latency(Duration::from_millis(20))
@@ -246,10 +267,10 @@ impl FaultProxy {
             .next()
             .ok_or_else(|| bad("resolves to no address".into()))?;
         let listener =
-            TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io("127.0.0.1:0", "bind", e))?;
+            TcpListener::bind("127.0.0.1:0").map_err(|e| io_error("127.0.0.1:0", "bind", e))?;
         let addr = listener
             .local_addr()
-            .map_err(|e| Error::io("127.0.0.1:0", "getsockname", e))?;
+            .map_err(|e| io_error("127.0.0.1:0", "getsockname", e))?;
         let shared = Arc::new(Shared {
             upstream: upstream_addr,
             config: Mutex::new(config),
