@@ -49,7 +49,9 @@ pub enum Error {
     },
 
     /// `meta.json` names a format version this build does not understand.
-    #[error("{path}: unsupported format version {found} (this build reads versions 1 to {supported})")]
+    #[error(
+        "{path}: unsupported format version {found} (this build reads versions 1 to {supported})"
+    )]
     UnsupportedVersion {
         /// The metadata file.
         path: PathBuf,

@@ -4,10 +4,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use std::os::unix::fs::FileExt as _;
-use zrecord::{Backend, Codec, DType, Dataset, Error, Field, ReadConfig, Schema, Writer, WriterConfig};
+use zrecord::{
+    Backend, Codec, DType, Dataset, Error, Field, ReadConfig, Schema, Writer, WriterConfig,
+};
 
 fn text(i: u64, len: usize) -> Vec<u8> {
-    let words = ["alpha", "beta", "gamma", "delta", "tree", "house", "river", "stone", "blue"];
+    let words = [
+        "alpha", "beta", "gamma", "delta", "tree", "house", "river", "stone", "blue",
+    ];
     let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     let mut s = String::new();
     while s.len() < len {
@@ -33,7 +37,11 @@ fn make(dir: &std::path::Path) {
 }
 
 fn flip(path: &std::path::Path, at: u64) {
-    let f = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
     let mut b = [0u8; 1];
     f.read_exact_at(&mut b, at).unwrap();
     f.write_all_at(&[b[0] ^ 0x21], at).unwrap();
@@ -58,8 +66,20 @@ fn a_flipped_byte_of_a_zstd_frame_is_a_typed_error_on_every_backend() {
             let ds = Dataset::open_with(&dir, ReadConfig::default().with_backend(backend)).unwrap();
             let e = ds.gather_blocking(&[1, index, 2]).unwrap_err();
             match &e {
-                Error::ChecksumMismatch { path, field: name, index: at, offset, .. }
-                | Error::Decompress { path, field: name, index: at, offset, .. } => {
+                Error::ChecksumMismatch {
+                    path,
+                    field: name,
+                    index: at,
+                    offset,
+                    ..
+                }
+                | Error::Decompress {
+                    path,
+                    field: name,
+                    index: at,
+                    offset,
+                    ..
+                } => {
                     assert_eq!(path, &chunk, "{e}");
                     assert_eq!(name, ["plain", "dict"][field], "{e}");
                     assert_eq!(*at, index, "{e}");
@@ -85,7 +105,12 @@ fn a_damaged_short_or_missing_dictionary_file_is_named_at_open() {
 
     flip(&dict, good.len() as u64 / 2);
     match Dataset::open(&dir).unwrap_err() {
-        Error::DictionaryCorrupt { path, field, number, .. } => {
+        Error::DictionaryCorrupt {
+            path,
+            field,
+            number,
+            ..
+        } => {
             assert_eq!(path, dict);
             assert_eq!(field, "dict");
             assert_eq!(number, 1);

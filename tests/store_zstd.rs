@@ -3,9 +3,7 @@
 //! exactly when a field uses zstd.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use zrecord::{
-    Backend, Codec, DType, Dataset, Field, ReadConfig, Schema, Writer, WriterConfig,
-};
+use zrecord::{Backend, Codec, DType, Dataset, Field, ReadConfig, Schema, Writer, WriterConfig};
 
 /// Caption-like records of about `len` bytes: words of a small vocabulary, so a dictionary helps.
 fn caption(i: u64, len: usize) -> Vec<u8> {
@@ -44,7 +42,11 @@ fn record(i: u64) -> Vec<Vec<u8>> {
     vec![
         caption(i, len),
         caption(i + 7, len),
-        if i % 5 == 0 { Vec::new() } else { incompressible(i, 64) },
+        if i % 5 == 0 {
+            Vec::new()
+        } else {
+            incompressible(i, 64)
+        },
         caption(i, 2000),
     ]
 }
@@ -70,7 +72,11 @@ fn check_all(dir: &std::path::Path, n: u64) {
             for (k, &i) in idx.iter().enumerate() {
                 let want = record(i);
                 for (f, w) in want.iter().enumerate() {
-                    assert_eq!(b.get(k, f).unwrap(), &w[..], "record {i} field {f} {backend:?}");
+                    assert_eq!(
+                        b.get(k, f).unwrap(),
+                        &w[..],
+                        "record {i} field {f} {backend:?}"
+                    );
                 }
             }
         }
@@ -81,8 +87,14 @@ fn check_all(dir: &std::path::Path, n: u64) {
 fn zstd_fields_round_trip_and_dictionaries_are_trained_and_kept() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("ds");
-    // A small sample, so the first dictionary is trained early in the run.
-    let config = || WriterConfig::default().dictionary_sample_bytes(64 << 10);
+    // A small sample, so the first dictionary is trained early in the run, and small jobs, so
+    // the records before it are handed to the append tasks (as plain zstd) before it exists:
+    // a job still open when the dictionary is trained is compressed with it.
+    let config = || {
+        WriterConfig::default()
+            .dictionary_sample_bytes(64 << 10)
+            .write_buffer_bytes(16 << 10)
+    };
     let mut w = Writer::create(&dir, &schema(), config()).unwrap();
     let meta = std::fs::read_to_string(dir.join("meta.json")).unwrap();
     assert!(meta.contains("\"version\":2"), "{meta}");
@@ -110,16 +122,23 @@ fn zstd_fields_round_trip_and_dictionaries_are_trained_and_kept() {
             .map(|i| u64::from(snap.locate(f, i).unwrap().stored_len))
             .sum()
     };
-    assert!(stored(1) < stored(0), "dict {} plain {}", stored(1), stored(0));
+    assert!(
+        stored(1) < stored(0),
+        "dict {} plain {}",
+        stored(1),
+        stored(0)
+    );
 
     // A reopened writer compresses with dictionary 1; an explicit training makes dictionary 2.
     let mut w = Writer::open(&dir, config()).unwrap();
-    w.append(&record(600)).unwrap();
+    for i in 600..620 {
+        w.append(&record(i)).unwrap();
+    }
     let samples: Vec<Vec<u8>> = (0..200).map(|i| caption(i + 9000, 300)).collect();
     assert_eq!(w.train_dictionary("dict", &samples).unwrap(), 2);
     assert!(w.train_dictionary("plain", &samples).is_err());
     assert!(w.train_dictionary("dict", &[b"x".to_vec()]).is_err());
-    for i in 601..700 {
+    for i in 620..700 {
         w.append(&record(i)).unwrap();
     }
     w.modify(5, "dict", &record(5)[1]).unwrap();

@@ -73,7 +73,9 @@ pub(crate) fn codec_of(s: &str) -> PyResult<Codec> {
                 .ok()
                 .filter(|l| (1..=19).contains(l))
                 .ok_or_else(|| {
-                    value_error(format!("zstd level {level:?} is not an integer from 1 to 19"))
+                    value_error(format!(
+                        "zstd level {level:?} is not an integer from 1 to 19"
+                    ))
                 })?;
             (name.to_string(), Some(level))
         }

@@ -372,7 +372,10 @@ mod tests {
             dec.decode(Some(&dict), &s, &mut out).unwrap();
             assert_eq!(&out, r);
         }
-        assert!(with * 3 < plain * 2, "dictionary {with} B against plain {plain} B");
+        assert!(
+            with * 3 < plain * 2,
+            "dictionary {with} B against plain {plain} B"
+        );
     }
 
     #[test]
@@ -391,7 +394,10 @@ mod tests {
         assert!(dec.decode(None, &[0xff; 16], &mut small).is_err());
         for n in 0..stored.len() {
             let mut out = vec![0u8; data.len()];
-            assert!(dec.decode(None, &stored[..n], &mut out).is_err(), "truncation to {n}");
+            assert!(
+                dec.decode(None, &stored[..n], &mut out).is_err(),
+                "truncation to {n}"
+            );
         }
         // Flipped bytes: an error or other bytes (the entry's CRC32C of the logical bytes
         // catches the latter), never a panic or a write past the output.

@@ -102,8 +102,9 @@ pub enum Codec {
     /// One zstd frame per record, compressed with a dictionary trained on the field's own
     /// records: small records (captions, JSON, token runs of a few KiB) compress like a whole
     /// stream and stay readable one by one. The writer trains the dictionary on the field's
-    /// first records (see `WriterConfig::dictionary_sample_records`); records written before it
-    /// exists are plain zstd. Each record's entry names the dictionary it was written with.
+    /// first records (see `WriterConfig::dictionary_sample_bytes`); records handed to the append
+    /// tasks before it exists are plain zstd (a job still being filled when it is trained is
+    /// compressed with it). Each record's entry names the dictionary it was written with.
     ZstdDict {
         /// The zstd compression level (clamped to 1–19 when writing).
         level: i32,
@@ -161,7 +162,9 @@ impl Codec {
     }
 
     /// The field codec of an offset entry's codec byte (zstd ones at the default level).
-    #[deprecated(note = "an entry's codec is a `StoredCodec` (`StoredCodec::from_bytes`); see CHANGELOG.md")]
+    #[deprecated(
+        note = "an entry's codec is a `StoredCodec` (`StoredCodec::from_bytes`); see CHANGELOG.md"
+    )]
     pub fn from_code(code: u8) -> Option<Codec> {
         match code {
             0 => Some(Codec::Raw),

@@ -226,7 +226,8 @@ impl Meta {
             }
             let mut numbers: Vec<u8> = f.dictionaries.iter().map(|d| d.number).collect();
             numbers.sort_unstable();
-            if numbers.windows(2).any(|w| matches!(w, [a, b] if a == b)) || numbers.first() == Some(&0)
+            if numbers.windows(2).any(|w| matches!(w, [a, b] if a == b))
+                || numbers.first() == Some(&0)
             {
                 return Err(format!(
                     "field {:?}: dictionary numbers must be 1-255 and distinct",
@@ -399,11 +400,17 @@ mod tests {
         }];
         assert_eq!(m.required_version(), 2);
         // A version 1 meta cannot hold it.
-        assert!(matches!(Meta::decode(&m.encode()), Err(MetaError::Corrupt(_))));
+        assert!(matches!(
+            Meta::decode(&m.encode()),
+            Err(MetaError::Corrupt(_))
+        ));
         m.version = 2;
         assert_eq!(Meta::decode(&m.encode()), Ok(m.clone()));
         let text = String::from_utf8(m.encode()).unwrap();
-        assert!(text.contains(r#""codec":{"zstd_dict":{"level":3}}"#), "{text}");
+        assert!(
+            text.contains(r#""codec":{"zstd_dict":{"level":3}}"#),
+            "{text}"
+        );
         // Dictionaries on another codec, number 0, duplicates, empty or huge files.
         let mut bad = m.clone();
         bad.fields[0].codec = Codec::zstd();

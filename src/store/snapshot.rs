@@ -11,9 +11,9 @@
 #![deny(clippy::arithmetic_side_effects)]
 
 use crate::error::{Error, Result};
-use crate::format::entry::{decode_patch, Entry, ENTRY_BYTES, PATCH_BYTES};
 use crate::format::codec::Dictionary;
 use crate::format::dtype::StoredCodec;
+use crate::format::entry::{decode_patch, Entry, ENTRY_BYTES, PATCH_BYTES};
 use crate::format::meta::{DictionaryMeta, FieldMeta, Meta, MetaError};
 use crate::format::FORMAT_VERSION;
 use crate::io::job::FileId;

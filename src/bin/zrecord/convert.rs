@@ -8,8 +8,8 @@ use crate::Res;
 use clap::Args;
 use std::path::PathBuf;
 use zrecord::convert::{NpyConvert, DEFAULT_BLOCK_BYTES};
-use zrecord::DEFAULT_CHUNK_SIZE_BYTES;
 use zrecord::Error;
+use zrecord::DEFAULT_CHUNK_SIZE_BYTES;
 
 #[derive(Args)]
 #[command(

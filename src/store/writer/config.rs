@@ -39,7 +39,8 @@ pub struct WriterConfig {
     /// the field's dictionary on (the sample is complete at this many bytes, or at
     /// [`DICTIONARY_SAMPLE_RECORDS`] records); 0 trains none (records stay plain zstd unless
     /// [`Writer::train_dictionary`](super::Writer::train_dictionary) is called). Records
-    /// written before the dictionary exists are stored as plain zstd. Default 4 MiB.
+    /// handed to the append tasks before the dictionary exists are stored as plain zstd (a job
+    /// still being filled when it is trained is compressed with it). Default 4 MiB.
     pub dictionary_sample_bytes: usize,
     /// The largest dictionary trained: 256 B to [`MAX_DICTIONARY_BYTES`]. Default 64 KiB.
     pub dictionary_bytes: usize,

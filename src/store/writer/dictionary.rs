@@ -40,7 +40,8 @@ impl Writer {
             return;
         }
         if self.samples.len() <= f {
-            self.samples.resize_with(self.field_metas.len(), Sample::default);
+            self.samples
+                .resize_with(self.field_metas.len(), Sample::default);
         }
         if let Some(s) = self.samples.get_mut(f) {
             if !s.done && !sample_full(s, limit) {
@@ -138,12 +139,13 @@ impl Writer {
             bytes: dict.len() as u64,
             crc32c: crate::checksum::crc32c(&dict),
         };
-        let prepared = Dictionary::new(number, dict).map_err(|reason| Error::DictionaryCorrupt {
-            path: path.clone(),
-            field: fm.name.clone(),
-            number,
-            reason,
-        })?;
+        let prepared =
+            Dictionary::new(number, dict).map_err(|reason| Error::DictionaryCorrupt {
+                path: path.clone(),
+                field: fm.name.clone(),
+                number,
+                reason,
+            })?;
         if let Some(m) = self.core().meta.fields.get_mut(f) {
             m.dictionaries.push(meta);
         }

@@ -23,10 +23,10 @@ use super::wait::wait;
 use crate::error::{Error, Result};
 use crate::format::codec::{Dictionary, Encoder};
 use crate::format::dtype::{Codec, StoredCodec};
-use std::sync::Arc;
 use crate::format::entry::Entry;
 use futures::channel::{mpsc, oneshot};
 use futures::StreamExt;
+use std::sync::Arc;
 
 /// Runs of raw values at least this long (or at least `write_buffer_bytes`, if smaller) are
 /// written straight from the job's buffer instead of being copied into the write buffer.

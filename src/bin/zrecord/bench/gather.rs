@@ -239,13 +239,14 @@ fn bench_thread(
     let mut stored: Vec<(zrecord::RecordLocation, Vec<u8>)> = Vec::new();
     let mut inflater = libdeflater::Decompressor::new();
     // The zstd twin of the inflate loop: one context, the dataset's dictionaries prepared once.
-    let mut unzstd = zrecord::diagnostics::ZstdDecoder::new().ok_or_else(|| {
-        zrecord::Error::InvalidConfig {
+    let mut unzstd =
+        zrecord::diagnostics::ZstdDecoder::new().ok_or_else(|| zrecord::Error::InvalidConfig {
             reason: "zstd could not allocate a context".into(),
-        }
-    })?;
-    let mut dictionaries: std::collections::HashMap<u8, std::sync::Arc<zrecord::diagnostics::Dictionary>> =
-        std::collections::HashMap::new();
+        })?;
+    let mut dictionaries: std::collections::HashMap<
+        u8,
+        std::sync::Arc<zrecord::diagnostics::Dictionary>,
+    > = std::collections::HashMap::new();
     for _ in 0..job.batches {
         for i in idx.iter_mut() {
             *i = rng.next() % n;
@@ -259,11 +260,16 @@ fn bench_thread(
                 let mut b = Vec::new();
                 if read_stored(&mut files, &loc, &mut b)? {
                     if let Some(d) = loc.dictionary {
-                        if let std::collections::hash_map::Entry::Vacant(v) = dictionaries.entry(d) {
+                        if let std::collections::hash_map::Entry::Vacant(v) = dictionaries.entry(d)
+                        {
                             let field = snap.schema().fields.first().map(|f| f.name.clone());
-                            let path = ds.path().join(format!("{}.{d}.zdict", field.unwrap_or_default()));
-                            let bytes = std::fs::read(&path).map_err(|e| zrecord::Error::InvalidConfig {
-                                reason: format!("{}: {e}", path.display()),
+                            let path = ds
+                                .path()
+                                .join(format!("{}.{d}.zdict", field.unwrap_or_default()));
+                            let bytes = std::fs::read(&path).map_err(|e| {
+                                zrecord::Error::InvalidConfig {
+                                    reason: format!("{}: {e}", path.display()),
+                                }
                             })?;
                             let dict = zrecord::diagnostics::Dictionary::new(d, bytes)
                                 .map_err(|reason| zrecord::Error::InvalidConfig { reason })?;
@@ -286,7 +292,9 @@ fn bench_thread(
                         .map_err(|e| failed(format!("{e:?}")))?,
                     zrecord::Codec::Zstd { .. } | zrecord::Codec::ZstdDict { .. } => {
                         let dict = loc.dictionary.and_then(|d| dictionaries.get(&d));
-                        unzstd.decode(dict.map(|d| &**d), b, &mut buf).map_err(failed)?;
+                        unzstd
+                            .decode(dict.map(|d| &**d), b, &mut buf)
+                            .map_err(failed)?;
                         logical
                     }
                     _ => 0,

@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use std::time::Instant;
 use zrecord::{Codec, DType, Field, Schema, Writer, WriterConfig};
 
-
 #[derive(Args)]
 pub struct MakeArgs {
     /// Where to create the dataset (must not exist).
@@ -80,7 +79,8 @@ pub(super) fn make(a: &MakeArgs) -> Res {
         match (&text, content) {
             (Some(text), Content::Json) => text.json(&mut rng, i, a.record_bytes, &mut rec),
             (Some(text), Content::Captions) => {
-                let n = a.record_bytes * 6 / 10 + (rng.next() as usize) % (a.record_bytes * 8 / 10 + 1);
+                let n =
+                    a.record_bytes * 6 / 10 + (rng.next() as usize) % (a.record_bytes * 8 / 10 + 1);
                 rec.resize(n, 0);
                 text.fill(&mut rng, &mut rec);
                 // Cut at the last space: a caption ends on a whole word.
@@ -236,7 +236,10 @@ impl Text {
             x >> 32,
             256 + (x % 1792),
             256 + ((x >> 11) % 1792),
-            licenses.get((x >> 23) as usize % licenses.len()).copied().unwrap_or("unknown"),
+            licenses
+                .get((x >> 23) as usize % licenses.len())
+                .copied()
+                .unwrap_or("unknown"),
             (x >> 29) % 50 == 0,
             (x >> 31) % 10_000,
             3 + (x >> 37) % 5,
@@ -247,7 +250,11 @@ impl Text {
         s.push_str(&caption);
         s.push_str("\", \"tags\": [");
         let tags = words(room / 3 + 8, rng);
-        for (k, t) in tags.split([' ', ',', '.']).filter(|t| !t.is_empty()).enumerate() {
+        for (k, t) in tags
+            .split([' ', ',', '.'])
+            .filter(|t| !t.is_empty())
+            .enumerate()
+        {
             if k > 0 {
                 s.push_str(", ");
             }
