@@ -45,8 +45,9 @@ impl<S> ShardStream<S> {
     /// Shards `input`.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] if `total` is 0 or `index >= total`, and for the modes that
-    /// need the epoch's length: [`ShardMode::Contiguous`], `pad_to_equal`, `drop_remainder`.
+    /// [`crate::Error::InvalidConfig`] if `total` is 0 or `index >= total`, and for the modes
+    /// that need the epoch's length: [`super::super::ShardMode::Contiguous`], `pad_to_equal`,
+    /// `drop_remainder`.
     pub fn new(input: S, config: ShardConfig) -> Result<Self> {
         let geometry = Geometry::new(&config, None)?;
         Ok(Self {
