@@ -27,7 +27,9 @@ append() { # label bin
   /usr/bin/time -f "%U %S" -o "$out/time.txt" "$2" bench make "$dir" --records 262144 --record-bytes 1024 > /dev/null
   t1=$(date +%s.%N)
   read -r u s < "$out/time.txt"
-  echo "{\"build\":\"$1\",\"name\":\"append-1k\",\"r\":{\"wall_s\":$(echo "$t1 - $t0" | bc),\"cpu_s\":$(echo "$u + $s" | bc)}}" >> "$out/results.jsonl"
+  awk -v b="$1" -v w="$(echo "$t1 - $t0" | bc)" -v c="$(echo "$u + $s" | bc)" \
+    'BEGIN { printf "{\"build\":\"%s\",\"name\":\"append-1k\",\"r\":{\"wall_s\":%.6f,\"cpu_s\":%.2f}}\n", b, w, c }' \
+    >> "$out/results.jsonl"
   rm -rf "$dir"
 }
 for r in $(seq 1 "$rounds"); do
@@ -45,24 +47,4 @@ for r in $(seq 1 "$rounds"); do
     append "$label" "$bin"
   done
 done
-python3 - "$out/results.jsonl" <<'EOF'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-def figure(r):
-    """(value, unit, cpu seconds, loader/raw-gather ratio) of one result."""
-    r = r["r"]
-    if "wall_s" in r:
-        return 256 / r["wall_s"], "MiB/s", r["cpu_s"], None
-    return r["records_per_s"], "rec/s", r.get("cpu_seconds"), r.get("ratio_to_gather")
-names = list(dict.fromkeys(r["name"] for r in rows))
-print(f"{'figure':16} {'before':>12} {'after':>12} {'after/before':>12} {'unit':>6}  {'loader/raw before':>17} {'after':>6}")
-for n in names:
-    med, ratio = {}, {}
-    for b in ("before", "after"):
-        vals = [figure(r) for r in rows if r["name"] == n and r["build"] == b]
-        med[b] = statistics.median(v[0] for v in vals)
-        unit = vals[0][1]
-        rs = [v[3] for v in vals if v[3] is not None]
-        ratio[b] = f"{statistics.median(rs):.2f}" if rs else "-"
-    print(f"{n:16} {med['before']:>12,.0f} {med['after']:>12,.0f} {med['after'] / med['before']:>11.2f}× {unit:>6}  {ratio['before']:>17} {ratio['after']:>6}")
-EOF
+python3 "$(dirname "$0")/compare_report.py" "$out/results.jsonl"

@@ -85,6 +85,37 @@ impl IndexBatch {
     }
 }
 
+/// The number of batches of an epoch of `epoch_len` items: `ceil(epoch_len / batch_size)`, or
+/// `floor` with `drop_last`.
+pub(crate) fn batch_count(config: &BatchConfig, epoch_len: u64) -> u64 {
+    let size = config.batch_size.max(1);
+    if config.drop_last {
+        epoch_len / size
+    } else {
+        epoch_len.div_ceil(size)
+    }
+}
+
+/// The upstream positions `start..end` of batch `position` of an epoch of `epoch_len` items, or
+/// `None` if the epoch has no such batch (past its end, or the short last batch `drop_last`
+/// drops).
+///
+/// This is the one place batch boundaries, `drop_last` and the epoch's end are decided: the
+/// seekable [`Batcher`] calls it with the upstream epoch length, the stream form
+/// ([`super::stream::BatchStream`]) with the end of the group it pulled — the epoch's length
+/// when the group is short (the epoch ended), and a lower bound of it when the group is full,
+/// which yields the same full batch.
+pub(crate) fn span(config: &BatchConfig, position: u64, epoch_len: u64) -> Option<(u64, u64)> {
+    if position >= batch_count(config, epoch_len) {
+        return None;
+    }
+    let start = position.checked_mul(config.batch_size)?;
+    Some((
+        start,
+        start.saturating_add(config.batch_size).min(epoch_len),
+    ))
+}
+
 /// The batch stage: groups each epoch's items into [`IndexBatch`]es (`.batch()` in
 /// [`super::StageExt`]; [`crate::Batch`] is a batch of records)
 #[derive(Debug, Clone)]
@@ -124,26 +155,16 @@ impl<S: Stage<Item = Sample>> Stage for Batcher<S> {
     }
 
     fn epoch_len(&self) -> u64 {
-        let l = self.upstream.epoch_len();
-        if self.config.drop_last {
-            l / self.config.batch_size
-        } else {
-            l.div_ceil(self.config.batch_size)
-        }
+        batch_count(&self.config, self.upstream.epoch_len())
     }
 
     fn get(&mut self, epoch: u64, position: u64) -> Result<IndexBatch> {
-        let len = self.epoch_len();
-        if position >= len {
+        let Some((start, end)) = span(&self.config, position, self.upstream.epoch_len()) else {
             return Err(Error::IndexOutOfRange {
                 index: position,
-                len,
+                len: self.epoch_len(),
             });
-        }
-        let start = position * self.config.batch_size;
-        let end = start
-            .saturating_add(self.config.batch_size)
-            .min(self.upstream.epoch_len());
+        };
         let mut samples = Vec::new();
         let count =
             usize::try_from(end.saturating_sub(start)).map_err(|_| Error::InvalidConfig {
@@ -187,6 +208,37 @@ mod tests {
             .into_iter()
             .map(|b| b.unwrap().indices())
             .collect()
+    }
+
+    /// `span` covers every epoch exactly once with `batch_count` batches (the last one short
+    /// unless `drop_last` dropped it), and a full batch's span does not depend on the items
+    /// after it: what the stream form relies on when it passes the end of a full group.
+    #[test]
+    fn span_cuts_the_epoch_and_a_full_batch_needs_no_length() {
+        for l in 0u64..40 {
+            for size in 1u64..9 {
+                for drop_last in [false, true] {
+                    let c = BatchConfig::new(size).drop_last(drop_last);
+                    let n = batch_count(&c, l);
+                    let spans: Vec<_> = (0..n).map(|p| span(&c, p, l).unwrap()).collect();
+                    assert_eq!(span(&c, n, l), None);
+                    let covered: Vec<u64> = spans.iter().flat_map(|&(a, b)| a..b).collect();
+                    let kept = if drop_last { l - l % size } else { l };
+                    assert_eq!(
+                        covered,
+                        (0..kept).collect::<Vec<_>>(),
+                        "{l} {size} {drop_last}"
+                    );
+                    for (p, &(a, b)) in spans.iter().enumerate() {
+                        if b - a == size {
+                            for more in b..b + 2 * size {
+                                assert_eq!(span(&c, p as u64, more), Some((a, b)));
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -433,7 +433,7 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
 
     /// The index chain a loader resumed from `state` runs: [`LoaderBuilder::index_chain`], after
     /// the residual epochs of an elastic resume if `state` holds one. Iterating it (with
-    /// [`Stage::cursor`]) and gathering each batch is the sequential baseline of such a loader.
+    /// [`Stage::cursor`](crate::pipeline::Stage::cursor)) and gathering each batch is the sequential baseline of such a loader.
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] for an invalid stage configuration; [`Error::ResumeMismatch`]

@@ -53,7 +53,10 @@
 //! Over a cursor, the adapters place items exactly as the seekable stages do (they count the
 //! items of each epoch, an epoch being a run of one [`Sample::epoch`] value), so
 //! `sampler.cursor().shard(c)?.bucket(..)?.batch(..)?` yields the batches of
-//! `sampler.shard(c)?.bucket(..)?.batch(..)?.cursor()`, for the interleaved shard.
+//! `sampler.shard(c)?.bucket(..)?.batch(..)?.cursor()`, for the interleaved shard. Each stage's
+//! order is computed once, for both forms: which items a shard keeps and in what order by
+//! `shard.rs` (`Geometry`), the bucket buffers by `bucket.rs` (`order`, `sizes`), the batch
+//! boundaries, `drop_last` and the epoch's end by `batch.rs` (`span`); the adapters only count.
 //!
 //! ## Which chain
 //!

@@ -125,12 +125,8 @@ pub struct Shard<S> {
     config: ShardConfig,
     /// Upstream epoch length.
     upstream_len: u64,
-    /// Items of this shard's own (not padded) in each epoch.
-    own_len: u64,
-    /// Items of this shard in each epoch, padding included.
-    len: u64,
-    /// First upstream position of this shard (contiguous) or the shard index (interleaved).
-    start: u64,
+    /// Where this shard's items sit upstream: the order, computed once.
+    geometry: Geometry,
 }
 
 impl<S: Stage<Item = Sample>> Shard<S> {
@@ -140,57 +136,13 @@ impl<S: Stage<Item = Sample>> Shard<S> {
     /// [`Error::InvalidConfig`] if `total` is 0, `index >= total`, or both `pad_to_equal` and
     /// `drop_remainder` are set.
     pub fn new(upstream: S, config: ShardConfig) -> Result<Self> {
-        let ShardConfig {
-            total,
-            index,
-            mode,
-            pad_to_equal,
-            drop_remainder,
-        } = config;
-        if total == 0 || index >= total {
-            return Err(Error::InvalidConfig {
-                reason: format!("shard: index {index} is not below total {total}"),
-            });
-        }
-        if pad_to_equal && drop_remainder {
-            return Err(Error::InvalidConfig {
-                reason: "shard: pad_to_equal and drop_remainder are exclusive".into(),
-            });
-        }
-        let l = upstream.epoch_len();
-        let (own_len, start) = match mode {
-            ShardMode::Interleaved => {
-                let own = if drop_remainder {
-                    l / total
-                } else if index < l {
-                    (l - index).div_ceil(total)
-                } else {
-                    0
-                };
-                (own, index)
-            }
-            ShardMode::Contiguous => {
-                let block = if drop_remainder {
-                    l / total
-                } else {
-                    l.div_ceil(total)
-                };
-                let start = index.saturating_mul(block);
-                (block.min(l.saturating_sub(start)), start)
-            }
-        };
-        let len = if pad_to_equal && l > 0 {
-            l.div_ceil(total)
-        } else {
-            own_len
-        };
+        let upstream_len = upstream.epoch_len();
+        let geometry = Geometry::new(&config, Some(upstream_len))?;
         Ok(Self {
             upstream,
             config,
-            upstream_len: l,
-            own_len,
-            len,
-            start,
+            upstream_len,
+            geometry,
         })
     }
 
@@ -206,26 +158,157 @@ impl<S: Stage<Item = Sample>> Shard<S> {
 
     /// Where this shard's own items sit upstream.
     pub(crate) fn geometry(&self) -> Geometry {
-        Geometry {
-            start: self.start,
-            step: match self.config.mode {
-                ShardMode::Interleaved => self.config.total,
-                ShardMode::Contiguous => 1,
-            },
-            own_len: self.own_len,
-            len: self.len,
-        }
+        self.geometry
     }
 }
 
-/// A shard's own items are the upstream positions `start + q * step` for `q < own_len`; items
-/// `own_len..len` are padding.
-#[derive(Debug, Clone, Copy)]
+/// Where a shard's items sit in the upstream epoch: its own items are the upstream positions
+/// `start + q * step` for `q < own_len`; items `own_len..len` are padding (repeats of the
+/// epoch's last item).
+///
+/// This is the one place a shard's order is computed. The seekable [`Shard`] maps its
+/// positions upstream with [`Geometry::slot`] and [`Geometry::own_run`]; the stream form
+/// ([`super::stream::ShardStream`]) maps the upstream ordinals it counts to its own positions
+/// with [`Geometry::position_of`], the inverse. [`Geometry::new`] validates a configuration for
+/// both and decides what a stream of unknown epoch length can do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Geometry {
     pub(crate) start: u64,
     pub(crate) step: u64,
     pub(crate) own_len: u64,
     pub(crate) len: u64,
+}
+
+/// What a shard's position holds upstream (see [`Geometry::slot`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slot {
+    /// One of the shard's own items: this upstream position.
+    Own(u64),
+    /// Padding: a repeat of the epoch's last item, marked padded.
+    Pad,
+}
+
+impl Geometry {
+    /// The geometry of shard `config.index` of `config.total` over an upstream epoch of
+    /// `upstream_len` items, or `None` for a stream, whose epoch length is unknown until the
+    /// epoch ended.
+    ///
+    /// Without the length, only the interleaved mode with neither `pad_to_equal` nor
+    /// `drop_remainder` is possible: the contiguous block size is `ceil(L / total)`, padding
+    /// needs `ceil(L / total)` and dropping `floor(L / total)`. The geometry is then unbounded
+    /// (`own_len` and `len` are `u64::MAX`): an epoch ends where its items end.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] if `total` is 0, `index >= total`, both `pad_to_equal` and
+    /// `drop_remainder` are set, or the length is unknown and the configuration needs it.
+    pub(crate) fn new(config: &ShardConfig, upstream_len: Option<u64>) -> Result<Self> {
+        let ShardConfig {
+            total,
+            index,
+            mode,
+            pad_to_equal,
+            drop_remainder,
+        } = *config;
+        if total == 0 || index >= total {
+            return Err(Error::InvalidConfig {
+                reason: format!("shard: index {index} is not below total {total}"),
+            });
+        }
+        let Some(l) = upstream_len else {
+            if mode != ShardMode::Interleaved || pad_to_equal || drop_remainder {
+                return Err(Error::InvalidConfig {
+                    reason: format!(
+                        "shard over a stream: the epoch's length is unknown, so only the \
+                         interleaved mode without pad_to_equal or drop_remainder is possible \
+                         (got mode {mode:?}, pad_to_equal {pad_to_equal}, drop_remainder \
+                         {drop_remainder}); shard the seekable stage (StageExt::shard) for the \
+                         others"
+                    ),
+                });
+            }
+            return Ok(Self {
+                start: index,
+                step: total,
+                own_len: u64::MAX,
+                len: u64::MAX,
+            });
+        };
+        if pad_to_equal && drop_remainder {
+            return Err(Error::InvalidConfig {
+                reason: "shard: pad_to_equal and drop_remainder are exclusive".into(),
+            });
+        }
+        let (own_len, start, step) = match mode {
+            ShardMode::Interleaved => {
+                let own = if drop_remainder {
+                    l / total
+                } else if index < l {
+                    (l - index).div_ceil(total)
+                } else {
+                    0
+                };
+                (own, index, total)
+            }
+            ShardMode::Contiguous => {
+                let block = if drop_remainder {
+                    l / total
+                } else {
+                    l.div_ceil(total)
+                };
+                let start = index.saturating_mul(block);
+                (block.min(l.saturating_sub(start)), start, 1)
+            }
+        };
+        let len = if pad_to_equal && l > 0 {
+            l.div_ceil(total)
+        } else {
+            own_len
+        };
+        Ok(Self {
+            start,
+            step,
+            own_len,
+            len,
+        })
+    }
+
+    /// What the shard's `position` holds, `None` past the epoch's end.
+    pub(crate) fn slot(&self, position: u64) -> Option<Slot> {
+        if position < self.own_len {
+            position
+                .checked_mul(self.step)
+                .and_then(|d| d.checked_add(self.start))
+                .map(Slot::Own)
+        } else if position < self.len {
+            Some(Slot::Pad)
+        } else {
+            None
+        }
+    }
+
+    /// The upstream run `(first, stride)` of the shard's positions `start + k * step` for
+    /// `k < count`, if they are all own items (no padding, nothing past the end).
+    pub(crate) fn own_run(&self, start: u64, step: u64, count: usize) -> Option<(u64, u64)> {
+        let last = (count as u64)
+            .checked_sub(1)
+            .and_then(|k| k.checked_mul(step))
+            .and_then(|d| d.checked_add(start))?;
+        if last >= self.own_len {
+            return None;
+        }
+        let first = start.checked_mul(self.step)?.checked_add(self.start)?;
+        Some((first, step.checked_mul(self.step)?))
+    }
+
+    /// The shard's position of the upstream position (or, in a stream, the ordinal within its
+    /// epoch) `ordinal`, if it is one of the shard's own items; the inverse of
+    /// [`Geometry::slot`]'s [`Slot::Own`].
+    pub(crate) fn position_of(&self, ordinal: u64) -> Option<u64> {
+        let d = ordinal.checked_sub(self.start)?;
+        let step = self.step.max(1);
+        let q = d / step;
+        (d % step == 0 && q < self.own_len).then_some(q)
+    }
 }
 
 impl<S: Stage<Item = Sample>> Stage for Shard<S> {
@@ -236,28 +319,25 @@ impl<S: Stage<Item = Sample>> Stage for Shard<S> {
     }
 
     fn epoch_len(&self) -> u64 {
-        self.len
+        self.geometry.len
     }
 
     fn get(&mut self, epoch: u64, position: u64) -> Result<Sample> {
-        if position >= self.len {
-            return Err(Error::IndexOutOfRange {
+        match self.geometry.slot(position) {
+            Some(Slot::Own(upstream_position)) => self.upstream.get(epoch, upstream_position),
+            Some(Slot::Pad) => {
+                let last = self
+                    .upstream
+                    .get(epoch, self.upstream_len.saturating_sub(1))?;
+                Ok(Sample {
+                    padded: true,
+                    ..last
+                })
+            }
+            None => Err(Error::IndexOutOfRange {
                 index: position,
-                len: self.len,
-            });
-        }
-        if position < self.own_len {
-            let upstream_position = match self.config.mode {
-                ShardMode::Interleaved => self.start + position * self.config.total,
-                ShardMode::Contiguous => self.start + position,
-            };
-            self.upstream.get(epoch, upstream_position)
-        } else {
-            let last = self.upstream.get(epoch, self.upstream_len - 1)?;
-            Ok(Sample {
-                padded: true,
-                ..last
-            })
+                len: self.geometry.len,
+            }),
         }
     }
 
@@ -271,20 +351,7 @@ impl<S: Stage<Item = Sample>> Stage for Shard<S> {
     ) -> Result<()> {
         // The run of own positions maps to one strided run upstream; padding and anything
         // unusual go one at a time.
-        let last = (count as u64)
-            .checked_sub(1)
-            .and_then(|k| k.checked_mul(step))
-            .and_then(|d| d.checked_add(start));
-        let upstream = match (last, self.config.mode) {
-            (Some(last), ShardMode::Interleaved) if last < self.own_len => start
-                .checked_mul(self.config.total)
-                .and_then(|p| p.checked_add(self.start))
-                .zip(step.checked_mul(self.config.total)),
-            (Some(last), ShardMode::Contiguous) if last < self.own_len => {
-                start.checked_add(self.start).map(|p| (p, step))
-            }
-            _ => None,
-        };
+        let upstream = self.geometry.own_run(start, step, count);
         match upstream {
             Some((first, stride)) => self.upstream.get_strided(epoch, first, stride, count, out),
             None => {
@@ -404,6 +471,46 @@ mod tests {
                                             }
                                         }
                                     }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The stream form's map (upstream ordinal → own position) is the inverse of the seekable
+    /// one, and without an epoch length it keeps exactly what the known length keeps.
+    #[test]
+    fn position_of_inverts_slot_and_needs_no_length_where_the_stream_allows() {
+        for l in [0u64, 1, 2, 5, 13, 14, 16, 101] {
+            for total in [1u64, 2, 3, 4, 7, 20] {
+                for index in 0..total {
+                    for mode in [ShardMode::Interleaved, ShardMode::Contiguous] {
+                        for (pad, drop) in [(false, false), (true, false), (false, true)] {
+                            let c = ShardConfig::new(total, index)
+                                .mode(mode)
+                                .pad_to_equal(pad)
+                                .drop_remainder(drop);
+                            let g = Geometry::new(&c, Some(l)).unwrap();
+                            let mut owned = vec![None; usize::try_from(l).unwrap()];
+                            for p in 0..g.len {
+                                if let Some(Slot::Own(u)) = g.slot(p) {
+                                    owned[usize::try_from(u).unwrap()] = Some(p);
+                                }
+                            }
+                            assert_eq!(g.slot(g.len), None);
+                            let stream = Geometry::new(&c, None);
+                            assert_eq!(
+                                stream.is_ok(),
+                                mode == ShardMode::Interleaved && !pad && !drop
+                            );
+                            for (u, want) in owned.iter().enumerate() {
+                                let u = u as u64;
+                                assert_eq!(g.position_of(u), *want, "{c:?} l={l} u={u}");
+                                if let Ok(s) = &stream {
+                                    assert_eq!(s.position_of(u), *want, "stream {c:?} u={u}");
                                 }
                             }
                         }

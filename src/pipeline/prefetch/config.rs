@@ -45,7 +45,7 @@ pub const MAX_NUM_WORKERS: usize = 1024;
 /// The largest worker or consumer queue a [`PrefetchConfig`] may ask for, in batches.
 pub const MAX_QUEUE_SIZE: usize = 1 << 16;
 
-/// Configuration of a [`Prefetch`].
+/// Configuration of a [`Prefetch`](super::Prefetch).
 ///
 /// Built from [`PrefetchConfig::default`] with chainable setters, so options added later do not
 /// break callers:
@@ -78,20 +78,20 @@ pub struct PrefetchConfig {
     /// What the stream does after a failed batch. Default: [`OnError::Stop`].
     #[serde(default)]
     pub on_error: OnError,
-    /// Batches each worker announces ahead of the one it gathers ([`Source::lookahead`]), so a
+    /// Batches each worker announces ahead of the one it gathers ([`Source::lookahead`](crate::pipeline::Source::lookahead)), so a
     /// source with latency to hide has their reads in flight while earlier batches are
     /// gathered and consumed; 0 to [`MAX_QUEUE_SIZE`], 0 announces nothing. Each backend
     /// decides what to do with them: a local dataset's read window starts the reads of cold
     /// batches (warm ones are left alone; docs/ARCHITECTURE.md, *The read window*); a dataset
     /// on an object store starts range requests only if
-    /// [`RemoteConfig::lookahead_bytes`](crate::remote::RemoteConfig::lookahead_bytes) is set
+    /// `RemoteConfig::lookahead_bytes` (`zrecord::remote`) is set
     /// (off by default: on the measured store they cost throughput, docs/BENCHMARKS.md).
     /// Default: 8 (cold 4 KiB and 64 KiB records on a local disk: docs/BENCHMARKS.md).
     #[serde(default = "default_lookahead")]
     pub lookahead: usize,
     /// Gathers each worker keeps in flight, 1 to [`MAX_QUEUE_SIZE`]. Default: 1, the blocking
-    /// path: the worker calls [`Source::gather`] and waits. Above 1 the worker starts the
-    /// gathers of its next batches with [`Source::gather_async`] and takes their results in
+    /// path: the worker calls [`Source::gather`](crate::pipeline::Source::gather) and waits. Above 1 the worker starts the
+    /// gathers of its next batches with [`Source::gather_async`](crate::pipeline::Source::gather_async) and takes their results in
     /// order, so a source with latency (a dataset on an object store) has that many batches per
     /// worker reading at once, on no more threads. Batches are delivered, merged and
     /// checkpointed exactly as with 1: a resume redoes the gathers that were in flight.

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use futures::stream::{FusedStream, Stream};
 use serde::{Deserialize, Serialize};
 
-use super::super::batch::{BatchConfig, IndexBatch};
+use super::super::batch::{span, BatchConfig, IndexBatch};
 use super::super::stage::Sample;
 use super::group::{GroupStart, Grouper};
 use super::Checkpoint;
@@ -18,6 +18,10 @@ use crate::{Error, Result};
 /// the remainder or, with `drop_last`, is dropped. A batch's [`IndexBatch::position`] is its
 /// place in its epoch, so over a cursor of a stage it equals the seekable
 /// [`super::super::Batcher`].
+///
+/// Which items form batch `p` and whether a short last batch is kept is decided by the seekable
+/// batcher's own arithmetic (the crate's `batch::span`), given the end of the group pulled, so
+/// the two forms cannot drift.
 ///
 /// To see that an epoch ended, the stream pulls the first item of the next one; the checkpoint
 /// holds that item (a [`GroupStart::pending`] sample), so nothing is lost or pulled twice.
@@ -87,16 +91,25 @@ where
                 Poll::Ready(None) => return Poll::Ready(None),
                 Poll::Pending => return Poll::Pending,
             };
-            if this.config.drop_last && (group.items.len() as u64) < this.config.batch_size {
+            // The group holds consecutive ordinals of one epoch, cut every `batch_size` and at
+            // the epoch's end: it ends where the epoch ends if it is short.
+            let (Some(first), Some(last)) = (group.items.first(), group.items.last()) else {
                 continue;
-            }
-            let Some(first) = group.items.first() else {
+            };
+            let position = first.ordinal / this.config.batch_size;
+            let end = last.ordinal.saturating_add(1);
+            let Some((start, end)) = span(&this.config, position, end) else {
                 continue;
             };
             return Poll::Ready(Some(Ok(IndexBatch {
                 epoch: first.sample.epoch,
-                position: first.ordinal / this.config.batch_size,
-                samples: group.items.iter().map(|c| c.sample).collect(),
+                position,
+                samples: group
+                    .items
+                    .iter()
+                    .filter(|c| (start..end).contains(&c.ordinal))
+                    .map(|c| c.sample)
+                    .collect(),
             })));
         }
     }

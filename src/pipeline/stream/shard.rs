@@ -7,25 +7,28 @@ use std::task::{Context, Poll};
 use futures::stream::{FusedStream, Stream};
 use serde::{Deserialize, Serialize};
 
-use super::super::shard::{ShardConfig, ShardMode};
+use super::super::shard::{Geometry, ShardConfig};
 use super::super::stage::Sample;
 use super::count::EpochCount;
 use super::Checkpoint;
-use crate::{Error, Result};
+use crate::Result;
 
 /// The stream of [`super::CheckpointExt::shard`]: of the items of every epoch (counted from 0
 /// at each change of [`Sample::epoch`]), shard `index` of `total` keeps those whose count is
 /// `index` modulo `total` — the interleaved mode of [`super::super::Shard`], which it equals
-/// over a cursor of the same stage.
+/// over a cursor of the same stage. Which counts it keeps is decided by the seekable shard's
+/// own arithmetic (the crate's `shard::Geometry`, built without an epoch length), so the two
+/// forms cannot drift.
 ///
 /// A stream has no known epoch length, so the modes that need one are refused:
-/// [`ShardMode::Contiguous`], `pad_to_equal` and `drop_remainder` (use the seekable
-/// [`super::super::Shard`] for them).
+/// [`super::super::ShardMode::Contiguous`] (its block size is `ceil(L / total)`),
+/// `pad_to_equal` and `drop_remainder` (they need `ceil` and `floor` of `L / total` before the
+/// epoch's end); use the seekable [`super::super::Shard`] for them.
 #[must_use = "streams do nothing unless polled"]
 pub struct ShardStream<S> {
     input: S,
-    total: u64,
-    index: u64,
+    config: ShardConfig,
+    geometry: Geometry,
     count: EpochCount,
 }
 
@@ -42,32 +45,15 @@ impl<S> ShardStream<S> {
     /// Shards `input`.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] if `total` is 0 or `index >= total`, and for the modes that
-    /// need the epoch's length: [`ShardMode::Contiguous`], `pad_to_equal`, `drop_remainder`.
+    /// [`crate::Error::InvalidConfig`] if `total` is 0 or `index >= total`, and for the modes
+    /// that need the epoch's length: [`super::super::ShardMode::Contiguous`], `pad_to_equal`,
+    /// `drop_remainder`.
     pub fn new(input: S, config: ShardConfig) -> Result<Self> {
-        if config.total == 0 || config.index >= config.total {
-            return Err(Error::InvalidConfig {
-                reason: format!(
-                    "shard: index {} is not below total {}",
-                    config.index, config.total
-                ),
-            });
-        }
-        if config.mode != ShardMode::Interleaved || config.pad_to_equal || config.drop_remainder {
-            return Err(Error::InvalidConfig {
-                reason: format!(
-                    "shard over a stream: the epoch's length is unknown, so only the \
-                     interleaved mode without pad_to_equal or drop_remainder is possible (got \
-                     mode {:?}, pad_to_equal {}, drop_remainder {}); shard the seekable stage \
-                     (StageExt::shard) for the others",
-                    config.mode, config.pad_to_equal, config.drop_remainder
-                ),
-            });
-        }
+        let geometry = Geometry::new(&config, None)?;
         Ok(Self {
             input,
-            total: config.total,
-            index: config.index,
+            config,
+            geometry,
             count: EpochCount::default(),
         })
     }
@@ -82,8 +68,8 @@ impl<S: fmt::Debug> fmt::Debug for ShardStream<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ShardStream")
             .field("input", &self.input)
-            .field("total", &self.total)
-            .field("index", &self.index)
+            .field("total", &self.config.total)
+            .field("index", &self.config.index)
             .field("count", &self.count)
             .finish()
     }
@@ -100,7 +86,8 @@ where
         loop {
             match Pin::new(&mut this.input).poll_next(cx) {
                 Poll::Ready(Some(Ok(sample))) => {
-                    if this.count.next(sample.epoch) % this.total == this.index {
+                    let ordinal = this.count.next(sample.epoch);
+                    if this.geometry.position_of(ordinal).is_some() {
                         return Poll::Ready(Some(Ok(sample)));
                     }
                 }
@@ -150,7 +137,8 @@ mod tests {
     use super::super::testing::{all, every_split, sampler};
     use super::super::CheckpointExt;
     use super::*;
-    use crate::pipeline::{Stage, StageExt};
+    use crate::pipeline::{ShardMode, Stage, StageExt};
+    use crate::Error;
 
     #[test]
     fn equals_the_interleaved_seekable_shard_and_resumes_everywhere() {
