@@ -163,7 +163,9 @@ pub mod diagnostics {
     pub use crate::format::codec::{inflate, Dictionary, Encoder, ZstdDecoder};
     pub use crate::format::dtype::StoredCodec;
     pub use crate::format::entry::{decode_patch, encode_patch, Entry, ENTRY_BYTES, PATCH_BYTES};
-    pub use crate::format::meta::{ChunkMeta, DictionaryMeta, FieldMeta, Meta, MetaError, TableMeta};
+    pub use crate::format::meta::{
+        ChunkMeta, DictionaryMeta, FieldMeta, Meta, MetaError, TableMeta,
+    };
     pub use crate::format::npy::{NpyHeader, NpyReader};
     pub use crate::format::{FORMAT_VERSION, MAX_TABLE_ENTRIES};
     pub use crate::io::fs::evict_page_cache;

@@ -42,7 +42,7 @@ fn record(i: u64) -> Vec<Vec<u8>> {
     vec![
         caption(i, len),
         caption(i + 7, len),
-        if i % 5 == 0 {
+        if i.is_multiple_of(5) {
             Vec::new()
         } else {
             incompressible(i, 64)

@@ -164,7 +164,7 @@ impl Encoder {
                         // One context per field: a field's new dictionary replaces its old one.
                         self.dicts.retain(|(f, ..)| *f != field);
                         self.dicts.push((field, d.number, level, ctx));
-                        self.dicts.len() - 1
+                        self.dicts.len().saturating_sub(1)
                     }
                 };
                 let Some((_, _, _, ctx)) = self.dicts.get_mut(slot) else {
@@ -264,6 +264,7 @@ impl ZstdDecoder {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects)]
 mod tests {
     use super::*;
 

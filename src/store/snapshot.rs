@@ -236,6 +236,10 @@ pub struct Snapshot {
     /// What the location that made this snapshot recorded of where it came from (an object
     /// store's commit slot), so [`crate::Location::is_latest`] compares the latest commit with
     /// this snapshot's, not with whatever the location opened last.
+    #[allow(
+        dead_code,
+        reason = "read by the object-store location (remote/), which a build may leave out"
+    )]
     pub(crate) origin: Option<u64>,
 }
 

@@ -240,7 +240,7 @@ impl Text {
                 .get((x >> 23) as usize % licenses.len())
                 .copied()
                 .unwrap_or("unknown"),
-            (x >> 29) % 50 == 0,
+            (x >> 29).is_multiple_of(50),
             (x >> 31) % 10_000,
             3 + (x >> 37) % 5,
             (x >> 41) % 100,
