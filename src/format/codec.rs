@@ -108,6 +108,17 @@ fn zstd_context(level: i32, dictionary: Option<&[u8]>) -> Option<zstd::zstd_safe
     Some(c)
 }
 
+/// Compresses `data` into one frame in `scratch` with `ctx`; its length, `None` if zstd failed.
+fn zstd_frame(
+    ctx: &mut zstd::zstd_safe::CCtx<'static>,
+    scratch: &mut Vec<u8>,
+    data: &[u8],
+) -> Option<usize> {
+    scratch.clear();
+    scratch.reserve(zstd::zstd_safe::compress_bound(data.len()));
+    ctx.compress2(scratch, data).ok()
+}
+
 impl Encoder {
     /// An encoder whose deflate runs at `deflate_level` (1 = fastest … 12 = smallest; clamped).
     pub fn new(deflate_level: i32) -> Self {
@@ -170,12 +181,9 @@ impl Encoder {
                 let Some((_, _, _, ctx)) = self.dicts.get_mut(slot) else {
                     return (StoredCodec::Raw, data);
                 };
-                self.scratch.clear();
-                self.scratch
-                    .reserve(zstd::zstd_safe::compress_bound(data.len()));
-                match ctx.compress2(&mut self.scratch, data) {
-                    Ok(n) => (StoredCodec::ZstdDict(d.number), n),
-                    Err(_) => return (StoredCodec::Raw, data),
+                match zstd_frame(ctx, &mut self.scratch, data) {
+                    Some(n) => (StoredCodec::ZstdDict(d.number), n),
+                    None => return (StoredCodec::Raw, data),
                 }
             }
             Codec::Zstd { level } | Codec::ZstdDict { level } => {
@@ -188,12 +196,9 @@ impl Encoder {
                 let Some((_, ctx)) = self.zstd.as_mut() else {
                     return (StoredCodec::Raw, data);
                 };
-                self.scratch.clear();
-                self.scratch
-                    .reserve(zstd::zstd_safe::compress_bound(data.len()));
-                match ctx.compress2(&mut self.scratch, data) {
-                    Ok(n) => (StoredCodec::Zstd, n),
-                    Err(_) => return (StoredCodec::Raw, data),
+                match zstd_frame(ctx, &mut self.scratch, data) {
+                    Some(n) => (StoredCodec::Zstd, n),
+                    None => return (StoredCodec::Raw, data),
                 }
             }
             _ => return (StoredCodec::Raw, data),

@@ -49,11 +49,8 @@ impl FieldTable {
         map.advise_random();
 
         let patch_path = layout::patches(dir, &meta.name, t.generation);
-        let pfile = vfs.open_read(&patch_path)?;
         let pwant = t.patch_len.saturating_mul(PATCH_BYTES as u64);
-        check_len(&*pfile, pwant)?;
-        let mut buf = vec![0u8; usize::try_from(pwant).unwrap_or(usize::MAX)];
-        pfile.read_exact_at(&mut buf, 0)?;
+        let buf = read_committed(vfs, &patch_path, pwant)?;
         let dictionaries = meta
             .dictionaries
             .iter()
@@ -88,20 +85,7 @@ impl FieldTable {
             }
         };
         let pwant = t.patch_len.saturating_mul(PATCH_BYTES as u64);
-        let (patch_path, buf) = match patches {
-            TableAt::File(path) => {
-                let pfile = StdFs.open_read(&path)?;
-                check_len(&*pfile, pwant)?;
-                let mut buf = vec![0u8; usize::try_from(pwant).unwrap_or(usize::MAX)];
-                pfile.read_exact_at(&mut buf, 0)?;
-                (path, buf)
-            }
-            TableAt::Bytes { path, mut bytes } => {
-                check_bytes(&path, bytes.len(), pwant)?;
-                bytes.truncate(usize::try_from(pwant).unwrap_or(usize::MAX));
-                (path, bytes)
-            }
-        };
+        let (patch_path, buf) = committed_bytes(patches, pwant)?;
         FieldTable::with_parts(meta, table_path, map, &patch_path, &buf, dictionaries)
     }
 
@@ -256,27 +240,36 @@ pub(crate) fn load_dictionary(
     d: &DictionaryMeta,
 ) -> Result<Arc<Dictionary>> {
     let path = layout::dictionary(dir, &field.name, d.number);
-    let file = vfs.open_read(&path)?;
-    check_len(&*file, d.bytes)?;
-    let mut bytes = vec![0u8; usize::try_from(d.bytes).unwrap_or(usize::MAX)];
-    file.read_exact_at(&mut bytes, 0)?;
+    let bytes = read_committed(vfs, &path, d.bytes)?;
     prepare_dictionary(path, field, d, bytes)
 }
 
 /// One of a field's dictionaries from the part a [`Location`](crate::Location) handed over.
 fn dictionary_at(at: TableAt, field: &FieldMeta, d: &DictionaryMeta) -> Result<Arc<Dictionary>> {
+    let (path, bytes) = committed_bytes(at, d.bytes)?;
+    prepare_dictionary(path, field, d, bytes)
+}
+
+/// The first `want` bytes of the file at `path` (`Truncated` if it holds fewer).
+fn read_committed(vfs: &dyn Vfs, path: &Path, want: u64) -> Result<Vec<u8>> {
+    let file = vfs.open_read(path)?;
+    check_len(&*file, want)?;
+    let mut bytes = vec![0u8; usize::try_from(want).unwrap_or(usize::MAX)];
+    file.read_exact_at(&mut bytes, 0)?;
+    Ok(bytes)
+}
+
+/// The first `want` bytes of a part a location handed over, and what names it in errors.
+fn committed_bytes(at: TableAt, want: u64) -> Result<(PathBuf, Vec<u8>)> {
     match at {
         TableAt::File(path) => {
-            let file = StdFs.open_read(&path)?;
-            check_len(&*file, d.bytes)?;
-            let mut bytes = vec![0u8; usize::try_from(d.bytes).unwrap_or(usize::MAX)];
-            file.read_exact_at(&mut bytes, 0)?;
-            prepare_dictionary(path, field, d, bytes)
+            let bytes = read_committed(&StdFs, &path, want)?;
+            Ok((path, bytes))
         }
         TableAt::Bytes { path, mut bytes } => {
-            check_bytes(&path, bytes.len(), d.bytes)?;
-            bytes.truncate(usize::try_from(d.bytes).unwrap_or(usize::MAX));
-            prepare_dictionary(path, field, d, bytes)
+            check_bytes(&path, bytes.len(), want)?;
+            bytes.truncate(usize::try_from(want).unwrap_or(usize::MAX));
+            Ok((path, bytes))
         }
     }
 }
