@@ -15,13 +15,14 @@ use zrecord::{Backend, Codec, DType, Dataset, Field, ReadConfig, Schema, Writer,
 
 const N: u64 = 3000;
 
-/// Field 0 is raw, field 1 deflate (compressible); sizes from empty to a few pages.
+/// Field 0 is raw, field 1 deflate and field 2 zstd with a dictionary (both compressible);
+/// sizes from empty to a few pages.
 fn value(i: u64, field: usize) -> Vec<u8> {
     let len = ((i * 37 + field as u64 * 11) % 2900) as usize;
     let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (field as u64 + 1);
     (0..len)
         .map(|j| {
-            if field == 1 && j % 5 != 0 {
+            if field >= 1 && j % 5 != 0 {
                 return (j % 11) as u8;
             }
             x ^= x << 13;
@@ -37,10 +38,15 @@ fn build(dir: &Path) {
     let schema = Schema::new()
         .field(Field::new("raw", DType::U8))
         .field(Field::new("packed", DType::U8).codec(Codec::Deflate))
+        .field(Field::new("zstd", DType::U8).codec(Codec::zstd_dict()))
         .chunk_size_bytes(256 << 10);
-    let mut w = Writer::create(dir, &schema, WriterConfig::default()).unwrap();
+    // A small dictionary sample: most records name the trained dictionary.
+    let config = WriterConfig::default()
+        .dictionary_sample_bytes(256 << 10)
+        .write_buffer_bytes(64 << 10);
+    let mut w = Writer::create(dir, &schema, config).unwrap();
     for i in 0..N {
-        w.append(&[value(i, 0), value(i, 1)]).unwrap();
+        w.append(&[value(i, 0), value(i, 1), value(i, 2)]).unwrap();
     }
     w.commit().unwrap();
 }
@@ -91,7 +97,7 @@ fn loader_epoch(ds: &Dataset) -> Result<(), String> {
     while let Some(b) = futures::executor::block_on(loader.next()) {
         let b = b.map_err(|e| format!("loader batch: {e}"))?;
         let idx = b.data.indices().to_vec();
-        check(&b.data, &idx, &[0, 1])?;
+        check(&b.data, &idx, &[0, 1, 2])?;
         for i in idx {
             seen[i as usize] += 1;
         }
@@ -113,13 +119,13 @@ fn child_reads(ds: &Dataset, reopen: &Reopen<'_>, cfg: &ReadConfig) -> Result<()
         check(
             &gathered(ds.gather_blocking(&idx), "gather")?,
             &idx,
-            &[0, 1],
+            &[0, 1, 2],
         )?;
     }
     for k in 0..20 {
         let idx = indices(2000 + k, 64, 0..N);
         let b = gathered(futures::executor::block_on(ds.gather(&idx)), "async gather")?;
-        check(&b, &idx, &[0, 1])?;
+        check(&b, &idx, &[0, 1, 2])?;
         let b = gathered(
             futures::executor::block_on(ds.gather_fields(&idx, &["packed"])),
             "async gather_fields",
@@ -131,20 +137,20 @@ fn child_reads(ds: &Dataset, reopen: &Reopen<'_>, cfg: &ReadConfig) -> Result<()
     check(
         &gathered(ds.gather_blocking(&all), "big gather")?,
         &all,
-        &[0, 1],
+        &[0, 1, 2],
     )?;
     let idx = indices(3000, 200, 0..N);
     let snap = ds.snapshot();
     check(
         &gathered(snap.gather_with(&idx, cfg), "snapshot gather")?,
         &idx,
-        &[0, 1],
+        &[0, 1, 2],
     )?;
     let fresh = reopen().map_err(|e| format!("open: {e}"))?;
     check(
         &gathered(fresh.gather_blocking(&idx), "gather on a new open")?,
         &idx,
-        &[0, 1],
+        &[0, 1, 2],
     )?;
     loader_epoch(ds)
 }
@@ -223,7 +229,7 @@ impl Busy {
                     0 => ds.gather_blocking(&idx),
                     _ => futures::executor::block_on(ds.gather(&idx)),
                 };
-                check(&gathered(b, "the parent's busy gather")?, &idx, &[0, 1])?;
+                check(&gathered(b, "the parent's busy gather")?, &idx, &[0, 1, 2])?;
                 d.fetch_add(1, Ordering::AcqRel);
             }
             Ok(())
@@ -253,12 +259,12 @@ fn fork_after_use(ds: Arc<Dataset>, reopen: &Reopen<'_>, cfg: &ReadConfig, repor
     // The parent's own use: blocking, async and a loader with lookahead over half the records.
     for k in 0..10 {
         let idx = indices(k, 64, 0..N / 2);
-        check(&ds.gather_blocking(&idx).unwrap(), &idx, &[0, 1]).unwrap();
+        check(&ds.gather_blocking(&idx).unwrap(), &idx, &[0, 1, 2]).unwrap();
         let b = futures::executor::block_on(ds.gather(&idx)).unwrap();
-        check(&b, &idx, &[0, 1]).unwrap();
+        check(&b, &idx, &[0, 1, 2]).unwrap();
     }
     let half: Vec<u64> = (0..N / 2).collect();
-    check(&ds.gather_blocking(&half).unwrap(), &half, &[0, 1]).unwrap();
+    check(&ds.gather_blocking(&half).unwrap(), &half, &[0, 1, 2]).unwrap();
     let src = Arc::new(DatasetSource::new(&ds));
     let mut parent_loader = Loader::builder(src)
         .seed(5)
@@ -271,7 +277,7 @@ fn fork_after_use(ds: Arc<Dataset>, reopen: &Reopen<'_>, cfg: &ReadConfig, repor
             .unwrap()
             .unwrap();
         let idx = b.data.indices().to_vec();
-        check(&b.data, &idx, &[0, 1]).unwrap();
+        check(&b.data, &idx, &[0, 1, 2]).unwrap();
     }
 
     let busy = Busy::start(&ds);
@@ -287,14 +293,14 @@ fn fork_after_use(ds: Arc<Dataset>, reopen: &Reopen<'_>, cfg: &ReadConfig, repor
     // The parent's threads and rings still serve it.
     for k in 0..10 {
         let idx = indices(500 + k, 64, 0..N);
-        check(&ds.gather_blocking(&idx).unwrap(), &idx, &[0, 1]).unwrap();
+        check(&ds.gather_blocking(&idx).unwrap(), &idx, &[0, 1, 2]).unwrap();
         let b = futures::executor::block_on(ds.gather(&idx)).unwrap();
-        check(&b, &idx, &[0, 1]).unwrap();
+        check(&b, &idx, &[0, 1, 2]).unwrap();
     }
     while let Some(b) = futures::executor::block_on(parent_loader.next()) {
         let b = b.unwrap();
         let idx = b.data.indices().to_vec();
-        check(&b.data, &idx, &[0, 1]).unwrap();
+        check(&b.data, &idx, &[0, 1, 2]).unwrap();
     }
     loader_epoch(&ds).unwrap();
 }
@@ -355,7 +361,7 @@ fn remote(cache_bytes: u64) {
         // Every chunk cached first: the dataset below reads them as local chunks.
         let warm = reopen().unwrap();
         let all: Vec<u64> = (0..N).collect();
-        check(&warm.gather_blocking(&all).unwrap(), &all, &[0, 1]).unwrap();
+        check(&warm.gather_blocking(&all).unwrap(), &all, &[0, 1, 2]).unwrap();
         while pending_fills() > 0 {
             std::thread::sleep(Duration::from_millis(10));
         }
