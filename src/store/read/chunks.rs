@@ -395,12 +395,17 @@ impl ChunkHandle {
         if !gone {
             return false;
         }
+        self.let_go();
+        true
+    }
+
+    /// For a cached copy: closes its descriptors and mapping and reads the object from now on.
+    fn let_go(&self) {
         self.evicted.store(true, Ordering::Release);
         let mut taken = Taken::default();
         self.release(Kind::Fd, fds(), &mut taken);
         self.release(Kind::Map, maps(), &mut taken);
         drop(taken);
-        true
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -820,6 +825,18 @@ impl ChunkSet {
     /// The chunk with id `id`, if the commit names it.
     pub(crate) fn get(&self, id: u16) -> Option<&Arc<ChunkHandle>> {
         self.by_id.get(usize::from(id)).and_then(Option::as_ref)
+    }
+
+    /// The cached copy at `path` was found damaged and dropped by the backend: the handles
+    /// reading it let go of their descriptors and mapping, which still show the damaged bytes
+    /// after the copy is unlinked, and read the object from now on (through the backend,
+    /// which finds the copy refilled). Nothing for a chunk that is not a cached copy.
+    pub(crate) fn copy_dropped(&self, path: &Path) {
+        for h in self.by_id.iter().flatten() {
+            if h.fallback.is_some() && h.path == path {
+                h.let_go();
+            }
+        }
     }
 
     /// The path of chunk `id` (for error messages), empty if the commit does not name it.

@@ -100,6 +100,7 @@ fn gather_part(
         if dropped.contains(path) || !engine.backend.refetch(path) {
             break;
         }
+        snap.chunks.copy_dropped(path);
         dropped.push(path.clone());
         if let Err(e) = &result {
             tracing::warn!(error = %e, "a cached copy was damaged; reading it again");
