@@ -1,10 +1,11 @@
-//! `zrecord bench make`: a synthetic dataset (random bytes or text, raw or deflate).
+//! `zrecord bench make`: a synthetic dataset (random bytes or text, raw or compressed), and
+//! with `--prepared` the append speed alone (records generated before the clock starts).
 
-use super::Rng;
+use super::{cpu_seconds, Rng};
 use crate::args::{parse_size, parse_size_usize, CodecArg};
 use crate::Res;
 use clap::Args;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 use zrecord::{Codec, DType, Field, Schema, Writer, WriterConfig};
 
@@ -34,6 +35,19 @@ pub struct MakeArgs {
     /// Append tasks of the writer (deflate, checksums and writes, each into its own chunk).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=16))]
     writers: u8,
+    /// Generate every record in memory first, then time only the appends and the commit
+    /// (without it, records are generated on the appending thread between appends, and the
+    /// figure is the generator's as much as the writer's).
+    #[arg(long)]
+    prepared: bool,
+    /// Print one JSON object (records, bytes, seconds, MB/s, CPU seconds of the timed part).
+    #[arg(long)]
+    json: bool,
+    /// With `--prepared`: after the appends, also time the writer's encoder compressing the
+    /// same records in a plain loop on this thread (same codec and level, the dictionary the
+    /// writer trained, no checksums, no writes): the limit an append task can approach.
+    #[arg(long, requires = "prepared")]
+    compress_loop: bool,
 }
 
 /// What `bench make` writes into each record.
@@ -66,29 +80,178 @@ pub(super) fn make(a: &MakeArgs) -> Res {
     let schema = Schema::new()
         .field(Field::new("data", DType::U8).codec(codec))
         .chunk_size_bytes(a.chunk_bytes);
-    let t = Instant::now();
     let config = WriterConfig::default().num_writers(usize::from(a.writers));
-    let mut w = Writer::create(&a.dir, &schema, config)?;
-    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
-    let text = matches!(content, Content::Text | Content::Json | Content::Captions)
-        .then(|| Text::new(&mut Rng(0x7E47_5EED_0000_0001)));
-    let mut rec = vec![0u8; a.record_bytes];
-    let mut total = 0u64;
-    for i in 0..a.records {
-        rec.resize(a.record_bytes, 0);
-        match (&text, content) {
-            (Some(text), Content::Json) => text.json(&mut rng, i, a.record_bytes, &mut rec),
+    let mut gen = Generator::new(content, a.record_bytes);
+    let mut loop_figure: Option<(f64, f64)> = None;
+    let (t, cpu, total) = match a.prepared {
+        true => {
+            // Every record back to back, then the appends alone are timed.
+            let mut bytes = Vec::new();
+            let mut ends = Vec::with_capacity(usize::try_from(a.records).unwrap_or(0));
+            for i in 0..a.records {
+                bytes.extend_from_slice(gen.next(i));
+                ends.push(bytes.len());
+            }
+            let (t, cpu) = (Instant::now(), cpu_seconds());
+            let mut w = Writer::create(&a.dir, &schema, config)?;
+            let mut start = 0;
+            for &end in &ends {
+                w.append(&[bytes.get(start..end).unwrap_or_default()])?;
+                start = end;
+            }
+            w.commit()?;
+            drop(w);
+            let elapsed = (t.elapsed(), cpu_seconds() - cpu);
+            loop_figure = match a.compress_loop {
+                true => Some(compress_loop(&a.dir, codec, &bytes, &ends)?),
+                false => None,
+            };
+            (
+                Instant::now() - elapsed.0,
+                cpu_seconds() - elapsed.1,
+                bytes.len() as u64,
+            )
+        }
+        false => {
+            let (t, cpu) = (Instant::now(), cpu_seconds());
+            let mut w = Writer::create(&a.dir, &schema, config)?;
+            let mut total = 0u64;
+            for i in 0..a.records {
+                let rec = gen.next(i);
+                total += rec.len() as u64;
+                w.append(&[rec])?;
+            }
+            w.commit()?;
+            drop(w);
+            (t, cpu, total)
+        }
+    };
+    let s = t.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu;
+    let total_f = total as f64;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "records": a.records,
+                "bytes": total,
+                "record_bytes_mean": total_f / a.records.max(1) as f64,
+                "codec": codec.to_string(),
+                "content": format!("{content:?}").to_lowercase(),
+                "writers": a.writers,
+                "prepared": a.prepared,
+                "seconds": s,
+                "mb_per_s": total_f / s / 1e6,
+                "cpu_seconds": cpu,
+                "loop_mb_per_s": loop_figure.map(|(s, _)| total_f / s / 1e6),
+                "loop_cpu_seconds": loop_figure.map(|(_, c)| c),
+                "append_vs_loop": loop_figure.map(|(l, _)| l / s),
+            })
+        );
+        return Ok(());
+    }
+    println!(
+        "made {} records of {:.0} bytes on average ({}, {:?} content, {} append tasks{}) in {:.2} s: \
+         {:.1} MB/s, {:.2} s of CPU",
+        a.records,
+        total_f / a.records.max(1) as f64,
+        codec,
+        content,
+        a.writers,
+        if a.prepared { ", prepared" } else { "" },
+        s,
+        total_f / s / 1e6,
+        cpu
+    );
+    if let Some((l, c)) = loop_figure {
+        println!(
+            "the encoder alone, in a plain loop on one thread: {:.2} s, {:.1} MB/s, {:.2} s of CPU \
+             (appends at {:.2}x of it)",
+            l,
+            total_f / l / 1e6,
+            c,
+            l / s
+        );
+    }
+    Ok(())
+}
+
+/// Seconds and CPU seconds of the writer's encoder compressing `bytes` (records ending at
+/// `ends`) in a plain loop, with the dictionary the writer trained for field `data` (the last
+/// one, if it trained several).
+fn compress_loop(
+    dir: &Path,
+    codec: Codec,
+    bytes: &[u8],
+    ends: &[usize],
+) -> Result<(f64, f64), Box<dyn std::error::Error>> {
+    use zrecord::diagnostics::{Dictionary, Encoder};
+    let meta: zrecord::diagnostics::Meta =
+        zrecord::diagnostics::Meta::decode(&std::fs::read(dir.join("meta.json"))?)
+            .map_err(|e| format!("{}: {e:?}", dir.join("meta.json").display()))?;
+    let dictionary = match meta.fields.first().and_then(|f| f.dictionaries.last()) {
+        Some(d) => Some(
+            Dictionary::new(
+                d.number,
+                std::fs::read(dir.join(format!("data.{}.zdict", d.number)))?,
+            )
+            .map_err(|e| format!("the trained dictionary: {e}"))?,
+        ),
+        None => None,
+    };
+    let mut enc = Encoder::new(zrecord::WriterConfig::default().deflate_level);
+    let (t, cpu) = (Instant::now(), cpu_seconds());
+    let mut start = 0;
+    let mut stored = 0usize;
+    for &end in ends {
+        let rec = bytes.get(start..end).unwrap_or_default();
+        stored += enc.encode(codec, 0, dictionary.as_deref(), rec).1.len();
+        start = end;
+    }
+    std::hint::black_box(stored);
+    Ok((t.elapsed().as_secs_f64(), cpu_seconds() - cpu))
+}
+
+/// The records of one `bench make` run, from fixed seeds: record `i` depends only on the
+/// records before it (one random stream), so `--prepared` and the streaming form write the
+/// same bytes.
+struct Generator {
+    content: Content,
+    record_bytes: usize,
+    rng: Rng,
+    text: Option<Text>,
+    rec: Vec<u8>,
+}
+
+impl Generator {
+    fn new(content: Content, record_bytes: usize) -> Generator {
+        let text = matches!(content, Content::Text | Content::Json | Content::Captions)
+            .then(|| Text::new(&mut Rng(0x7E47_5EED_0000_0001)));
+        Generator {
+            content,
+            record_bytes,
+            rng: Rng(0x2545_F491_4F6C_DD1D),
+            text,
+            rec: vec![0u8; record_bytes],
+        }
+    }
+
+    /// Record `i` (called for 0, 1, 2, … in turn).
+    fn next(&mut self, i: u64) -> &[u8] {
+        let (rng, rec, n) = (&mut self.rng, &mut self.rec, self.record_bytes);
+        rec.resize(n, 0);
+        match (&self.text, self.content) {
+            (Some(text), Content::Json) => text.json(rng, i, n, rec),
             (Some(text), Content::Captions) => {
-                let n =
-                    a.record_bytes * 6 / 10 + (rng.next() as usize) % (a.record_bytes * 8 / 10 + 1);
-                rec.resize(n, 0);
-                text.fill(&mut rng, &mut rec);
+                let len = n * 6 / 10 + (rng.next() as usize) % (n * 8 / 10 + 1);
+                rec.resize(len, 0);
+                text.fill(rng, rec);
                 // Cut at the last space: a caption ends on a whole word.
                 if let Some(sp) = rec.iter().rposition(|&b| b == b' ') {
                     rec.truncate(sp.max(1));
                 }
             }
-            (Some(text), _) => text.fill(&mut rng, &mut rec),
+            (Some(text), _) => text.fill(rng, rec),
             (None, Content::Nibbles) => {
                 for (k, chunk) in rec.chunks_mut(8).enumerate() {
                     let x = rng.next();
@@ -109,24 +272,8 @@ pub(super) fn make(a: &MakeArgs) -> Res {
                 }
             }
         }
-        total += rec.len() as u64;
-        w.append(&[&rec])?;
+        rec
     }
-    w.commit()?;
-    let s = t.elapsed().as_secs_f64();
-    let total = total as f64;
-    println!(
-        "made {} records of {:.0} bytes on average ({}, {:?} content, {} append tasks) in {:.2} s: \
-         {:.1} MB/s",
-        a.records,
-        total / a.records.max(1) as f64,
-        codec,
-        content,
-        a.writers,
-        s,
-        total / s / 1e6
-    );
-    Ok(())
 }
 
 /// Synthetic text: a vocabulary of [`Text::WORDS`] words (2 to 12 letters drawn with English
