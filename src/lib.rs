@@ -88,8 +88,8 @@ pub use store::scan::Scan;
 pub use store::schema::{Field, Schema, DEFAULT_CHUNK_SIZE_BYTES};
 pub use store::snapshot::{RecordLocation, Snapshot, TableAt};
 pub use store::writer::{
-    RebalanceReport, Writer, WriterConfig, DICTIONARY_SAMPLE_RECORDS, MAX_DICTIONARY_BYTES,
-    MAX_QUEUE_DEPTH, MAX_WRITERS, MAX_WRITE_BUFFER_BYTES,
+    RebalanceOptions, RebalanceReport, Writer, WriterConfig, DICTIONARY_SAMPLE_RECORDS,
+    MAX_DICTIONARY_BYTES, MAX_QUEUE_DEPTH, MAX_WRITERS, MAX_WRITE_BUFFER_BYTES,
 };
 
 /// The URL schemes [`Dataset::open`] dispatches `scheme://…` to: the one place that knows

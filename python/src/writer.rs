@@ -279,6 +279,31 @@ impl PyWriter {
         self.run(py, move |w| w.train_dictionary(&field, &samples))
     }
 
+    /// Rewrites every live record, in index order, into fresh chunks and commits that at once
+    /// (pending changes are committed first): the space modified and deleted records held is
+    /// reclaimed. With `retrain_dictionaries`, every `zstd_dict` field is compressed again
+    /// with a dictionary trained on records sampled across the whole dataset. Returns a dict:
+    /// generation, records, live_bytes, chunk_bytes_before/after, chunks_before/after.
+    #[pyo3(signature = (*, retrain_dictionaries = false))]
+    fn rebalance<'py>(
+        &self,
+        py: Python<'py>,
+        retrain_dictionaries: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let options =
+            zrecord::RebalanceOptions::default().retrain_dictionaries(retrain_dictionaries);
+        let r = self.run(py, move |w| w.rebalance_with(options))?;
+        let d = PyDict::new(py);
+        d.set_item("generation", r.generation)?;
+        d.set_item("records", r.records)?;
+        d.set_item("live_bytes", r.live_bytes)?;
+        d.set_item("chunk_bytes_before", r.chunk_bytes_before)?;
+        d.set_item("chunk_bytes_after", r.chunk_bytes_after)?;
+        d.set_item("chunks_before", r.chunks_before)?;
+        d.set_item("chunks_after", r.chunks_after)?;
+        Ok(d)
+    }
+
     /// Commits: everything appended, modified and deleted becomes visible at once, crash-safe.
     /// Returns the new generation.
     fn commit(&self, py: Python<'_>) -> PyResult<u64> {

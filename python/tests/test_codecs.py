@@ -62,3 +62,27 @@ def test_a_damaged_dictionary_is_a_corrupt_error(tmp_path):
     assert e.value.path == str(dict_file)
     assert e.value.field == "text"
     assert e.value.dictionary == 1
+
+
+def test_rebalance_retrains_a_dictionary(tmp_path):
+    path = tmp_path / "ds.zr"
+    recs = captions(3000, seed=2)
+    with zrecord.Writer.create(path, [zrecord.Field("text", "bytes", codec="zstd_dict"),
+                                      zrecord.Field("plain", "bytes", codec="zstd")]) as w:
+        w.append_batch({"text": recs, "plain": recs})
+        w.commit()
+        for i in range(0, 100, 9):
+            w.delete(i)
+            recs[i] = recs[-1]
+            recs.pop()
+        kept = w.rebalance()
+        assert kept["records"] == len(recs)
+        report = w.rebalance(retrain_dictionaries=True)
+        assert report["records"] == len(recs)
+        assert report["generation"] > kept["generation"]
+    ds = zrecord.open(path)
+    got = ds.take(np.arange(len(recs)))
+    assert [bytes(r) for r in got["text"]] == recs
+    assert [bytes(r) for r in got["plain"]] == recs
+    # The commit names one dictionary for the field; the files of older ones are gone.
+    assert len(list(path.glob("text.*.zdict"))) == 1

@@ -12,7 +12,8 @@
 //!
 //! `codec` is 0 raw, 1 deflate, 2 zstd, 3 zstd with a dictionary; `dict` is the dictionary's
 //! number for code 3 and 0 otherwise (it was a reserved zero byte in format version 1).
-//! `data_crc` is the CRC32C of the stored (physical) bytes. `entry_crc` is the CRC32C of the
+//! `data_crc` is the CRC32C of the stored (physical) bytes, except for zstd (codes 2 and 3),
+//! where it is the CRC32C of the logical (decoded) bytes. `entry_crc` is the CRC32C of the
 //! record index (u64 LE) followed by bytes 0..20, so a damaged entry, or a correct entry found at
 //! the wrong index, is detected when it is read. A patch entry is the record index (u64 LE)
 //! followed by the offset entry for that index: 32 bytes.
@@ -36,7 +37,7 @@ pub struct Entry {
     pub physical_len: u32,
     /// The codec the stored bytes use.
     pub codec: StoredCodec,
-    /// CRC32C of the stored bytes.
+    /// CRC32C of the stored bytes (of the logical bytes for zstd).
     pub data_crc: u32,
     /// Length of the record after decoding (equals `physical_len` for raw records).
     pub logical_len: u32,

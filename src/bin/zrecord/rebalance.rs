@@ -1,10 +1,12 @@
 //! `zrecord rebalance`: the manual compaction. Rewrites every live record, in index order, into
-//! fresh chunks, commits that atomically, and prints the utilization before and after.
+//! fresh chunks, commits that atomically, and prints the utilization before and after. With
+//! `--retrain-dictionaries`, every `zstd_dict` field is compressed again with a dictionary
+//! trained on records sampled across the dataset.
 
 use crate::Res;
 use clap::Args;
 use std::path::PathBuf;
-use zrecord::{Writer, WriterConfig};
+use zrecord::{RebalanceOptions, Writer, WriterConfig};
 
 #[derive(Args)]
 pub struct RebalanceArgs {
@@ -13,13 +15,19 @@ pub struct RebalanceArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// Train a new dictionary for every `zstd_dict` field on records sampled across the whole
+    /// dataset and compress all of the field's records with it (the old dictionaries are
+    /// removed after the commit).
+    #[arg(long)]
+    retrain_dictionaries: bool,
 }
 
 /// Runs `zrecord rebalance`.
 pub fn run(a: &RebalanceArgs) -> Res {
     let mut w = Writer::open(&a.dir, WriterConfig::default())?;
     let started = std::time::Instant::now();
-    let r = w.rebalance()?;
+    let r =
+        w.rebalance_with(RebalanceOptions::default().retrain_dictionaries(a.retrain_dictionaries))?;
     let secs = started.elapsed().as_secs_f64();
     if a.json {
         let out = serde_json::json!({

@@ -55,7 +55,7 @@ pub use config::{
     WriterConfig, DICTIONARY_SAMPLE_RECORDS, MAX_DICTIONARY_BYTES, MAX_QUEUE_DEPTH, MAX_WRITERS,
     MAX_WRITE_BUFFER_BYTES,
 };
-pub use rebalance::RebalanceReport;
+pub use rebalance::{RebalanceOptions, RebalanceReport};
 
 use crate::error::{Error, Result};
 use crate::format::entry::Entry;
@@ -400,7 +400,14 @@ impl Writer {
     /// The new chunks take ids the old ones do not use, so old and new chunks together must fit
     /// in the 65,535 ids of the format ([`Error::TooManyChunks`] otherwise).
     pub fn rebalance(&mut self) -> Result<RebalanceReport> {
-        self.rebalance_all()
+        self.rebalance_all(&RebalanceOptions::default())
+    }
+
+    /// [`Writer::rebalance`] with `options`: with
+    /// [`RebalanceOptions::retrain_dictionaries`], every `zstd_dict` field is compressed again
+    /// with a dictionary trained on records sampled across the whole dataset.
+    pub fn rebalance_with(&mut self, options: RebalanceOptions) -> Result<RebalanceReport> {
+        self.rebalance_all(&options)
     }
 }
 

@@ -1,6 +1,12 @@
 //! Rebalance (`docs/FORMAT.md`, "Rebalance"): every live record rewritten, in index order, into
 //! fresh chunks, every offset table written as a new generation, and both committed by one
 //! `meta.json` rename; then the old chunks are unlinked. Reported as a [`RebalanceReport`].
+//!
+//! A zstd record is decoded while copied, so its checksum (of the logical bytes) is checked.
+//! With [`RebalanceOptions::retrain_dictionaries`], each `zstd_dict` field gets a dictionary
+//! trained on records sampled across the whole dataset, written (and fsynced) before the copy,
+//! and every record of the field is compressed again with it; the commit names only the new
+//! dictionary, and the old files are unlinked after it, like the old chunks.
 
 use super::appender::Appender;
 use super::book::Shared;
@@ -10,9 +16,11 @@ use super::task::Msg;
 use super::wait::wait;
 use super::{task_gone, Writer};
 use crate::error::{Error, Result};
+use crate::format::codec::{Dictionary, Encoder, ZstdDecoder};
+use crate::format::dtype::{Codec, StoredCodec};
 use crate::format::entry::{Entry, ENTRY_BYTES};
-use crate::format::meta::{ChunkMeta, TableMeta};
-use crate::io::vfs::VfsFile;
+use crate::format::meta::{ChunkMeta, DictionaryMeta, TableMeta};
+use crate::io::vfs::{self, VfsFile};
 use crate::store::layout;
 use futures::channel::oneshot;
 use std::collections::BTreeMap;
@@ -20,6 +28,47 @@ use std::sync::Arc;
 
 /// Old chunks a rebalance keeps open at once.
 const MAX_OPEN_READERS: usize = 64;
+
+/// How [`Writer::rebalance_with`] rewrites the dataset. The default is [`Writer::rebalance`]'s:
+/// stored bytes copied as they are.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RebalanceOptions {
+    /// Train a new dictionary for every `zstd_dict` field on records sampled across the whole
+    /// dataset (up to [`WriterConfig::dictionary_sample_bytes`](crate::WriterConfig) and
+    /// [`DICTIONARY_SAMPLE_RECORDS`](crate::DICTIONARY_SAMPLE_RECORDS), evenly spaced), and
+    /// compress every record of the field with it: records written before the field had a
+    /// dictionary, or with one trained on the first records only, get the new one. The commit
+    /// names only the new dictionary; the old files are removed after it. A field whose records
+    /// train no dictionary (too few) keeps its records and dictionaries as they are. Default:
+    /// false.
+    pub retrain_dictionaries: bool,
+}
+
+impl RebalanceOptions {
+    /// Sets [`RebalanceOptions::retrain_dictionaries`].
+    pub fn retrain_dictionaries(mut self, retrain: bool) -> Self {
+        self.retrain_dictionaries = retrain;
+        self
+    }
+}
+
+/// A field's dictionary trained for a rebalance: written, not yet named by a commit.
+#[derive(Clone, Debug)]
+pub(super) struct Retrained {
+    dictionary: Arc<Dictionary>,
+    meta: DictionaryMeta,
+    level: i32,
+}
+
+/// What copying records needs besides the dataset: open old chunks, buffers, codecs.
+struct Copier {
+    readers: BTreeMap<u16, Box<dyn VfsFile>>,
+    stored: Vec<u8>,
+    logical: Vec<u8>,
+    decoder: Option<ZstdDecoder>,
+    encoder: Encoder,
+}
 
 /// What [`Writer::rebalance`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,7 +134,7 @@ fn ratio(live: u64, held: u64) -> f64 {
 impl Writer {
     /// [`Writer::rebalance`]: commit what is pending, seal every task's chunk, rewrite, and let
     /// task 0 continue the last new chunk.
-    pub(super) fn rebalance_all(&mut self) -> Result<RebalanceReport> {
+    pub(super) fn rebalance_all(&mut self, options: &RebalanceOptions) -> Result<RebalanceReport> {
         wait(async {
             self.ready().await?;
             self.finish_jobs().await
@@ -97,8 +146,32 @@ impl Writer {
         self.poison_on(r)?;
         // The sealed chunks were synced by the last commit and nothing was appended since.
         self.shared.book().sealed.clear();
-        let r = self.core().rebalance(&self.shared, self.len);
+        let retrained = match options.retrain_dictionaries {
+            true => {
+                let r = self.retrain();
+                self.poison_on(r)?
+            }
+            false => vec![None; self.field_metas.len()],
+        };
+        let deflate_level = self.config.deflate_level;
+        let r = self
+            .core()
+            .rebalance(&self.shared, self.len, &retrained, deflate_level);
         let (report, resume) = self.poison_on(r)?;
+        // Later appends compress with the new dictionaries.
+        if retrained.iter().any(Option::is_some) {
+            let mut current: Vec<Option<Arc<Dictionary>>> = self.dictionaries.to_vec();
+            current.resize(self.field_metas.len(), None);
+            for (f, r) in retrained.iter().enumerate() {
+                if let (Some(r), Some(slot), Some(m)) =
+                    (r, current.get_mut(f), self.field_metas.get_mut(f))
+                {
+                    *slot = Some(Arc::clone(&r.dictionary));
+                    m.dictionaries = vec![r.meta];
+                }
+            }
+            self.dictionaries = current.into();
+        }
         self.generation = report.generation;
         // Task 0 continues the last rebalanced chunk, if it has room.
         let mut sizes = vec![None; self.tasks.len()];
@@ -121,6 +194,106 @@ impl Writer {
     }
 }
 
+impl Writer {
+    /// Trains and writes a new dictionary for every `zstd_dict` field on records sampled across
+    /// the committed dataset; `None` for other fields and for one whose records train nothing.
+    fn retrain(&mut self) -> Result<Vec<Option<Retrained>>> {
+        let (limit, dict_bytes) = (
+            self.config.dictionary_sample_bytes,
+            self.config.dictionary_bytes,
+        );
+        let max_records = super::config::DICTIONARY_SAMPLE_RECORDS as u64;
+        let len = self.len;
+        let mut out = Vec::with_capacity(self.field_metas.len());
+        for f in 0..self.field_metas.len() {
+            let Some(Codec::ZstdDict { level }) = self.field_metas.get(f).map(|m| m.codec) else {
+                out.push(None);
+                continue;
+            };
+            let core = self.core();
+            let chunks = core.meta.chunks.clone();
+            let mut copier = Copier::new(0);
+            let (mut bytes, mut sizes) = (Vec::new(), Vec::new());
+            // Evenly spaced over the dataset, so the sample is not only its first records.
+            let step = (len / max_records.max(1)).max(1);
+            let mut index = 0;
+            while index < len && bytes.len() < limit && (sizes.len() as u64) < max_records {
+                let logical = core.logical(f, index, &chunks, &mut copier)?;
+                if !logical.is_empty() {
+                    bytes.extend_from_slice(logical);
+                    sizes.push(logical.len());
+                }
+                index += step;
+            }
+            let mut at = 0usize;
+            let samples: Vec<&[u8]> = sizes
+                .iter()
+                .filter_map(|&n| {
+                    let r = bytes.get(at..at.checked_add(n)?);
+                    at = at.saturating_add(n);
+                    r
+                })
+                .collect();
+            let Some(dict) = Dictionary::train(&samples, dict_bytes) else {
+                tracing::info!(
+                    field = f,
+                    "too few records to train a dictionary; the field keeps its own"
+                );
+                out.push(None);
+                continue;
+            };
+            let fm = core
+                .meta
+                .fields
+                .get(f)
+                .ok_or_else(|| Error::internal(format!("no field {f}")))?;
+            // A number no live dictionary has: the next one, or the lowest free one.
+            let used: Vec<u8> = fm.dictionaries.iter().map(|d| d.number).collect();
+            let number = match used.iter().max() {
+                None => Some(1),
+                Some(&n) if n < 255 => Some(n + 1),
+                Some(_) => (1..=255u8).find(|n| !used.contains(n)),
+            }
+            .ok_or_else(|| Error::InvalidConfig {
+                reason: format!("field {:?} already has 255 dictionaries", fm.name),
+            })?;
+            let path = layout::dictionary(&core.dir, &fm.name, number);
+            let tmp = path.with_extension("zdict.tmp");
+            vfs::replace_atomically(&*core.vfs, &core.dir, &tmp, &path, &dict)?;
+            let meta = DictionaryMeta {
+                number,
+                bytes: dict.len() as u64,
+                crc32c: crate::checksum::crc32c(&dict),
+            };
+            let dictionary =
+                Dictionary::new(number, dict).map_err(|reason| Error::DictionaryCorrupt {
+                    path: path.clone(),
+                    field: fm.name.clone(),
+                    number,
+                    reason,
+                })?;
+            out.push(Some(Retrained {
+                dictionary,
+                meta,
+                level,
+            }));
+        }
+        Ok(out)
+    }
+}
+
+impl Copier {
+    fn new(deflate_level: i32) -> Copier {
+        Copier {
+            readers: BTreeMap::new(),
+            stored: Vec::new(),
+            logical: Vec::new(),
+            decoder: None,
+            encoder: Encoder::new(deflate_level),
+        }
+    }
+}
+
 impl Core {
     /// The rebalance itself, on a committed writer whose tasks hold no open chunk. Returns the
     /// report and the last new chunk if it has room (for a task to continue).
@@ -128,6 +301,8 @@ impl Core {
         &mut self,
         shared: &Arc<Shared>,
         len: u64,
+        retrained: &[Option<Retrained>],
+        deflate_level: i32,
     ) -> Result<(RebalanceReport, Option<(u16, u64)>)> {
         let old: Vec<ChunkMeta> = self.meta.chunks.clone();
         let chunk_bytes_before: u64 = old.iter().map(|c| c.size).sum();
@@ -157,9 +332,8 @@ impl Core {
         }
         // A fresh chunk, not a continued old one: old chunks are all about to go.
         let mut appender = Appender::new(shared.clone(), 0, 1);
-        let mut readers: BTreeMap<u16, Box<dyn VfsFile>> = BTreeMap::new();
+        let mut copier = Copier::new(deflate_level);
         let mut live_bytes = 0u64;
-        let mut stored = Vec::new();
         const BLOCK: u64 = 16 * 1024;
         let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); self.fields.len()];
         let mut start = 0u64;
@@ -170,8 +344,9 @@ impl Core {
             }
             for index in start..end {
                 for (f, block) in blocks.iter_mut().enumerate() {
+                    let retrain = retrained.get(f).and_then(Option::as_ref);
                     let e =
-                        self.copy_record(f, index, &old, &mut readers, &mut stored, &mut appender)?;
+                        self.copy_record(f, index, &old, retrain, &mut copier, &mut appender)?;
                     live_bytes += u64::from(e.physical_len);
                     block.extend_from_slice(&e.encode(index));
                 }
@@ -181,7 +356,7 @@ impl Core {
             }
             start = end;
         }
-        drop(readers);
+        drop(copier);
         {
             let mut book = shared.book();
             for c in &old {
@@ -208,7 +383,22 @@ impl Core {
             })
             .collect();
         drop(tables);
+        // A retrained field's commit names its new dictionary only; the old files go after it.
+        let mut stale_dictionaries = Vec::new();
+        for (fm, r) in self.meta.fields.iter_mut().zip(retrained) {
+            if let Some(r) = r {
+                for d in &fm.dictionaries {
+                    stale_dictionaries.push(layout::dictionary(&self.dir, &fm.name, d.number));
+                }
+                fm.dictionaries = vec![r.meta];
+            }
+        }
         let generation = self.publish(shared, &metas, len)?;
+        for p in stale_dictionaries {
+            if let Err(e) = self.vfs.remove_file(&p) {
+                tracing::warn!(path = %p.display(), error = %e, "could not remove a dictionary the rebalanced commit no longer uses");
+            }
+        }
         // The new commit is durable; the old chunks are garbage. Open snapshots hold their own
         // descriptors (see `Snapshot`), so unlinking cannot disturb them.
         for c in &old {
@@ -231,25 +421,24 @@ impl Core {
         Ok((report, resume))
     }
 
-    /// Copies the stored bytes of field `f` of record `index` into `appender`'s chunk (checking
-    /// them against their CRC32C); returns the record's new entry.
-    fn copy_record(
-        &mut self,
+    /// Reads the stored bytes of field `f` of record `index` into `c.stored` (checked to lie in
+    /// a committed chunk); returns its entry. Nothing is checked against the CRC here.
+    fn read_stored(
+        &self,
         f: usize,
         index: u64,
-        old: &[ChunkMeta],
-        readers: &mut BTreeMap<u16, Box<dyn VfsFile>>,
-        buf: &mut Vec<u8>,
-        appender: &mut Appender,
+        chunks: &[ChunkMeta],
+        c: &mut Copier,
     ) -> Result<Entry> {
         let wf = self.fields.get(f).ok_or_else(|| Error::UnknownField {
             field: format!("#{f}"),
         })?;
         let e = wf.entry(index)?;
         if e.physical_len == 0 {
+            c.stored.clear();
             return Ok(e);
         }
-        let size = old.iter().find(|c| c.id == e.chunk).map(|c| c.size);
+        let size = chunks.iter().find(|c| c.id == e.chunk).map(|c| c.size);
         if size.is_none_or(|s| e.end() > s) {
             return Err(wf.committed.corrupt(
                 index,
@@ -257,29 +446,152 @@ impl Core {
             ));
         }
         let path = layout::chunk(&self.dir, e.chunk);
-        if readers.len() >= MAX_OPEN_READERS && !readers.contains_key(&e.chunk) {
+        if c.readers.len() >= MAX_OPEN_READERS && !c.readers.contains_key(&e.chunk) {
             // Bounded descriptors, whatever the number of chunks (index order visits chunks
             // mostly in the order they were written, so few are reopened).
-            readers.clear();
+            c.readers.clear();
         }
-        let file = match readers.entry(e.chunk) {
+        let file = match c.readers.entry(e.chunk) {
             std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
             std::collections::btree_map::Entry::Vacant(v) => v.insert(self.vfs.open_read(&path)?),
         };
-        buf.resize(e.physical_len as usize, 0);
-        file.read_exact_at(buf, e.offset)?;
-        let crc = crate::checksum::crc32c(buf);
+        c.stored.resize(e.physical_len as usize, 0);
+        file.read_exact_at(&mut c.stored, e.offset)?;
+        Ok(e)
+    }
+
+    /// Checks record `index`'s field `f`, read into `c.stored` with entry `e`, against its
+    /// CRC32C: of the stored bytes, or for zstd of the logical bytes, which are then in
+    /// `c.logical`. True if the logical bytes are in `c.logical`.
+    fn check(&self, f: usize, index: u64, e: &Entry, c: &mut Copier) -> Result<bool> {
+        let wf = self.fields.get(f).ok_or_else(|| Error::UnknownField {
+            field: format!("#{f}"),
+        })?;
+        let field = &wf.committed.meta.name;
+        let path = layout::chunk(&self.dir, e.chunk);
+        let zstd = matches!(e.codec, StoredCodec::Zstd | StoredCodec::ZstdDict(_));
+        let bytes = match zstd {
+            false => &c.stored,
+            true => {
+                let dictionary = match e.codec {
+                    StoredCodec::ZstdDict(n) => {
+                        Some(wf.committed.dictionary(n).ok_or_else(|| {
+                            wf.committed.corrupt(
+                                index,
+                                format!("names dictionary {n}, which the commit lacks"),
+                            )
+                        })?)
+                    }
+                    _ => None,
+                };
+                if c.decoder.is_none() {
+                    c.decoder = ZstdDecoder::new();
+                }
+                let decompress = |reason: String| Error::Decompress {
+                    path: path.clone(),
+                    field: field.clone(),
+                    index,
+                    offset: e.offset,
+                    reason,
+                };
+                let decoder = c
+                    .decoder
+                    .as_mut()
+                    .ok_or_else(|| decompress("zstd could not allocate a context".to_string()))?;
+                c.logical.resize(e.logical_len as usize, 0);
+                decoder
+                    .decode(dictionary.map(|d| &**d), &c.stored, &mut c.logical)
+                    .map_err(decompress)?;
+                &c.logical
+            }
+        };
+        let crc = crate::checksum::crc32c(bytes);
         if crc != e.data_crc {
             return Err(Error::ChecksumMismatch {
                 path,
-                field: wf.committed.meta.name.clone(),
+                field: field.clone(),
                 index,
                 offset: e.offset,
                 expected: e.data_crc,
                 actual: crc,
             });
         }
-        let (chunk, offset) = appender.place(buf)?;
-        Ok(Entry { chunk, offset, ..e })
+        Ok(zstd)
+    }
+
+    /// The logical bytes of field `f` of record `index`, checked (a `zstd_dict` field's
+    /// records are raw or zstd).
+    fn logical<'c>(
+        &self,
+        f: usize,
+        index: u64,
+        chunks: &[ChunkMeta],
+        c: &'c mut Copier,
+    ) -> Result<&'c [u8]> {
+        let e = self.read_stored(f, index, chunks, c)?;
+        if e.physical_len == 0 {
+            return Ok(&[]);
+        }
+        match self.check(f, index, &e, c)? {
+            true => Ok(&c.logical),
+            false => Ok(&c.stored),
+        }
+    }
+
+    /// Copies field `f` of record `index` into `appender`'s chunk, checked against its CRC32C;
+    /// returns the record's new entry. With `retrain`, the record is compressed again with the
+    /// field's new dictionary; otherwise its stored bytes are copied as they are.
+    fn copy_record(
+        &mut self,
+        f: usize,
+        index: u64,
+        old: &[ChunkMeta],
+        retrain: Option<&Retrained>,
+        c: &mut Copier,
+        appender: &mut Appender,
+    ) -> Result<Entry> {
+        let e = self.read_stored(f, index, old, c)?;
+        if e.physical_len == 0 {
+            return Ok(e);
+        }
+        let decoded = self.check(f, index, &e, c)?;
+        let recode = matches!(
+            e.codec,
+            StoredCodec::Raw | StoredCodec::Zstd | StoredCodec::ZstdDict(_)
+        );
+        let Some(r) = retrain.filter(|_| recode) else {
+            let (chunk, offset) = appender.place(&c.stored)?;
+            return Ok(Entry { chunk, offset, ..e });
+        };
+        let Copier {
+            stored,
+            logical,
+            encoder,
+            ..
+        } = c;
+        let logical: &[u8] = if decoded { logical } else { stored };
+        let (codec, bytes) = encoder.encode(
+            Codec::ZstdDict { level: r.level },
+            f,
+            Some(&r.dictionary),
+            logical,
+        );
+        // A zstd entry's CRC32C covers the logical bytes, a raw one's its stored (the same).
+        let data_crc = crate::checksum::crc32c(logical);
+        let physical_len = u32::try_from(bytes.len()).map_err(|_| {
+            Error::internal(format!(
+                "record {index} compressed to {} bytes",
+                bytes.len()
+            ))
+        })?;
+        let (chunk, offset) = appender.place(bytes)?;
+        Ok(Entry {
+            chunk,
+            offset,
+            physical_len,
+            codec,
+            data_crc,
+            logical_len: e.logical_len,
+        })
     }
 }
