@@ -233,6 +233,46 @@ fn crash_during_rebalance() {
     });
 }
 
+/// Caption-like text (a dictionary helps), a different one per `seed`.
+fn caption(seed: u64) -> Vec<u8> {
+    const WORDS: [&str; 16] = [
+        "a", "photo", "of", "the", "red", "dog", "on", "beach", "at", "sunset", "with", "blue",
+        "sky", "small", "boat", "city",
+    ];
+    let mut r = Rng(seed);
+    let n = 20 + r.below(40);
+    let words: Vec<&str> = (0..n).map(|_| WORDS[r.below(16) as usize]).collect();
+    words.join(" ").into_bytes()
+}
+
+#[test]
+fn crash_during_a_retraining_rebalance() {
+    let text = |seed: u64| vec![caption(seed), support::bytes(8, seed)];
+    // The writer trains its own dictionary after 4 KiB of captions: the first records are
+    // plain zstd, the later ones name dictionary 1; the rebalance writes dictionary 2, names
+    // only it, and removes dictionary 1's file after its commit.
+    let mut steps: Vec<Step> = (0..40).map(|i| Step::Append(text(i))).collect();
+    steps.push(Step::Commit);
+    steps.push(Step::Delete(3));
+    steps.push(Step::RebalanceRetraining);
+    steps.extend((40..43).map(|i| Step::Append(text(i))));
+    steps.push(Step::Commit);
+    steps.push(Step::Reopen);
+    steps.push(Step::Append(text(43)));
+    steps.push(Step::Commit);
+    check(&Workload {
+        name: "rebalance-retraining",
+        schema: zrecord::Schema::new()
+            .field(
+                zrecord::Field::new("a", zrecord::DType::Bytes).codec(zrecord::Codec::zstd_dict()),
+            )
+            .field(zrecord::Field::new("b", zrecord::DType::U8))
+            .chunk_size_bytes(4096),
+        config: config(1500).dictionary_sample_bytes(4096),
+        steps,
+    });
+}
+
 /// A seeded mix of 50 operations, with 1 to 4 append tasks.
 fn mix(seed: u64) -> Workload {
     let mut r = Rng(seed);

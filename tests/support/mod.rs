@@ -91,6 +91,8 @@ pub enum Step {
     Reopen,
     /// Rebalance (commits pending changes first, then commits the rewrite).
     Rebalance,
+    /// Rebalance retraining every `zstd_dict` field's dictionary.
+    RebalanceRetraining,
 }
 
 /// A named sequence of steps on a dataset created first.
@@ -177,11 +179,13 @@ pub fn run(w: &Workload, vfs: Arc<dyn Vfs>, dir: &Path) -> Outcome {
                     out.acked = out.in_flight.take();
                 })
             }
-            Step::Rebalance => {
+            Step::Rebalance | Step::RebalanceRetraining => {
                 // Pending changes are committed first (a commit of their own), then the rewrite:
                 // both hold the working records.
                 out.in_flight = Some(out.working.clone());
-                writer.rebalance().map(|rep| {
+                let options = zrecord::RebalanceOptions::default()
+                    .retrain_dictionaries(matches!(step, Step::RebalanceRetraining));
+                writer.rebalance_with(options).map(|rep| {
                     assert_eq!(rep.records, n);
                     assert_eq!(rep.chunk_bytes_after, rep.live_bytes);
                     out.acked = out.in_flight.take();

@@ -24,6 +24,7 @@ use crate::format::entry::{encode_patch, ENTRY_BYTES, PATCH_BYTES};
 use crate::format::meta::{ChunkMeta, TableMeta};
 use crate::io::vfs::{self, Vfs};
 use crate::store::layout;
+use crate::store::snapshot::load_dictionary;
 use futures::channel::oneshot;
 use std::path::Path;
 use std::sync::Mutex;
@@ -217,6 +218,15 @@ impl Core {
                     .map_prefix(fm.table.table_len * ENTRY_BYTES as u64)?;
                 map.advise_random();
                 wf.committed.map = map;
+                // Dictionaries this writer trained since the field was loaded: the committed
+                // table names them now (a rebalance decodes records with them).
+                if wf.committed.dictionaries.len() != fm.dictionaries.len() {
+                    wf.committed.dictionaries = fm
+                        .dictionaries
+                        .iter()
+                        .map(|d| load_dictionary(&*self.vfs, &self.dir, fm, d))
+                        .collect::<Result<Vec<_>>>()?;
+                }
                 wf.committed.meta = fm.clone();
                 wf.appended.clear();
                 wf.pending.clear();

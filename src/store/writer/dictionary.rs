@@ -52,7 +52,8 @@ impl Writer {
     }
 
     /// Trains and installs the dictionary of every field whose sample is complete. Runs before
-    /// an append takes its record, so an error (writing the file) leaves nothing half-taken.
+    /// an append takes its record, so an error (writing the file, which poisons the writer)
+    /// leaves nothing half-taken.
     pub(super) fn train_ready(&mut self) -> Result<()> {
         let limit = self.config.dictionary_sample_bytes;
         for f in 0..self.samples.len() {
@@ -115,8 +116,14 @@ impl Writer {
     }
 
     /// Writes dictionary bytes `dict` for field `f` under the field's next number, then hands
-    /// it to the next jobs and to the next commit.
+    /// it to the next jobs and to the next commit. An error writing it poisons the writer, like
+    /// every I/O error of the writer: what reached the disk is unknown.
     fn install_dictionary(&mut self, f: usize, dict: Vec<u8>) -> Result<u8> {
+        let r = self.install_dictionary_unpoisoned(f, dict);
+        self.poison_on(r)
+    }
+
+    fn install_dictionary_unpoisoned(&mut self, f: usize, dict: Vec<u8>) -> Result<u8> {
         let fm = self
             .field_metas
             .get(f)
