@@ -200,8 +200,11 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
 
     /// Number of sampler epochs; `None` runs forever. A mix has its own
     /// ([`MixConfig::epochs`]).
+    ///
+    /// Shorthand for [`SamplerConfig::epochs`] on the builder's current sampler configuration
+    /// (the configuration is where the setting lives): it changes that option only.
     pub fn epochs(mut self, epochs: Option<u64>) -> Self {
-        self.config.sampler.epochs = epochs;
+        self.config.sampler = self.config.sampler.epochs(epochs);
         self
     }
 
@@ -227,21 +230,29 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
         self
     }
 
-    /// Batching.
+    /// Batching: every option of the batch stage (default [`BatchConfig::default`]: 32 items,
+    /// the last short batch of every epoch kept). [`LoaderBuilder::batch_size`] and
+    /// [`LoaderBuilder::drop_last`] change one option of it.
     pub fn batch(mut self, batch: BatchConfig) -> Self {
         self.config.batch = batch;
         self
     }
 
-    /// Items per batch.
+    /// Items per batch, at least 1.
+    ///
+    /// Shorthand for [`BatchConfig::batch_size`] on the builder's current batch configuration
+    /// ([`LoaderBuilder::batch`]): it changes that option only.
     pub fn batch_size(mut self, batch_size: u64) -> Self {
-        self.config.batch.batch_size = batch_size;
+        self.config.batch = self.config.batch.batch_size(batch_size);
         self
     }
 
     /// Drop the last, short batch of every epoch.
+    ///
+    /// Shorthand for [`BatchConfig::drop_last`] on the builder's current batch configuration
+    /// ([`LoaderBuilder::batch`]): it changes that option only.
     pub fn drop_last(mut self, drop_last: bool) -> Self {
-        self.config.batch.drop_last = drop_last;
+        self.config.batch = self.config.batch.drop_last(drop_last);
         self
     }
 

@@ -66,7 +66,9 @@
 //!   be best-effort. Use it (through [`Loader`]) unless you need a stage of your own.
 //! - The **stream chain** accepts any stage: a filter, a stage that drops or repeats items, a
 //!   stream read from elsewhere. The index side runs on the consumer's task, the gathers on
-//!   worker threads; a restore replays at most one bucket buffer from its input.
+//!   worker threads; a restore replays at most one bucket buffer from its input. Its prefetch
+//!   ([`PrefetchStream`]) has what the loader's has: the best-effort merge, several gathers in
+//!   flight per worker, and [`PrefetchStream::stats`].
 //!
 //! ```
 //! use std::sync::Arc;

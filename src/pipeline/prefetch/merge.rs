@@ -41,40 +41,22 @@ impl<T> Prefetch<T> {
         if !self.workers.iter().any(Worker::active) {
             return Poll::Ready(None);
         }
-        // Eligible: merged − (least consumed count of the workers with items left) < max_lead.
-        //
-        // It bounds the consumed lead: consumed ≤ merged for every worker, so when worker w is
-        // merged from, w's consumed count can reach at most min + max_lead, and that minimum only
-        // grows (consumed counts only grow, and a worker leaves the set only once it has nothing
-        // left to consume).
-        //
-        // It cannot deadlock: if the consumer buffer holds anything, the consumer takes it
-        // without a merge. If it is empty, every merged item was consumed (merged = consumed for
-        // every worker), so the worker s with the least consumed count has merged − min = 0 <
-        // max_lead and items left to merge: it is eligible. Every eligible worker the scan polls
-        // has items left, so its thread will push one and wake this task.
-        // With no worker left to consume, no worker is active either (returned above).
         let min = self.min_unconsumed().unwrap_or(0);
-        let mut skips = 0u64;
-        for i in 0..n {
-            let w = (self.merge_next + i) % n;
-            let Some(worker) = self.workers.get(w) else {
-                continue;
-            };
-            if !worker.active() || worker.merged.saturating_sub(min) >= max_lead {
-                continue;
-            }
-            match self.take(cx, w) {
-                Poll::Ready(m) => return Poll::Ready(Some(m)),
-                Poll::Pending => {
-                    skips += 1;
-                    if skips > max_skips {
-                        break;
-                    }
-                }
-            }
-        }
-        Poll::Pending
+        let start = self.merge_next;
+        scan_best_effort(
+            self,
+            n,
+            start,
+            (min, max_lead, max_skips),
+            |p, w| {
+                p.workers
+                    .get(w)
+                    .filter(|wk| wk.active())
+                    .map(|wk| wk.merged)
+            },
+            |p, w| p.take(cx, w),
+        )
+        .map(Some)
     }
 
     /// The least consumed count of the live workers with items left to consume (merged or not);
@@ -174,6 +156,56 @@ impl<T> Prefetch<T> {
         }
         Some(sum)
     }
+}
+
+/// One scan of a best-effort merge, for the seekable [`Prefetch`] and the stream prefetch alike:
+/// visits the `n` workers from `start` in turn and takes an item from the first one that has
+/// one ready (`take(cx, w)`), but never from a worker that is not active (`merged(cx, w)` is
+/// `None`: nothing left to take from it) or whose merged count is `max_lead` or more ahead of
+/// `min`, the least consumed count of the workers with items left; after `max_skips + 1`
+/// eligible workers found empty it stops and waits (`Pending`; every worker polled wakes the
+/// task when its item arrives).
+///
+/// It bounds the consumed lead: consumed ≤ merged for every worker, so when worker w is merged
+/// from, w's consumed count can reach at most min + max_lead, and that minimum only grows
+/// (consumed counts only grow, and a worker leaves the set only once it has nothing left to
+/// consume).
+///
+/// It cannot deadlock as long as the caller keeps this promise: whenever nothing merged waits
+/// for the consumer, some worker with the least consumed count `min` is active (its item will
+/// come). Then that worker has merged − min = 0 < max_lead: it is eligible; and every eligible
+/// worker the scan polls is active, so it will push an item and wake the task. (The seekable
+/// prefetch keeps it because every worker with items left is active; the stream prefetch
+/// because it deals its jobs round-robin, so the worker of its oldest job in flight has the
+/// least consumed count.)
+pub(crate) fn scan_best_effort<C, R>(
+    cx: &mut C,
+    n: usize,
+    start: usize,
+    (min, max_lead, max_skips): (u64, u64, u64),
+    merged: impl Fn(&C, usize) -> Option<u64>,
+    mut take: impl FnMut(&mut C, usize) -> Poll<R>,
+) -> Poll<R> {
+    let mut skips = 0u64;
+    for i in 0..n {
+        let w = (start + i) % n;
+        let Some(merged) = merged(cx, w) else {
+            continue;
+        };
+        if merged.saturating_sub(min) >= max_lead {
+            continue;
+        }
+        match take(cx, w) {
+            Poll::Ready(r) => return Poll::Ready(r),
+            Poll::Pending => {
+                skips += 1;
+                if skips > max_skips {
+                    break;
+                }
+            }
+        }
+    }
+    Poll::Pending
 }
 
 fn died(w: usize) -> Error {

@@ -7,6 +7,7 @@
 mod config;
 mod merge;
 mod split;
+mod window;
 mod worker;
 
 use std::collections::VecDeque;
@@ -21,7 +22,9 @@ use futures::stream::{FusedStream, Stream};
 pub use config::{
     MergePolicy, OnError, PrefetchConfig, RetryPolicy, MAX_NUM_WORKERS, MAX_QUEUE_SIZE,
 };
+pub(crate) use merge::scan_best_effort;
 pub(crate) use split::{fresh_state, restore, Split};
+pub(crate) use window::{Window, WorkerName};
 pub(crate) use worker::wait_exits;
 use worker::WorkerJob;
 

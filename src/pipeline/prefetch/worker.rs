@@ -5,7 +5,6 @@
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::channel::oneshot;
@@ -16,6 +15,7 @@ use super::super::source::Source;
 use super::super::stage::Stage;
 use super::super::state::Position;
 use super::super::stats::Counters;
+use super::window::{panicked, wait_to_retry, Window, WorkerName};
 use super::{LoaderBatch, RetryPolicy, Split, Transform, WorkerItem};
 use crate::retry::{retry_blocking, Failure};
 use crate::{Error, Result};
@@ -113,47 +113,47 @@ where
     }
 
     /// The worker with up to `gathers_in_flight` gathers started ahead ([`Source::gather_async`]),
-    /// their results taken in order: the same items as [`WorkerJob::run_blocking`], each
-    /// retried in its place (a failed index computation as well as a failed gather), a panic
-    /// reported as the batch's error. A dropped stream ends the worker at once, dropping the
-    /// futures in flight, even those that would never finish.
+    /// their results taken in order ([`Window`]): the same items as
+    /// [`WorkerJob::run_blocking`], each retried in its place (a failed index computation as
+    /// well as a failed gather), a panic reported as the batch's error. A dropped stream ends the
+    /// worker at once, dropping the futures in flight, even those that would never finish.
     fn run_async(&mut self) {
-        let mut window: VecDeque<Pending<Src::Batch>> = VecDeque::new();
+        let mut window = Window::new(
+            Arc::clone(&self.source),
+            Arc::clone(&self.counters),
+            self.retry,
+            self.gathers_in_flight,
+            self.name(),
+        );
         let mut issue = self.k;
         loop {
             if self.tx.is_closed() {
                 break;
             }
             self.announce();
-            while window.len() < self.gathers_in_flight {
+            while !window.is_full() {
                 if self.split.count(self.w).is_some_and(|c| issue >= c) {
                     break;
                 }
                 let Some(g) = self.split.global(self.w, issue) else {
                     break;
                 };
-                let mut pending = Pending {
-                    k: issue,
-                    pos: self.split.position(g),
-                    batch: None,
-                    future: None,
-                    result: None,
-                    pending_since: None,
-                };
-                self.start(&mut pending);
-                window.push_back(pending);
+                let pos = self.split.position(g);
+                window.push(issue, pos, None, &mut |k, pos| {
+                    compute(&mut self.stage, &self.ahead, &self.counters, k, pos)
+                });
                 let Some(next) = issue.checked_add(1) else {
                     break;
                 };
                 issue = next;
             }
-            if window.is_empty() || !self.poll_window(&mut window) {
+            if window.is_empty() || !window.poll_head(&self.tx, &mut |_, _| {}) {
                 break;
             }
-            let Some(head) = window.pop_front() else {
-                break;
-            };
-            let Some(result) = self.finish(head, &mut window) else {
+            let finished = window.finish_head(&self.tx, &self.transform, &mut |k, pos| {
+                compute(&mut self.stage, &self.ahead, &self.counters, k, pos)
+            });
+            let Some((_, result)) = finished else {
                 break;
             };
             if !self.deliver(result) {
@@ -162,178 +162,11 @@ where
         }
     }
 
-    /// Starts (or starts again) `p`: its index batch if it has none yet (from the lookahead's
-    /// if computed there), then its gather. A failure or a panic becomes `p`'s result.
-    fn start(&mut self, p: &mut Pending<Src::Batch>) {
-        p.result = None;
-        p.future = None;
-        p.pending_since = None;
-        if p.batch.is_none() {
-            let ahead = self
-                .ahead
-                .iter()
-                .find(|(k, _)| *k == p.k)
-                .map(|(_, b)| b.clone());
-            let start = std::time::Instant::now();
-            let computed = match ahead {
-                Some(b) => Ok(Ok(b)),
-                None => catch_unwind(AssertUnwindSafe(|| {
-                    self.stage.get(p.pos.epoch, p.pos.position)
-                })),
-            };
-            self.counters.index_time(start);
-            match computed {
-                Ok(Ok(b)) => p.batch = Some(b),
-                Ok(Err(e)) => {
-                    p.result = Some(Err(e));
-                    return;
-                }
-                Err(panic) => {
-                    p.result = Some(Err(panicked(self.w, p.pos, panic.as_ref())));
-                    return;
-                }
-            }
+    fn name(&self) -> WorkerName {
+        WorkerName {
+            what: "prefetch worker",
+            w: self.w,
         }
-        let Some(batch) = &p.batch else {
-            return;
-        };
-        let indices = batch.indices();
-        let in_flight = self.counters.gather_started(indices.len());
-        let source = Arc::clone(&self.source);
-        match catch_unwind(AssertUnwindSafe(|| source.gather_async(indices))) {
-            Ok(future) => p.future = Some((future, in_flight, Arc::default())),
-            Err(panic) => p.result = Some(Err(panicked(self.w, p.pos, panic.as_ref()))),
-        }
-    }
-
-    /// Polls every gather of the window until the first one is done (the others make progress
-    /// meanwhile, whatever kind of future the source returns); false if the stream was dropped
-    /// first.
-    fn poll_window(&self, window: &mut VecDeque<Pending<Src::Batch>>) -> bool {
-        let w = self.w;
-        let tx = &self.tx;
-        futures::executor::block_on(std::future::poll_fn(|cx| {
-            if tx.poll_closed(cx).is_ready() {
-                return Poll::Ready(false);
-            }
-            for p in window.iter_mut() {
-                let Some((future, _, signal)) = &mut p.future else {
-                    continue;
-                };
-                // Each gather gets a waker of its own, which notes when it last woke the worker:
-                // the gather's end, even if the worker only sees it after a blocked push.
-                signal.outer.register(cx.waker());
-                let polled_at = std::time::Instant::now();
-                let waker = futures::task::waker_ref(signal);
-                let mut own = Context::from_waker(&waker);
-                let polled = catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut own)));
-                let done = match polled {
-                    Ok(Poll::Pending) => {
-                        p.pending_since = Some(polled_at);
-                        continue;
-                    }
-                    Ok(Poll::Ready(r)) => r,
-                    Err(panic) => Err(panicked(w, p.pos, panic.as_ref())),
-                };
-                if let Some((_, in_flight, signal)) = p.future.take() {
-                    // A wake-up after the last poll that found it pending is when it finished;
-                    // without one, it finished within this poll.
-                    let end = signal
-                        .last_wake()
-                        .filter(|&woke| p.pending_since.is_some_and(|since| woke >= since))
-                        .unwrap_or_else(std::time::Instant::now);
-                    in_flight.ended_at(end);
-                }
-                p.result = Some(done);
-            }
-            match window.front() {
-                Some(p) if p.future.is_some() => Poll::Pending,
-                _ => Poll::Ready(true),
-            }
-        }))
-    }
-
-    /// The item of the window's first batch: its transform, or its error once the retry
-    /// policy gives up (each retry waits, the other gathers of the window going on); `None` if
-    /// the stream was dropped meanwhile.
-    fn finish(
-        &mut self,
-        head: Pending<Src::Batch>,
-        window: &mut VecDeque<Pending<Src::Batch>>,
-    ) -> Option<Result<LoaderBatch<T>>> {
-        let mut cx = (self, Some(head), window);
-        // The first try is the gather the window already ran; every later one starts the
-        // gather again and polls the window until it is done. `Err(None)`: the stream was dropped.
-        let result = retry_blocking(
-            cx.0.retry,
-            &mut cx,
-            |(this, head, window), tries| {
-                let mut p = match head.take() {
-                    Some(p) if tries > 1 => {
-                        this.start_again(p, window).ok_or(Failure::Final(None))?
-                    }
-                    Some(p) => p,
-                    None => return Err(Failure::Final(None)),
-                };
-                let error = match (p.batch.take(), p.result.take()) {
-                    (Some(batch), Some(Ok(gathered))) => {
-                        let start = std::time::Instant::now();
-                        let data =
-                            catch_unwind(AssertUnwindSafe(|| (this.transform)(gathered, &batch)));
-                        this.counters.transform_time(start);
-                        match data {
-                            Ok(Ok(data)) => return Ok(LoaderBatch { data, batch }),
-                            Ok(Err(e)) => {
-                                p.batch = Some(batch);
-                                e
-                            }
-                            Err(panic) => {
-                                let e = panicked(this.w, p.pos, panic.as_ref());
-                                return Err(Failure::Final(Some(e)));
-                            }
-                        }
-                    }
-                    (batch, Some(Err(e))) => {
-                        p.batch = batch;
-                        e
-                    }
-                    (_, None) | (None, Some(Ok(_))) => {
-                        Error::internal("an asynchronous gather finished with no result".into())
-                    }
-                };
-                // A panic is not retried.
-                if matches!(error, Error::WorkerPanicked { .. }) {
-                    return Err(Failure::Final(Some(error)));
-                }
-                this.counters.failed_attempt();
-                *head = Some(p);
-                Err(Failure::Retry(Some(error)))
-            },
-            |(this, head, _), error, tries, backoff| match (error, head) {
-                (Some(error), Some(p)) => this.wait_to_retry(p.pos, tries, error, backoff),
-                _ => false,
-            },
-        );
-        match result {
-            Ok(batch) => Some(Ok(batch)),
-            Err(Some(error)) => Some(Err(error)),
-            Err(None) => None,
-        }
-    }
-
-    /// Starts `p`'s gather again at the front of the window and polls the window until `p` is
-    /// done: `p` again, or `None` if the stream was dropped meanwhile.
-    fn start_again(
-        &mut self,
-        mut p: Pending<Src::Batch>,
-        window: &mut VecDeque<Pending<Src::Batch>>,
-    ) -> Option<Pending<Src::Batch>> {
-        self.start(&mut p);
-        window.push_front(p);
-        if !self.poll_window(window) {
-            return None;
-        }
-        window.pop_front()
     }
 
     /// Produces the item at `pos`, trying a failed gather or transform again as the retry
@@ -349,27 +182,24 @@ where
                     this.counters.failed_attempt();
                     Err(Failure::Retry(e))
                 }
-                Err(panic) => Err(Failure::Final(panicked(this.w, pos, panic.as_ref()))),
+                Err(panic) => Err(Failure::Final(panicked(this.name(), pos, panic.as_ref()))),
             },
             |this, error, tries, backoff| this.wait_to_retry(pos, tries, error, backoff),
         )
     }
 
-    /// Waits `backoff` before another try of the batch at `pos` after `tries` failed with
-    /// `error`; false if the stream was dropped meanwhile (the wait ends then).
+    /// Waits `backoff` before another try of the batch at `pos`; false if the stream was dropped
+    /// meanwhile.
     fn wait_to_retry(&self, pos: Position, tries: u32, error: &Error, backoff: Duration) -> bool {
-        tracing::debug!(
-            worker = self.w,
-            epoch = pos.epoch,
-            position = pos.position,
+        wait_to_retry(
+            &self.tx,
+            &self.counters,
+            self.name(),
+            pos,
             tries,
-            error = %error,
-            "prefetch: retrying a failed batch"
-        );
-        let slept = std::time::Instant::now();
-        let closed = self.tx.wait_closed(backoff);
-        self.counters.retry_wait(slept);
-        !closed
+            error,
+            backoff,
+        )
     }
 
     /// Computes this worker's batches after the current one, up to `lookahead` of them, and
@@ -440,22 +270,21 @@ where
     }
 }
 
-/// One batch of an asynchronous worker's window: its index batch (or why it could not be
-/// computed), its gather in flight with the guard that counts it, its result once done.
-struct Pending<B> {
-    /// The worker's item number.
+/// The index batch of a worker's item `k` at `pos`: the lookahead's if computed there.
+fn compute<St: Stage<Item = IndexBatch>>(
+    stage: &mut St,
+    ahead: &VecDeque<(u64, IndexBatch)>,
+    counters: &Counters,
     k: u64,
     pos: Position,
-    /// `None` until computed (`result` says why it could not be).
-    batch: Option<IndexBatch>,
-    future: Option<(
-        super::super::source::SourceFuture<B>,
-        super::super::stats::InFlight,
-        Arc<GatherSignal>,
-    )>,
-    result: Option<Result<B>>,
-    /// When a poll last found its gather pending.
-    pending_since: Option<std::time::Instant>,
+) -> Result<IndexBatch> {
+    let start = std::time::Instant::now();
+    let computed = match ahead.iter().find(|(a, _)| *a == k) {
+        Some((_, b)) => Ok(b.clone()),
+        None => stage.get(pos.epoch, pos.position),
+    };
+    counters.index_time(start);
+    computed
 }
 
 /// Waits until every worker whose exit end is in `exits` has dropped its end (on exit).
@@ -463,48 +292,5 @@ pub(crate) async fn wait_exits(exits: Vec<oneshot::Receiver<()>>) {
     for exit in exits {
         // `Canceled` is the expected outcome: the worker dropped its end on exit.
         let _ = exit.await;
-    }
-}
-
-/// The waker of one gather of an asynchronous worker's window: wakes the worker, and notes
-/// when it did last.
-#[derive(Default)]
-struct GatherSignal {
-    outer: futures::task::AtomicWaker,
-    last_wake: std::sync::Mutex<Option<std::time::Instant>>,
-}
-
-impl GatherSignal {
-    fn last_wake(&self) -> Option<std::time::Instant> {
-        match self.last_wake.lock() {
-            Ok(g) => *g,
-            Err(poisoned) => *poisoned.into_inner(),
-        }
-    }
-}
-
-impl futures::task::ArcWake for GatherSignal {
-    fn wake_by_ref(arc_self: &Arc<Self>) {
-        let now = std::time::Instant::now();
-        match arc_self.last_wake.lock() {
-            Ok(mut g) => *g = Some(now),
-            Err(poisoned) => *poisoned.into_inner() = Some(now),
-        }
-        arc_self.outer.wake();
-    }
-}
-
-fn panicked(w: u64, pos: Position, panic: &(dyn std::any::Any + Send)) -> Error {
-    let msg = panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".into());
-    Error::WorkerPanicked {
-        what: format!(
-            "prefetch worker {w} (at epoch {} position {})",
-            pos.epoch, pos.position
-        ),
-        message: msg,
     }
 }

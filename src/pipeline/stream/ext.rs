@@ -54,11 +54,11 @@ pub trait CheckpointExt: Checkpoint {
         BatchStream::new(self, config)
     }
 
-    /// Gathers every batch from `source` on worker threads, in order; see [`PrefetchStream`].
+    /// Gathers every batch from `source` on worker threads, merged in order or best effort; see
+    /// [`PrefetchStream`].
     ///
     /// # Errors
-    /// [`crate::Error::InvalidConfig`] for an invalid configuration, a best-effort merge or more
-    /// than one gather in flight.
+    /// [`crate::Error::InvalidConfig`] for an invalid configuration.
     fn prefetch<Src: Source>(
         self,
         source: Arc<Src>,

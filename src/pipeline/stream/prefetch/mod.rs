@@ -1,47 +1,45 @@
 //! [`PrefetchStream`]: gathers the batches of a checkpointable stream of [`IndexBatch`]es on
-//! worker threads, in order.
+//! worker threads, merged in order or best effort.
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures::channel::oneshot;
 use futures::stream::{FusedStream, Stream};
 use serde::{Deserialize, Serialize};
 
 use super::super::batch::IndexBatch;
 use super::super::prefetch::{
-    wait_exits, LoaderBatch, MergePolicy, OnError, PrefetchConfig, RetryPolicy, Transform,
+    scan_best_effort, wait_exits, LoaderBatch, MergePolicy, OnError, PrefetchConfig, Transform,
 };
-use super::super::queue::{self, Receiver, Sender};
 use super::super::source::Source;
 use super::super::stats::{ConsumerCounters, Counters, LoaderStats};
 use super::Checkpoint;
-use crate::retry::{retry_blocking, Failure};
 use crate::{Error, Result};
 
+mod worker;
+
+use worker::{gone, spawn_worker, Worker};
+
 /// The checkpoint of a [`PrefetchStream`].
+///
+/// Checkpoints written before `consumed_ahead` existed (strict merge only) have the same JSON
+/// as a checkpoint with nothing consumed ahead, and load as one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PrefetchStreamState<St> {
-    /// The input's state just after the last consumed batch was pulled.
+    /// The input's state just after the last batch of the consumed prefix was pulled: every
+    /// batch up to it was consumed, the next one was not.
     pub input: St,
-}
-
-/// A job: the batch with its sequence number.
-type Job = (u64, IndexBatch);
-
-/// A result: the sequence number of its job and the gathered batch.
-type Done<T> = (u64, Result<LoaderBatch<T>>);
-
-/// One worker thread's ends.
-struct Worker<T> {
-    jobs: mpsc::Sender<Job>,
-    results: Receiver<Done<T>>,
-    exit: Option<oneshot::Receiver<()>>,
+    /// The batches after `input` that were consumed already (only a best-effort merge consumes
+    /// out of order): their numbers among the batches the input yields from `input` on, 0 the
+    /// first (never listed: it is the first not consumed), in increasing order. A resumed
+    /// stream pulls them from its input and skips them. Empty (and not written) under the strict
+    /// merge.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub consumed_ahead: Vec<u64>,
 }
 
 /// Starts worker `w`.
@@ -54,12 +52,15 @@ type Announce = Arc<dyn Fn(u64, Option<&[u64]>) + Send + Sync>;
 /// prefetch's).
 static SESSIONS: AtomicU64 = AtomicU64::new(1 << 63);
 
-/// A batch pulled from the input and not consumed yet.
+/// A batch pulled from the input and not yet part of the consumed prefix.
 struct InFlight<St> {
     seq: u64,
-    /// The worker gathering it; `None` for an error of the input (in `error`).
+    /// The worker gathering it; `None` for an error of the input (in `error`), or a batch
+    /// skipped because a restored checkpoint had consumed it already.
     worker: Option<usize>,
     error: Option<Error>,
+    /// Consumed (out of order, or skipped): it leaves with the prefix.
+    consumed: bool,
     /// The input's state just after the batch was pulled.
     state: St,
 }
@@ -69,37 +70,47 @@ struct InFlight<St> {
 /// # Work split
 ///
 /// The input is pulled on the consumer's side, in [`Stream::poll_next`] (computing index
-/// batches is cheap). Each batch pulled goes to the next worker thread in turn, which gathers it
-/// from the [`Source`] (with the [`RetryPolicy`] of the configuration), applies the transform,
-/// and pushes the result into its own bounded queue. At most
-/// `num_workers · worker_queue_size` batches are in flight; the results are handed to the
-/// consumer strictly in input order. Unlike the seekable [`super::super::Prefetch`], the
-/// workers share one input, so the consumer side hands out the work; it accepts any stage.
+/// batches is cheap). Each batch pulled goes to the next worker thread in turn (round-robin),
+/// which gathers it from the [`Source`] (retrying as [`PrefetchConfig::retry`] says),
+/// applies the transform, and pushes the result into its own bounded queue. At most
+/// `num_workers · (worker_queue_size + gathers_in_flight − 1)` batches are in flight. Unlike the
+/// seekable [`super::super::Prefetch`], the workers share one input, so the consumer side hands
+/// out the work; it accepts any stage, a user's own included.
+///
+/// # Merge
+///
+/// - [`MergePolicy::Strict`] (default): the results are handed out strictly in input order.
+/// - [`MergePolicy::BestEffort`]: the first ready result of the workers, scanned from the one
+///   after the last taken, never from a worker whose consumed batches would then be more than
+///   `max_lead` ahead of the slowest worker's that still has batches to come: the seekable
+///   prefetch's merge ([`super::super::Prefetch`]), over the same per-worker counts. A slow
+///   batch then holds back only its own worker's later batches. Not deterministic.
 ///
 /// # Checkpoint
 ///
-/// The state is the input's state taken just after the last *consumed* batch was pulled, so
-/// batches in flight at a checkpoint are gathered again after a restore, and nothing is lost
-/// or repeated. A failed batch (an `Err` from the input, or a gather or transform that failed
-/// on every try) under [`OnError::Stop`] ends the stream without being consumed: the checkpoint
-/// still points before it. Under [`OnError::Skip`] it counts as consumed.
+/// The state ([`PrefetchStreamState`]) is the input's state taken just after the last batch of
+/// the consumed prefix was pulled, plus, under the best-effort merge, which later batches were
+/// consumed already. Batches in flight at a checkpoint are gathered again after a restore, the
+/// ones consumed ahead are pulled and skipped, so nothing is lost or repeated, with any worker
+/// count and either merge. A failed batch (an `Err` from the input, or a gather or transform
+/// that failed on every try) under [`OnError::Stop`] ends the stream without being consumed:
+/// the checkpoint still points before it. Under [`OnError::Skip`] it counts as consumed.
 ///
 /// # Configuration
 ///
-/// [`PrefetchConfig::num_workers`], [`PrefetchConfig::worker_queue_size`],
-/// [`PrefetchConfig::retry`] and [`PrefetchConfig::on_error`] apply. The merge is always
-/// strict (a [`MergePolicy::BestEffort`] configuration is refused), and a
-/// [`PrefetchConfig::gathers_in_flight`] above 1 is refused (each worker gathers one batch at a
-/// time with [`Source::gather`]). With a non-zero [`PrefetchConfig::lookahead`], every batch is
-/// announced ([`Source::lookahead`]) when it is pulled and handed to a worker, so the window of
-/// announced batches is the batches in flight, not `lookahead` batches per worker;
-/// `consumer_queue_size` is not used, results go from the workers' queues to the consumer.
+/// Every option of [`PrefetchConfig`] applies but `consumer_queue_size` (results go from the
+/// workers' queues to the consumer). With [`PrefetchConfig::gathers_in_flight`] above 1, each
+/// worker keeps up to that many gathers going at once with [`Source::gather_async`] (the
+/// seekable prefetch's window, the same code), taking the results in its jobs' order. With a
+/// non-zero [`PrefetchConfig::lookahead`], every batch is announced ([`Source::lookahead`])
+/// when it is pulled and handed to a worker, so the window of announced batches is the batches
+/// in flight, not `lookahead` batches per worker.
 ///
 /// # Shutdown
 ///
 /// Dropping the stream closes the queues: a worker waiting for work or blocked on a full queue
-/// exits at once, a worker in the middle of a gather when the gather returns.
-/// [`PrefetchStream::shutdown`] waits for that.
+/// exits at once, a worker in the middle of a gather when the gather returns (an asynchronous
+/// gather in flight is dropped). [`PrefetchStream::shutdown`] waits for that.
 #[must_use = "streams do nothing unless polled"]
 pub struct PrefetchStream<S: Checkpoint, T> {
     input: S,
@@ -111,12 +122,21 @@ pub struct PrefetchStream<S: Checkpoint, T> {
     session: u64,
     num_workers: usize,
     capacity: usize,
+    merge: MergePolicy,
     on_error: OnError,
     /// Started at the first poll (and again after a restore).
     workers: Vec<Worker<T>>,
     next_worker: usize,
+    /// Per worker since its start: batches consumed, and batches handed to it and not consumed.
+    worker_consumed: Vec<u64>,
+    worker_owed: Vec<u64>,
+    /// The worker the best-effort merge visits first.
+    merge_next: usize,
+    max_observed_lead: u64,
     in_flight: VecDeque<InFlight<S::State>>,
     next_seq: u64,
+    /// Sequence numbers not pulled yet that a restored checkpoint had consumed, increasing.
+    skip: VecDeque<u64>,
     consumed: S::State,
     stopped: bool,
     /// What the workers count as they go (shared with them), and what the consumer side counts:
@@ -129,6 +149,7 @@ impl<S: Checkpoint, T> fmt::Debug for PrefetchStream<S, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PrefetchStream")
             .field("num_workers", &self.num_workers)
+            .field("merge", &self.merge)
             .field("in_flight", &self.in_flight.len())
             .field("stopped", &self.stopped)
             .finish_non_exhaustive()
@@ -144,8 +165,7 @@ where
     /// `transform` on the worker threads. The threads start at the first poll.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for an invalid `config`, a best-effort merge or more than one
-    /// gather in flight.
+    /// [`Error::InvalidConfig`] for an invalid `config`.
     pub fn new<Src: Source>(
         input: S,
         source: Arc<Src>,
@@ -153,25 +173,6 @@ where
         config: PrefetchConfig,
     ) -> Result<Self> {
         config.validate()?;
-        if config.merge != MergePolicy::Strict {
-            return Err(Error::InvalidConfig {
-                reason: "prefetch over a stream: only the strict merge is possible (the workers \
-                         share one input); use the seekable Prefetch for a best-effort merge"
-                    .into(),
-            });
-        }
-        if config.gathers_in_flight != 1 {
-            return Err(Error::InvalidConfig {
-                reason: format!(
-                    "prefetch over a stream: gathers_in_flight must be 1, not {} (each worker \
-                     gathers one batch at a time, with worker_queue_size batches queued for it); \
-                     use the seekable Prefetch for asynchronous gathers",
-                    config.gathers_in_flight
-                ),
-            });
-        }
-        let queue_size = config.worker_queue_size;
-        let retry = config.retry;
         let announce: Option<Announce> = (config.lookahead > 0).then(|| {
             let source = Arc::clone(&source);
             let announce: Announce =
@@ -188,11 +189,15 @@ where
                 w,
                 Arc::clone(&source),
                 Arc::clone(&transform),
-                retry,
-                queue_size,
+                config,
                 Arc::clone(&shared),
             )
         });
+        // Each worker: its queue, plus the gathers of its window beyond the one a blocking
+        // worker has.
+        let per_worker = config
+            .worker_queue_size
+            .saturating_add(config.gathers_in_flight.saturating_sub(1));
         Ok(Self {
             consumed: input.checkpoint(),
             input,
@@ -201,12 +206,18 @@ where
             announce,
             session: SESSIONS.fetch_add(1, Ordering::Relaxed),
             num_workers: config.num_workers,
-            capacity: config.num_workers.saturating_mul(config.worker_queue_size),
+            capacity: config.num_workers.saturating_mul(per_worker),
+            merge: config.merge,
             on_error: config.on_error,
             workers: Vec::new(),
             next_worker: 0,
+            worker_consumed: vec![0; config.num_workers],
+            worker_owed: vec![0; config.num_workers],
+            merge_next: 0,
+            max_observed_lead: 0,
             in_flight: VecDeque::new(),
             next_seq: 0,
+            skip: VecDeque::new(),
             stopped: false,
             counters,
             consumer: ConsumerCounters::default(),
@@ -240,9 +251,9 @@ impl<S: Checkpoint, T> PrefetchStream<S, T> {
     /// batches and records consumed and produced, failed tries, gathers and records in flight,
     /// time per stage, the gather latency histogram, and who waits for whom (see
     /// [`LoaderStats`]). The index side runs on the consumer's task here, so `index_time` is 0;
-    /// the merge is strict, so `lead` and `max_lead` are 0; `consumer_queue_depth` counts the
-    /// batches pulled from the input and not consumed yet. Cheap: a few atomic loads and one
-    /// lock per worker queue.
+    /// `lead` and `max_lead` are those of the best-effort merge (0 under the strict merge);
+    /// `consumer_queue_depth` counts the batches pulled from the input and not consumed yet.
+    /// Cheap: a few atomic loads and one lock per worker queue.
     pub fn stats(&self) -> LoaderStats {
         let depths = self.workers.iter().map(|w| w.results.len()).collect();
         let depths = if self.workers.is_empty() {
@@ -250,13 +261,36 @@ impl<S: Checkpoint, T> PrefetchStream<S, T> {
         } else {
             depths
         };
+        let waiting = self.in_flight.iter().filter(|b| !b.consumed).count();
         LoaderStats::new(
             &self.counters,
             &self.consumer,
             depths,
-            self.in_flight.len(),
-            (0, 0),
+            waiting,
+            (self.lead(), self.max_observed_lead),
         )
+    }
+
+    /// The least consumed count of the workers with batches to come: handed to them and not
+    /// consumed, or (while the input goes on) still to be handed out.
+    fn min_unconsumed(&self) -> Option<u64> {
+        self.worker_consumed
+            .iter()
+            .zip(&self.worker_owed)
+            .filter(|(_, owed)| **owed > 0 || !self.input_done)
+            .map(|(&c, _)| c)
+            .min()
+    }
+
+    /// Consumed batches of the worker furthest ahead minus those of the slowest worker with
+    /// batches to come (0 under the strict merge).
+    fn lead(&self) -> u64 {
+        if self.merge == MergePolicy::Strict {
+            return 0;
+        }
+        let max = self.worker_consumed.iter().copied().max().unwrap_or(0);
+        self.min_unconsumed()
+            .map_or(0, |min| max.saturating_sub(min))
     }
 
     /// Drops whatever the source started for the batches announced and not gathered.
@@ -266,11 +300,42 @@ impl<S: Checkpoint, T> PrefetchStream<S, T> {
         }
     }
 
-    /// Ends the stream after a failed batch under [`OnError::Stop`]; the checkpoint stays.
+    /// Ends the stream after a failed batch under [`OnError::Stop`]; the checkpoint stays (the
+    /// batches in flight stay listed: the checkpoint names those consumed ahead).
     fn stop(&mut self) {
         self.stopped = true;
-        self.in_flight.clear();
         self.workers.clear();
+    }
+
+    /// Moves the consumed prefix past the consumed batches at the front.
+    fn advance(&mut self) {
+        while self.in_flight.front().is_some_and(|b| b.consumed) {
+            if let Some(done) = self.in_flight.pop_front() {
+                self.consumed = done.state;
+            }
+        }
+    }
+
+    /// Marks the batch at `i` of `in_flight` consumed by the consumer, with `ok` its outcome.
+    fn consume(&mut self, i: usize, ok: Option<usize>) {
+        let Some(b) = self.in_flight.get_mut(i) else {
+            return;
+        };
+        b.consumed = true;
+        if let Some(w) = b.worker {
+            if let Some(c) = self.worker_consumed.get_mut(w) {
+                *c = c.saturating_add(1);
+            }
+            if let Some(o) = self.worker_owed.get_mut(w) {
+                *o = o.saturating_sub(1);
+            }
+        }
+        if let Some(records) = ok {
+            self.consumer.batches = self.consumer.batches.saturating_add(1);
+            self.consumer.records = self.consumer.records.saturating_add(records as u64);
+        }
+        self.max_observed_lead = self.max_observed_lead.max(self.lead());
+        self.advance();
     }
 }
 
@@ -287,14 +352,24 @@ where
             }
         }
         while !self.input_done && self.in_flight.len() < self.capacity {
-            let (worker, error) = match Pin::new(&mut self.input).poll_next(cx) {
+            let polled = match Pin::new(&mut self.input).poll_next(cx) {
                 Poll::Pending => break,
                 Poll::Ready(None) => {
                     self.input_done = true;
                     break;
                 }
-                Poll::Ready(Some(Err(e))) => (None, Some(e)),
-                Poll::Ready(Some(Ok(batch))) => {
+                Poll::Ready(Some(polled)) => polled,
+            };
+            let seq = self.next_seq;
+            let skipped = self.skip.front() == Some(&seq);
+            if skipped {
+                self.skip.pop_front();
+            }
+            let (worker, error) = match polled {
+                // Consumed before the checkpoint this stream was restored from.
+                _ if skipped => (None, None),
+                Err(e) => (None, Some(e)),
+                Ok(batch) => {
                     if let Some(announce) = &self.announce {
                         announce(self.session, Some(&batch.indices()));
                     }
@@ -303,8 +378,11 @@ where
                     let sent = self
                         .workers
                         .get(w)
-                        .is_some_and(|worker| worker.jobs.send((self.next_seq, batch)).is_ok());
+                        .is_some_and(|worker| worker.jobs.unbounded_send((seq, batch)).is_ok());
                     if sent {
+                        if let Some(o) = self.worker_owed.get_mut(w) {
+                            *o = o.saturating_add(1);
+                        }
                         (Some(w), None)
                     } else {
                         (None, Some(gone()))
@@ -312,35 +390,103 @@ where
                 }
             };
             self.in_flight.push_back(InFlight {
-                seq: self.next_seq,
+                seq,
                 worker,
                 error,
+                consumed: skipped,
                 state: self.input.checkpoint(),
             });
             self.next_seq = self.next_seq.wrapping_add(1);
         }
+        self.advance();
         Ok(())
     }
 
-    /// The result of the oldest batch in flight, if it is ready.
-    fn poll_front(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<LoaderBatch<T>>>> {
+    /// The result of the oldest batch in flight, if it is ready: its place in `in_flight` and
+    /// the result.
+    fn poll_front(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<(usize, Result<LoaderBatch<T>>)>> {
         let Some(front) = self.in_flight.front_mut() else {
             return Poll::Ready(None);
         };
         let Some(w) = front.worker else {
-            return Poll::Ready(Some(Err(front.error.take().unwrap_or_else(gone))));
+            return Poll::Ready(Some((0, Err(front.error.take().unwrap_or_else(gone)))));
         };
         let Some(worker) = self.workers.get(w) else {
-            return Poll::Ready(Some(Err(gone())));
+            return Poll::Ready(Some((0, Err(gone()))));
         };
         loop {
             match worker.results.poll_pop(cx) {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(None) => return Poll::Ready(Some(Err(gone()))),
+                Poll::Ready(None) => return Poll::Ready(Some((0, Err(gone())))),
                 // A worker's results come in the order of its jobs: anything before this batch
                 // was left by a stopped pass and is dropped.
                 Poll::Ready(Some((seq, _))) if seq != front.seq => {}
-                Poll::Ready(Some((_, result))) => return Poll::Ready(Some(result)),
+                Poll::Ready(Some((_, result))) => return Poll::Ready(Some((0, result))),
+            }
+        }
+    }
+
+    /// The best-effort merge: an input error at the front first, else the first ready result of
+    /// an eligible worker ([`scan_best_effort`]).
+    fn poll_best_effort(
+        &mut self,
+        cx: &mut Context<'_>,
+        max_lead: u64,
+        max_skips: u64,
+    ) -> Poll<Option<(usize, Result<LoaderBatch<T>>)>> {
+        let Some(front) = self.in_flight.front_mut() else {
+            return Poll::Ready(None);
+        };
+        if front.worker.is_none() {
+            return Poll::Ready(Some((0, Err(front.error.take().unwrap_or_else(gone)))));
+        }
+        // The promise `scan_best_effort` needs: jobs are dealt round-robin, so the worker of the
+        // oldest job not consumed has consumed no more than any other, and it is active.
+        let min = self.min_unconsumed().unwrap_or(0);
+        let n = self.workers.len();
+        let start = self.merge_next % n.max(1);
+        let taken = scan_best_effort(
+            self,
+            n,
+            start,
+            (min, max_lead, max_skips),
+            |this, w| {
+                let owed = this.worker_owed.get(w).copied().unwrap_or(0);
+                (owed > 0).then(|| this.worker_consumed.get(w).copied().unwrap_or(0))
+            },
+            |this, w| this.take(cx, w),
+        );
+        taken.map(Some)
+    }
+
+    /// Worker `w`'s next result: the place of its batch in `in_flight` and the result.
+    fn take(&mut self, cx: &mut Context<'_>, w: usize) -> Poll<(usize, Result<LoaderBatch<T>>)> {
+        let oldest = self
+            .in_flight
+            .iter()
+            .position(|b| b.worker == Some(w) && !b.consumed);
+        let (Some(worker), Some(oldest)) = (self.workers.get(w), oldest) else {
+            return Poll::Pending;
+        };
+        loop {
+            match worker.results.poll_pop(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => {
+                    self.merge_next = w.wrapping_add(1);
+                    return Poll::Ready((oldest, Err(gone())));
+                }
+                Poll::Ready(Some((seq, result))) => {
+                    // In the order of the worker's jobs; anything else was left by a stopped
+                    // pass.
+                    let at = self.in_flight.iter().position(|b| b.seq == seq);
+                    if let Some(at) = at.filter(|&at| at == oldest) {
+                        self.merge_next = w.wrapping_add(1);
+                        return Poll::Ready((at, result));
+                    }
+                }
             }
         }
     }
@@ -362,7 +508,14 @@ where
             this.stop();
             return Poll::Ready(Some(Err(e)));
         }
-        let result = match this.poll_front(cx) {
+        let polled = match this.merge {
+            MergePolicy::Strict => this.poll_front(cx),
+            MergePolicy::BestEffort {
+                max_lead,
+                max_skips_per_round,
+            } => this.poll_best_effort(cx, max_lead, max_skips_per_round),
+        };
+        let (at, result) = match polled {
             Poll::Pending => {
                 this.consumer.pending();
                 return Poll::Pending;
@@ -379,23 +532,14 @@ where
                 this.consumer.pending();
                 return Poll::Pending;
             }
-            Poll::Ready(Some(result)) => result,
+            Poll::Ready(Some(taken)) => taken,
         };
         this.consumer.ready();
-        let Some(done) = this.in_flight.pop_front() else {
-            return Poll::Ready(Some(result));
-        };
         if result.is_err() && this.on_error == OnError::Stop {
             this.stop();
         } else {
-            this.consumed = done.state;
-            if let Ok(b) = &result {
-                this.consumer.batches = this.consumer.batches.saturating_add(1);
-                this.consumer.records = this
-                    .consumer
-                    .records
-                    .saturating_add(b.batch.samples.len() as u64);
-            }
+            let records = result.as_ref().ok().map(|b| b.batch.samples.len());
+            this.consume(at, records);
         }
         Poll::Ready(Some(result))
     }
@@ -417,132 +561,59 @@ where
     type State = PrefetchStreamState<S::State>;
 
     fn checkpoint(&self) -> Self::State {
+        // The prefix ends before the first batch not consumed: the front, after `advance`.
+        let base = self.in_flight.front().map_or(self.next_seq, |b| b.seq);
+        let consumed_ahead = self
+            .in_flight
+            .iter()
+            .filter(|b| b.consumed)
+            .map(|b| b.seq)
+            .chain(self.skip.iter().copied())
+            .map(|seq| seq.wrapping_sub(base))
+            .collect();
         PrefetchStreamState {
             input: self.consumed.clone(),
+            consumed_ahead,
         }
     }
 
     /// Restores the input and drops every batch in flight; the workers are started again at
     /// the next poll.
+    ///
+    /// # Errors
+    /// [`Error::ResumeMismatch`] if `consumed_ahead` is not increasing from 1, or as the input's
+    /// restore.
     fn restore(&mut self, state: Self::State) -> Result<()> {
+        let increasing = state.consumed_ahead.first().is_none_or(|&f| f > 0)
+            && state
+                .consumed_ahead
+                .windows(2)
+                .all(|w| w.first() < w.get(1));
+        if !increasing {
+            return Err(Error::ResumeMismatch {
+                reason: format!(
+                    "malformed stream prefetch state: consumed_ahead must increase from 1, not \
+                     {:?}",
+                    state.consumed_ahead
+                ),
+            });
+        }
         self.end_session();
         self.session = SESSIONS.fetch_add(1, Ordering::Relaxed);
         self.in_flight.clear();
         self.workers.clear();
         self.next_worker = 0;
+        self.merge_next = 0;
+        self.worker_consumed = vec![0; self.num_workers];
+        self.worker_owed = vec![0; self.num_workers];
+        self.next_seq = 0;
+        self.skip = state.consumed_ahead.into();
         self.input_done = false;
         self.stopped = false;
         self.input.restore(state.input.clone())?;
         self.consumed = state.input;
         Ok(())
     }
-}
-
-fn gone() -> Error {
-    Error::WorkerGone {
-        what: "a stream prefetch worker",
-    }
-}
-
-fn spawn_worker<Src: Source, T: Send + 'static>(
-    w: usize,
-    source: Arc<Src>,
-    transform: Transform<Src::Batch, T>,
-    retry: RetryPolicy,
-    queue_size: usize,
-    counters: Arc<Counters>,
-) -> Result<Worker<T>> {
-    let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
-    let (tx, rx) = queue::bounded(queue_size);
-    let (exit_tx, exit_rx) = oneshot::channel::<()>();
-    std::thread::Builder::new()
-        .name(format!("zrecord-stream-prefetch-{w}"))
-        .spawn(move || {
-            while let Ok((seq, batch)) = jobs_rx.recv() {
-                if tx.is_closed() {
-                    break;
-                }
-                let result = produce(w, &*source, &transform, retry, &tx, &counters, batch);
-                if let Ok(b) = &result {
-                    counters.produced(b.batch.samples.len());
-                }
-                let pushed = std::time::Instant::now();
-                if tx.push((seq, result)).is_err() {
-                    break;
-                }
-                counters.blocked(pushed);
-            }
-            // Release the source before announcing the exit.
-            drop((source, transform, tx));
-            drop(exit_tx);
-        })
-        .map_err(|e| Error::ThreadSpawn {
-            what: "a stream prefetch worker",
-            reason: e.to_string(),
-        })?;
-    Ok(Worker {
-        jobs: jobs_tx,
-        results: rx,
-        exit: Some(exit_rx),
-    })
-}
-
-/// Gathers and transforms `batch`, trying again as `retry` allows (sleeping on this thread; a
-/// dropped stream cuts the sleep short). A panic is not retried.
-fn produce<Src: Source, T>(
-    w: usize,
-    source: &Src,
-    transform: &Transform<Src::Batch, T>,
-    retry: RetryPolicy,
-    tx: &Sender<Done<T>>,
-    counters: &Arc<Counters>,
-    batch: IndexBatch,
-) -> Result<LoaderBatch<T>> {
-    retry_blocking(
-        retry,
-        &mut (),
-        |_, _| {
-            let attempt = catch_unwind(AssertUnwindSafe(|| {
-                let indices = batch.indices();
-                let gathered = {
-                    let _in_flight = counters.gather_started(indices.len());
-                    source.gather(&indices)?
-                };
-                let start = std::time::Instant::now();
-                let data = transform(gathered, &batch)?;
-                counters.transform_time(start);
-                Ok(data)
-            }));
-            match attempt {
-                Ok(Ok(data)) => Ok(data),
-                Ok(Err(e)) => {
-                    counters.failed_attempt();
-                    Err(Failure::Retry(e))
-                }
-                Err(panic) => {
-                    let message = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| (*s).to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "non-string panic payload".into());
-                    Err(Failure::Final(Error::WorkerPanicked {
-                        what: format!(
-                            "stream prefetch worker {w} (batch at epoch {} position {})",
-                            batch.epoch, batch.position
-                        ),
-                        message,
-                    }))
-                }
-            }
-        },
-        |_, _, _, backoff| {
-            let slept = std::time::Instant::now();
-            let closed = tx.wait_closed(backoff);
-            counters.retry_wait(slept);
-            !closed
-        },
-    )
-    .map(|data| LoaderBatch { data, batch })
 }
 
 impl<S: Checkpoint, T> Drop for PrefetchStream<S, T> {
@@ -564,6 +635,7 @@ mod tests {
     use super::super::testing::{all, every_split, sampler};
     use super::super::CheckpointExt;
     use super::*;
+    use crate::pipeline::RetryPolicy;
     use crate::pipeline::{BatchConfig, MemorySource, Stage, StageExt};
 
     fn source(n: u64) -> Arc<MemorySource> {
@@ -729,29 +801,62 @@ mod tests {
     }
 
     #[test]
-    fn best_effort_and_async_gathers_are_refused() {
-        let src = source(4);
-        let batches = || sampler(4, 1).cursor().batch(BatchConfig::new(2)).unwrap();
-        let best_effort = PrefetchConfig::default().merge(MergePolicy::BestEffort {
-            max_lead: 2,
-            max_skips_per_round: 1,
-        });
-        assert!(matches!(
-            batches().prefetch(Arc::clone(&src), best_effort),
-            Err(Error::InvalidConfig { .. })
-        ));
-        let window = PrefetchConfig::default().gathers_in_flight(2);
-        assert!(matches!(
-            batches().prefetch(Arc::clone(&src), window),
-            Err(Error::InvalidConfig { .. })
-        ));
-        assert_eq!(
-            all(
-                batches().prefetch(src, PrefetchConfig::default()).unwrap(),
-                item
-            )
-            .len(),
-            2
+    fn best_effort_and_async_gathers_yield_every_batch_once_and_resume_everywhere() {
+        let src = source(13);
+        let batches = || sampler(13, 2).cursor().batch(BatchConfig::new(2)).unwrap();
+        let expected = all(
+            batches()
+                .prefetch(Arc::clone(&src), PrefetchConfig::default())
+                .unwrap(),
+            item,
         );
+        let window = PrefetchConfig::default()
+            .num_workers(2)
+            .worker_queue_size(1)
+            .gathers_in_flight(3);
+        let got = every_split(
+            || batches().prefetch(Arc::clone(&src), window).unwrap(),
+            item,
+        );
+        assert_eq!(got, expected);
+        let best_effort = PrefetchConfig::default()
+            .num_workers(3)
+            .merge(MergePolicy::BestEffort {
+                max_lead: 2,
+                max_skips_per_round: 1,
+            });
+        let mut got = all(batches().prefetch(src, best_effort).unwrap(), item);
+        got.sort();
+        let mut sorted = expected;
+        sorted.sort();
+        assert_eq!(got, sorted);
+    }
+
+    #[test]
+    fn a_malformed_consumed_ahead_is_refused() {
+        let src = source(4);
+        let mut s = sampler(4, 1)
+            .cursor()
+            .batch(BatchConfig::new(2))
+            .unwrap()
+            .prefetch(src, PrefetchConfig::default())
+            .unwrap();
+        let good = s.checkpoint();
+        for ahead in [vec![0], vec![2, 2], vec![3, 1]] {
+            let state = PrefetchStreamState {
+                consumed_ahead: ahead.clone(),
+                ..good.clone()
+            };
+            assert!(
+                matches!(s.restore(state), Err(Error::ResumeMismatch { .. })),
+                "{ahead:?}"
+            );
+        }
+        s.restore(PrefetchStreamState {
+            consumed_ahead: vec![1],
+            ..good
+        })
+        .unwrap();
+        assert_eq!(all(s, |b: LoaderBatch<Vec<Vec<u8>>>| b.position()), vec![0]);
     }
 }

@@ -1,0 +1,232 @@
+//! A [`super::PrefetchStream`] worker thread: takes the batches the consumer deals it, gathers
+//! them (one at a time, or several in flight in the seekable prefetch's [`Window`]), transforms,
+//! retries, and pushes the results into its bounded queue in its jobs' order.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::channel::{mpsc, oneshot};
+use futures::stream::StreamExt;
+
+use super::super::super::batch::IndexBatch;
+use super::super::super::prefetch::{
+    LoaderBatch, PrefetchConfig, RetryPolicy, Transform, Window, WorkerName,
+};
+use super::super::super::queue::{self, Receiver, Sender};
+use super::super::super::source::Source;
+use super::super::super::state::Position;
+use super::super::super::stats::Counters;
+use crate::retry::{retry_blocking, Failure};
+use crate::{Error, Result};
+
+/// A job: the batch with its sequence number.
+pub(super) type Job = (u64, IndexBatch);
+
+/// A result: the sequence number of its job and the gathered batch.
+pub(super) type Done<T> = (u64, Result<LoaderBatch<T>>);
+
+/// One worker thread's ends.
+pub(super) struct Worker<T> {
+    pub(super) jobs: mpsc::UnboundedSender<Job>,
+    pub(super) results: Receiver<Done<T>>,
+    pub(super) exit: Option<oneshot::Receiver<()>>,
+}
+
+pub(super) fn gone() -> Error {
+    Error::WorkerGone {
+        what: "a stream prefetch worker",
+    }
+}
+
+pub(super) fn spawn_worker<Src: Source, T: Send + 'static>(
+    w: usize,
+    source: Arc<Src>,
+    transform: Transform<Src::Batch, T>,
+    config: PrefetchConfig,
+    counters: Arc<Counters>,
+) -> Result<Worker<T>> {
+    let (jobs_tx, mut jobs) = mpsc::unbounded::<Job>();
+    let (tx, rx) = queue::bounded(config.worker_queue_size);
+    let (exit_tx, exit_rx) = oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name(format!("zrecord-stream-prefetch-{w}"))
+        .spawn(move || {
+            if config.gathers_in_flight > 1 {
+                let name = WorkerName {
+                    what: "stream prefetch worker",
+                    w: w as u64,
+                };
+                let window = Window::new(
+                    Arc::clone(&source),
+                    Arc::clone(&counters),
+                    config.retry,
+                    config.gathers_in_flight,
+                    name,
+                );
+                run_window(window, &transform, &tx, &counters, &mut jobs);
+            } else {
+                while let Some((seq, batch)) = next_job(&tx, &mut jobs) {
+                    let result =
+                        produce(w, &*source, &transform, config.retry, &tx, &counters, batch);
+                    if !deliver(&tx, &counters, seq, result) {
+                        break;
+                    }
+                }
+            }
+            // Release the source before announcing the exit.
+            drop((source, transform, tx, jobs));
+            drop(exit_tx);
+        })
+        .map_err(|e| Error::ThreadSpawn {
+            what: "a stream prefetch worker",
+            reason: e.to_string(),
+        })?;
+    Ok(Worker {
+        jobs: jobs_tx,
+        results: rx,
+        exit: Some(exit_rx),
+    })
+}
+
+/// Waits for the next job; `None` once the stream is dropped or restored.
+fn next_job<X>(tx: &Sender<X>, jobs: &mut mpsc::UnboundedReceiver<Job>) -> Option<Job> {
+    futures::executor::block_on(std::future::poll_fn(|cx| {
+        if tx.poll_closed(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        jobs.poll_next_unpin(cx)
+    }))
+}
+
+/// Pushes the result of job `seq`; false once the stream is gone.
+fn deliver<T>(
+    tx: &Sender<Done<T>>,
+    counters: &Counters,
+    seq: u64,
+    result: Result<LoaderBatch<T>>,
+) -> bool {
+    if let Ok(b) = &result {
+        counters.produced(b.batch.samples.len());
+    }
+    let pushed = std::time::Instant::now();
+    if tx.push((seq, result)).is_err() {
+        return false;
+    }
+    counters.blocked(pushed);
+    true
+}
+
+/// A worker with several gathers in flight: takes its jobs into the [`Window`] as they come
+/// (while it has room, also while it waits for its oldest gather), and delivers their results
+/// in its jobs' order.
+fn run_window<Src: Source, T>(
+    mut window: Window<Src>,
+    transform: &Transform<Src::Batch, T>,
+    tx: &Sender<Done<T>>,
+    counters: &Counters,
+    jobs: &mut mpsc::UnboundedReceiver<Job>,
+) {
+    // Every job comes with its batch: there is nothing to compute.
+    let mut no_compute = |_: u64, _: Position| -> Result<IndexBatch> {
+        Err(Error::internal(
+            "a stream prefetch job without its batch".into(),
+        ))
+    };
+    let mut ended = false;
+    loop {
+        if window.is_empty() {
+            match next_job(tx, jobs) {
+                Some((seq, batch)) => {
+                    window.push(seq, position(&batch), Some(batch), &mut no_compute);
+                }
+                None => break,
+            }
+        }
+        let mut more = |cx: &mut Context<'_>, window: &mut Window<Src>| {
+            while !ended && !window.is_full() {
+                match jobs.poll_next_unpin(cx) {
+                    Poll::Ready(Some((seq, batch))) => {
+                        window.push(seq, position(&batch), Some(batch), &mut no_compute);
+                    }
+                    Poll::Ready(None) => ended = true,
+                    Poll::Pending => break,
+                }
+            }
+        };
+        if !window.poll_head(tx, &mut more) {
+            break;
+        }
+        let Some((seq, result)) = window.finish_head(tx, transform, &mut no_compute) else {
+            break;
+        };
+        if !deliver(tx, counters, seq, result) {
+            break;
+        }
+    }
+}
+
+fn position(batch: &IndexBatch) -> Position {
+    Position {
+        epoch: batch.epoch,
+        position: batch.position,
+    }
+}
+
+/// Gathers and transforms `batch`, trying again as `retry` allows (sleeping on this thread; a
+/// dropped stream cuts the sleep short). A panic is not retried.
+fn produce<Src: Source, T>(
+    w: usize,
+    source: &Src,
+    transform: &Transform<Src::Batch, T>,
+    retry: RetryPolicy,
+    tx: &Sender<Done<T>>,
+    counters: &Arc<Counters>,
+    batch: IndexBatch,
+) -> Result<LoaderBatch<T>> {
+    retry_blocking(
+        retry,
+        &mut (),
+        |_, _| {
+            let attempt = catch_unwind(AssertUnwindSafe(|| {
+                let indices = batch.indices();
+                let gathered = {
+                    let _in_flight = counters.gather_started(indices.len());
+                    source.gather(&indices)?
+                };
+                let start = std::time::Instant::now();
+                let data = transform(gathered, &batch)?;
+                counters.transform_time(start);
+                Ok(data)
+            }));
+            match attempt {
+                Ok(Ok(data)) => Ok(data),
+                Ok(Err(e)) => {
+                    counters.failed_attempt();
+                    Err(Failure::Retry(e))
+                }
+                Err(panic) => {
+                    let message = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "non-string panic payload".into());
+                    Err(Failure::Final(Error::WorkerPanicked {
+                        what: format!(
+                            "stream prefetch worker {w} (batch at epoch {} position {})",
+                            batch.epoch, batch.position
+                        ),
+                        message,
+                    }))
+                }
+            }
+        },
+        |_, _, _, backoff| {
+            let slept = std::time::Instant::now();
+            let closed = tx.wait_closed(backoff);
+            counters.retry_wait(slept);
+            !closed
+        },
+    )
+    .map(|data| LoaderBatch { data, batch })
+}
