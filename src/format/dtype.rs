@@ -82,7 +82,7 @@ impl fmt::Display for DType {
 /// In `meta.json`: `"raw"`, `"deflate"`, `{"zstd":{"level":3}}`, `{"zstd_dict":{"level":3}}`.
 /// Every codec compresses each record on its own, so a record is still read alone, and a record
 /// that does not shrink is stored raw: the codec actually used is recorded in each record's
-/// offset entry ([`StoredCodec`]).
+/// offset entry (`StoredCodec`, public with the `diagnostics` feature).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
@@ -150,7 +150,8 @@ impl Codec {
     }
 
     /// The code of an offset entry of a record stored with this codec (the dictionary codec's
-    /// records name a dictionary besides: see [`StoredCodec`]).
+    /// records name a dictionary besides: see `StoredCodec`, public with the `diagnostics`
+    /// feature).
     #[deprecated(note = "an entry's codec is a `StoredCodec`; see CHANGELOG.md")]
     pub fn code(self) -> u8 {
         match self {

@@ -30,7 +30,7 @@ use std::sync::Arc;
 /// simulated one.
 #[derive(Debug)]
 pub enum Prefix {
-    /// A read-only mapping (see [`Mapping`]).
+    /// A read-only mapping of the file.
     Mapped(Mapping),
     /// The bytes, copied.
     #[cfg_attr(not(feature = "testing"), allow(dead_code))]
