@@ -10,10 +10,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::StreamExt;
 use object_store::aws::AmazonS3Builder;
-#[cfg(feature = "gcs")]
-use object_store::gcp::GoogleCloudStorageBuilder;
 #[cfg(feature = "azure")]
 use object_store::azure::MicrosoftAzureBuilder;
+#[cfg(feature = "gcs")]
+use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::path::Path as ObjectPath;
 use object_store::{
     BackoffConfig, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig,
@@ -785,7 +785,10 @@ mod tests {
             .with("google_bearer_token", "t")
             .with("azure_storage_account_name", "devstoreaccount1")
             .with("azure_storage_account_key", "a2V5")
-            .with("azure_storage_endpoint", format!("{endpoint}/devstoreaccount1"))
+            .with(
+                "azure_storage_endpoint",
+                format!("{endpoint}/devstoreaccount1"),
+            )
             .with("azure_allow_http", "true")
             .retries(0)
     }
