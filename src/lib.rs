@@ -93,11 +93,14 @@ pub use store::writer::{
 };
 
 /// The URL schemes [`Dataset::open`] dispatches `scheme://…` to: the one place that knows
-/// which [`Location`]s this build has, so `store/` names none of them. Adding a scheme (`gs://`,
-/// `az://`, a collection's) is one impl of `store::location::UrlScheme` and one entry here.
+/// which [`Location`]s this build has, so `store/` names none of them. Adding a scheme (a
+/// collection's, say) is one impl of `store::location::UrlScheme` and one entry here. The
+/// object stores' entries (`s3://`, `gs://`, `az://`) are listed with the `remote` feature; one
+/// whose client feature (`gcs`, `azure`) a build lacks answers with an error naming it.
 pub(crate) fn url_schemes() -> &'static [&'static dyn store::location::UrlScheme] {
     #[cfg(feature = "remote")]
-    const SCHEMES: &[&dyn store::location::UrlScheme] = &[&remote::open::Scheme];
+    const SCHEMES: &[&dyn store::location::UrlScheme] =
+        &[&remote::open::S3, &remote::open::GCS, &remote::open::AZURE];
     #[cfg(not(feature = "remote"))]
     const SCHEMES: &[&dyn store::location::UrlScheme] = &[];
     SCHEMES

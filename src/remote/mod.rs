@@ -1,20 +1,27 @@
-//! Datasets on object stores (S3 and S3-compatible stores: Garage, MinIO, Ceph, …).
+//! Datasets on object stores: S3 and S3-compatible stores (Garage, MinIO, Ceph, …) at
+//! `s3://bucket/prefix`; Google Cloud Storage at `gs://bucket/prefix` (feature `gcs`); Azure
+//! Blob Storage at `az://container/prefix` (also `azure://`, `abfs://`, `abfss://`, and
+//! `abfs[s]://container@account.dfs.core.windows.net/prefix`; feature `azure`).
 //!
-//! - [`push`] publishes a local dataset's latest commit to `s3://bucket/prefix`; [`pull`]
-//!   fetches one back into a local directory.
-//! - [`open`] opens a dataset at an `s3://` URL with [`RemoteConfig`]; [`crate::Dataset::open`]
+//! - [`push`] publishes a local dataset's latest commit to a URL; [`pull`] fetches one back
+//!   into a local directory.
+//! - [`open`] opens a dataset at a URL with [`RemoteConfig`]; [`crate::Dataset::open`]
 //!   takes such a URL too, with the default options. The offset tables are fetched into a
 //!   local cache directory and records are read with batched, coalesced range requests, every
 //!   record checked against its CRC32C as on local disk.
 //!
 //! A dataset here is a [`crate::Location`] like a local directory (`open.rs`): `store/` knows
-//! nothing of object stores, and the crate root lists `s3://` among the URL schemes
-//! [`crate::Dataset::open`] dispatches to.
+//! nothing of object stores, and the crate root lists `s3://`, `gs://` and `az://` among the URL
+//! schemes [`crate::Dataset::open`] dispatches to.
 //!
 //! The layout on the store and its commit rule are in docs/FORMAT.md ("On an object store").
-//! Credentials, endpoint and region come from the usual environment variables (`AWS_ENDPOINT`,
-//! `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ALLOW_HTTP`, …) or from
-//! [`StoreOptions`].
+//! Credentials, endpoint and region come from each platform's usual environment variables
+//! (S3: `AWS_ENDPOINT`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
+//! `AWS_ALLOW_HTTP`, …; GCS: `GOOGLE_SERVICE_ACCOUNT`, `GOOGLE_SERVICE_ACCOUNT_KEY`,
+//! `GOOGLE_APPLICATION_CREDENTIALS`, …, else the instance's metadata server; Azure:
+//! `AZURE_STORAGE_ACCOUNT_NAME`, `AZURE_STORAGE_ACCOUNT_KEY`, `AZURE_STORAGE_SAS_KEY`,
+//! `AZURE_STORAGE_ENDPOINT`, `AZURE_CLIENT_ID`/`AZURE_CLIENT_SECRET`/`AZURE_TENANT_ID`, …, else
+//! managed identity) or from [`StoreOptions`].
 
 pub(crate) mod backend;
 #[cfg(feature = "diagnostics")]
@@ -166,7 +173,8 @@ impl RemoteConfig {
     }
 }
 
-/// True if `path` is a URL of a dataset on an object store (`s3://…`) rather than a local path.
+/// True if `path` is a URL of a dataset on an object store (`s3://…`, `gs://…`, `az://…`)
+/// rather than a local path.
 pub fn is_url(path: &str) -> bool {
     path.split_once("://")
         .is_some_and(|(scheme, _)| !scheme.is_empty() && scheme != "file")

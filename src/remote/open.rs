@@ -17,13 +17,14 @@ use std::time::{Duration, SystemTime};
 use super::backend::RemoteBackend;
 use super::cache::Cache;
 use super::manifest::{latest, slot_key, Manifest, ObjectEntry, COMMITS};
-use super::store::{block_on, Store};
+use super::store::{block_on, Provider, Store};
 use super::RemoteConfig;
 use crate::checksum::crc32c_append;
 use crate::error::{Error, Result};
 use crate::{ChunkAt, Dataset, Location, ReadBackend, ReadConfig, Snapshot, TableAt, Writer};
 
-/// Opens the dataset at `url` (`s3://bucket/prefix`) read-only at its latest commit, read with
+/// Opens the dataset at `url` (`s3://bucket/prefix`, `gs://bucket/prefix`,
+/// `az://container/prefix`) read-only at its latest commit, read with
 /// `config` and `remote` (the client's options, request sizes, the cache):
 /// [`Dataset::open_with`] with object-store options. [`Dataset::open`] of a URL uses
 /// [`RemoteConfig::default`] (the environment's settings).
@@ -37,12 +38,21 @@ pub fn open(url: &str, config: ReadConfig, remote: RemoteConfig) -> Result<Datas
     Dataset::from_location(Arc::new(Remote::connect(url, &remote)?), config)
 }
 
-/// The `s3://` (and `s3a://`) scheme: [`Dataset::open`] of such a URL opens it with default options.
-pub(crate) struct Scheme;
+/// The URL schemes of one object-store provider (`s3://` and `s3a://`; `gs://`; `az://`,
+/// `azure://`, `abfs://`, `abfss://`): [`Dataset::open`] of such a URL opens it with default
+/// options. A build without the provider's feature names the feature it needs.
+pub(crate) struct Scheme(Provider);
+
+/// `s3://` and `s3a://`.
+pub(crate) const S3: Scheme = Scheme(Provider::S3);
+/// `gs://`.
+pub(crate) const GCS: Scheme = Scheme(Provider::Gcs);
+/// `az://`, `azure://`, `abfs://`, `abfss://`.
+pub(crate) const AZURE: Scheme = Scheme(Provider::Azure);
 
 impl crate::store::location::UrlScheme for Scheme {
     fn handles(&self, scheme: &str) -> bool {
-        matches!(scheme, "s3" | "s3a")
+        self.0.schemes().contains(&scheme)
     }
 
     fn open(&self, url: &str) -> Result<Arc<dyn Location>> {
@@ -323,10 +333,16 @@ fn prune(root: &Path, objects: &Path, tables: &[&ObjectEntry]) {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn s3a_is_an_s3_url() {
+    fn each_scheme_goes_to_its_provider() {
         use crate::store::location::UrlScheme;
-        assert!(super::Scheme.handles("s3"));
-        assert!(super::Scheme.handles("s3a"));
-        assert!(!super::Scheme.handles("gs"));
+        assert!(super::S3.handles("s3"));
+        assert!(super::S3.handles("s3a"));
+        assert!(!super::S3.handles("gs"));
+        assert!(super::GCS.handles("gs"));
+        assert!(!super::GCS.handles("gcs"));
+        for s in ["az", "azure", "abfs", "abfss"] {
+            assert!(super::AZURE.handles(s), "{s}");
+            assert!(!super::S3.handles(s) && !super::GCS.handles(s), "{s}");
+        }
     }
 }

@@ -200,7 +200,8 @@ impl Source {
     }
 }
 
-/// Publishes the latest commit of the local dataset at `local` to `url` (`s3://bucket/prefix`).
+/// Publishes the latest commit of the local dataset at `local` to `url` (`s3://bucket/prefix`,
+/// `gs://bucket/prefix`, `az://container/prefix`).
 ///
 /// First the store is probed once: a conditional create (`If-None-Match: *`) of a fresh probe
 /// key, twice; the second must be refused. A store that accepts it (Garage 2.5.0 does) would let

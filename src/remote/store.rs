@@ -1,5 +1,6 @@
-//! One dataset prefix on an object store: the `object_store` client, the runtime its requests
-//! run on, and typed errors that name the object, the range and the last HTTP status.
+//! One dataset prefix on an object store: the `object_store` client of its provider (S3, GCS,
+//! Azure), the runtime its requests run on, and typed errors that name the object, the range
+//! and the last HTTP status.
 
 use std::future::Future;
 use std::ops::Range;
@@ -9,6 +10,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::StreamExt;
 use object_store::aws::AmazonS3Builder;
+#[cfg(feature = "azure")]
+use object_store::azure::MicrosoftAzureBuilder;
+#[cfg(feature = "gcs")]
+use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::path::Path as ObjectPath;
 use object_store::{
     BackoffConfig, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig,
@@ -18,10 +23,28 @@ use crate::error::{Error, Result};
 use crate::io::fork::ForkLocal;
 use crate::retry::{retry, Failure, RetryPolicy};
 
-/// Options of the object-store client: `object_store` configuration keys and values (for S3:
-/// `aws_endpoint`, `aws_access_key_id`, `aws_secret_access_key`, `aws_region`,
-/// `aws_allow_http`, …), applied over what the environment sets (`AWS_ENDPOINT`,
-/// `AWS_ACCESS_KEY_ID`, …), and the request retries.
+/// Options of the object-store client: `object_store` configuration keys and values, applied
+/// over what the environment sets, and the request retries. The keys are those of the URL's
+/// provider:
+///
+/// - S3 (`s3://`): `aws_endpoint`, `aws_access_key_id`, `aws_secret_access_key`, `aws_region`,
+///   `aws_allow_http`, … over `AWS_ENDPOINT`, `AWS_ACCESS_KEY_ID`, …
+/// - GCS (`gs://`, feature `gcs`): `google_service_account` (a key file's path),
+///   `google_service_account_key` (its JSON), `google_application_credentials`,
+///   `google_bearer_token`, `google_base_url` (an emulator's URL: give it a bearer token too;
+///   object_store 0.14 asks the metadata server for one before an upload even with
+///   `google_skip_signature`), …
+///   over `GOOGLE_SERVICE_ACCOUNT`, `GOOGLE_APPLICATION_CREDENTIALS`, …
+/// - Azure (`az://`, feature `azure`): `azure_storage_account_name`,
+///   `azure_storage_account_key`, `azure_storage_sas_key`, `azure_storage_token`,
+///   `azure_storage_endpoint` (an emulator's or a private endpoint's URL),
+///   `azure_storage_use_emulator`, `azure_allow_http`, … over `AZURE_STORAGE_ACCOUNT_NAME`,
+///   `AZURE_STORAGE_ACCOUNT_KEY`, …
+///
+/// Client keys without a provider prefix (`allow_http`, `timeout`, …) apply to every provider.
+/// A key with another provider's prefix (`aws_`, `google_`, `azure_`) is skipped, so one
+/// `StoreOptions` can carry the settings of several stores; any other key the provider does not
+/// know is an [`crate::Error::InvalidConfig`] at open.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StoreOptions {
@@ -50,7 +73,7 @@ impl Default for StoreOptions {
 
 impl StoreOptions {
     /// Adds one `object_store` configuration pair (e.g. `("aws_endpoint",
-    /// "http://127.0.0.1:9000")`).
+    /// "http://127.0.0.1:9000")`, `("azure_storage_account_name", "devstoreaccount1")`).
     #[must_use]
     pub fn with(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.config.push((key.into(), value.into()));
@@ -153,9 +176,89 @@ pub(crate) struct Store {
 }
 
 /// The client's configuration, kept to make the client again after `fork()`. Its `Debug` shows
-/// nothing: it holds the credentials.
+/// nothing: it holds the credentials. Boxed: the builders' sizes differ by a kilobyte.
 #[derive(Clone)]
-struct Rebuild(AmazonS3Builder);
+enum Rebuild {
+    S3(Box<AmazonS3Builder>),
+    #[cfg(feature = "gcs")]
+    Gcs(Box<GoogleCloudStorageBuilder>),
+    #[cfg(feature = "azure")]
+    Azure(Box<MicrosoftAzureBuilder>),
+}
+
+impl Rebuild {
+    /// A new client of this configuration.
+    fn build(&self) -> std::result::Result<Arc<dyn ObjectStore>, object_store::Error> {
+        Ok(match self {
+            Rebuild::S3(b) => Arc::new((**b).clone().build()?),
+            #[cfg(feature = "gcs")]
+            Rebuild::Gcs(b) => Arc::new((**b).clone().build()?),
+            #[cfg(feature = "azure")]
+            Rebuild::Azure(b) => Arc::new((**b).clone().build()?),
+        })
+    }
+}
+
+/// The object stores a dataset URL can name, one per `object_store` client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Provider {
+    /// Amazon S3 and S3-compatible stores: `s3://bucket/prefix` (and `s3a://`).
+    S3,
+    /// Google Cloud Storage: `gs://bucket/prefix` (feature `gcs`).
+    Gcs,
+    /// Azure Blob Storage: `az://container/prefix`, also `azure://`, `abfs://`, `abfss://`
+    /// (`abfs[s]://container@account.dfs.core.windows.net/prefix` too), feature `azure`.
+    Azure,
+}
+
+impl Provider {
+    /// Every provider.
+    pub(crate) const ALL: [Provider; 3] = [Provider::S3, Provider::Gcs, Provider::Azure];
+
+    /// The URL schemes (without `://`) that name this provider's stores.
+    pub(crate) fn schemes(self) -> &'static [&'static str] {
+        match self {
+            Provider::S3 => &["s3", "s3a"],
+            Provider::Gcs => &["gs"],
+            Provider::Azure => &["az", "azure", "abfs", "abfss"],
+        }
+    }
+
+    /// The provider of URLs of `scheme`, if any.
+    pub(crate) fn of_scheme(scheme: &str) -> Option<Provider> {
+        Provider::ALL
+            .into_iter()
+            .find(|p| p.schemes().contains(&scheme))
+    }
+
+    /// The prefix of this provider's `object_store` configuration keys.
+    fn key_prefix(self) -> &'static str {
+        match self {
+            Provider::S3 => "aws_",
+            Provider::Gcs => "google_",
+            Provider::Azure => "azure_",
+        }
+    }
+
+    /// The crate feature that builds this provider's client in.
+    #[cfg(not(all(feature = "gcs", feature = "azure")))]
+    fn feature(self) -> &'static str {
+        match self {
+            Provider::S3 => "remote",
+            Provider::Gcs => "gcs",
+            Provider::Azure => "azure",
+        }
+    }
+
+    /// The configuration pairs of `pairs` this provider takes: those with another provider's
+    /// key prefix are skipped.
+    fn keeps(self, key: &str) -> bool {
+        key.starts_with(self.key_prefix())
+            || !Provider::ALL
+                .iter()
+                .any(|p| key.starts_with(p.key_prefix()))
+    }
+}
 
 impl std::fmt::Debug for Rebuild {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -176,7 +279,8 @@ pub(crate) enum Create {
 }
 
 impl Store {
-    /// The store and prefix `url` names (`s3://bucket/prefix`).
+    /// The store and prefix `url` names (`s3://bucket/prefix`, `gs://bucket/prefix`,
+    /// `az://container/prefix`).
     pub(crate) fn open(url: &str, options: &StoreOptions) -> Result<Arc<Store>> {
         let url = url.trim_end_matches('/').to_string();
         let bad = |reason: String| Error::InvalidConfig {
@@ -185,12 +289,13 @@ impl Store {
         let (scheme, rest) = url
             .split_once("://")
             .ok_or_else(|| bad("not a URL".into()))?;
-        if scheme != "s3" && scheme != "s3a" {
-            return Err(bad(format!(
-                "the {scheme}:// scheme is not supported (zrecord reads s3:// URLs: S3 and \
-                 S3-compatible stores such as Garage, MinIO or Ceph)"
-            )));
-        }
+        let provider = Provider::of_scheme(scheme).ok_or_else(|| {
+            bad(format!(
+                "the {scheme}:// scheme is not supported (zrecord reads s3:// URLs, S3 and \
+                 S3-compatible stores such as Garage, MinIO or Ceph; gs:// URLs, Google Cloud \
+                 Storage; and az:// URLs, Azure Blob Storage)"
+            ))
+        })?;
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() {
             return Err(bad("no bucket".into()));
@@ -204,13 +309,11 @@ impl Store {
             ("connect_timeout".to_string(), ms(connect)),
             ("pool_max_idle_per_host".to_string(), "64".to_string()),
         ];
-        let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
-        for (k, v) in defaults.iter().chain(&options.config) {
-            let key = k
-                .parse()
-                .map_err(|e| bad(format!("unknown object-store option {k:?}: {e}")))?;
-            builder = builder.with_config(key, v);
-        }
+        let pairs: Vec<&(String, String)> = defaults
+            .iter()
+            .chain(&options.config)
+            .filter(|(k, _)| provider.keeps(k))
+            .collect();
         let max = Duration::from_secs(2);
         let retry = RetryConfig {
             backoff: BackoffConfig {
@@ -223,17 +326,16 @@ impl Store {
                 .timeout
                 .saturating_mul(options.retries.saturating_add(1)),
         };
-        let builder = builder.with_retry(retry);
+        let builder = configure(provider, scheme, bucket, &pairs, retry).map_err(bad)?;
         let inner = builder
-            .clone()
             .build()
             .map_err(|e| bad(format!("cannot configure the store: {e}")))?;
         let prefix = ObjectPath::parse(prefix)
             .map_err(|e| bad(format!("not a valid object prefix: {e}")))?;
         Ok(Arc::new(Store {
             url,
-            client: ForkLocal::with(Ok(Arc::new(inner))),
-            builder: Some(Rebuild(builder)),
+            client: ForkLocal::with(Ok(inner)),
+            builder: Some(builder),
             prefix,
             retries: options.retries,
             backoff: options.backoff,
@@ -246,11 +348,7 @@ impl Store {
     fn inner(&self) -> Result<&Arc<dyn ObjectStore>> {
         self.client
             .get_or_init(|parent| match (&self.builder, parent) {
-                (Some(Rebuild(b)), _) => b
-                    .clone()
-                    .build()
-                    .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
-                    .map_err(|e| e.to_string()),
+                (Some(b), _) => b.build().map_err(|e| e.to_string()),
                 (None, Some(p)) => p.clone(),
                 (None, None) => Err("no client".into()),
             })
@@ -512,6 +610,56 @@ impl Store {
     }
 }
 
+/// The client configuration of `provider` for `bucket` (S3, GCS: a bucket; Azure: a container,
+/// or `container@account.host`), from the environment's variables, then `pairs`, with `retry`.
+fn configure(
+    provider: Provider,
+    scheme: &str,
+    bucket: &str,
+    pairs: &[&(String, String)],
+    retry: RetryConfig,
+) -> std::result::Result<Rebuild, String> {
+    let unknown = |k: &str, e: &dyn std::fmt::Display| {
+        format!("unknown object-store option {k:?} for {scheme}:// URLs: {e}")
+    };
+    match provider {
+        Provider::S3 => {
+            let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
+            for (k, v) in pairs {
+                b = b.with_config(k.parse().map_err(|e| unknown(k, &e))?, v);
+            }
+            Ok(Rebuild::S3(Box::new(b.with_retry(retry))))
+        }
+        #[cfg(feature = "gcs")]
+        Provider::Gcs => {
+            let mut b = GoogleCloudStorageBuilder::from_env().with_bucket_name(bucket);
+            for (k, v) in pairs {
+                b = b.with_config(k.parse().map_err(|e| unknown(k, &e))?, v);
+            }
+            Ok(Rebuild::Gcs(Box::new(b.with_retry(retry))))
+        }
+        #[cfg(feature = "azure")]
+        Provider::Azure => {
+            let mut b = MicrosoftAzureBuilder::from_env();
+            // `container@account.dfs.core.windows.net`: object_store reads both off the URL.
+            b = if bucket.contains('@') {
+                b.with_url(format!("{scheme}://{bucket}"))
+            } else {
+                b.with_container_name(bucket)
+            };
+            for (k, v) in pairs {
+                b = b.with_config(k.parse().map_err(|e| unknown(k, &e))?, v);
+            }
+            Ok(Rebuild::Azure(Box::new(b.with_retry(retry))))
+        }
+        #[cfg(not(all(feature = "gcs", feature = "azure")))]
+        other => Err(format!(
+            "{scheme}:// URLs need zrecord's `{}` feature, which this build does not have",
+            other.feature()
+        )),
+    }
+}
+
 /// An error and its sources, one line.
 fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
@@ -616,26 +764,103 @@ mod tests {
         endpoint
     }
 
+    /// Options pointing each provider's client at `endpoint` with explicit test credentials
+    /// (no identity or metadata endpoint is asked for a token: the sandboxes this runs in
+    /// refuse those requests, and the creates below would fail), all in one `StoreOptions`:
+    /// each provider takes its own keys and skips the others'.
+    fn every_provider_at(endpoint: &str) -> StoreOptions {
+        StoreOptions::default()
+            .with("aws_endpoint", endpoint)
+            .with("aws_access_key_id", "k")
+            .with("aws_secret_access_key", "s")
+            .with("aws_region", "us-east-1")
+            .with("aws_allow_http", "true")
+            .with("aws_virtual_hosted_style_request", "false")
+            .with("google_base_url", endpoint)
+            // A static token: `google_skip_signature` alone still has object_store 0.14 ask the
+            // metadata server for one before every upload.
+            .with("google_bearer_token", "t")
+            .with("azure_storage_account_name", "devstoreaccount1")
+            .with("azure_storage_account_key", "a2V5")
+            .with(
+                "azure_storage_endpoint",
+                format!("{endpoint}/devstoreaccount1"),
+            )
+            .with("azure_allow_http", "true")
+            .retries(0)
+    }
+
     #[test]
     fn a_create_answered_409_or_412_found_the_object() {
-        for status in ["409 Conflict", "412 Precondition Failed"] {
-            let options = StoreOptions::default()
-                .with("aws_endpoint", answering(status))
-                .with("aws_access_key_id", "k")
-                .with("aws_secret_access_key", "s")
-                .with("aws_region", "us-east-1")
-                .with("aws_allow_http", "true")
-                .with("aws_virtual_hosted_style_request", "false")
-                .retries(0);
-            let store = Store::open("s3://bucket/ds", &options).unwrap();
-            let got = block_on(async move {
-                store
-                    .create("_zrecord/commits/00000000000000000001.json", Bytes::new())
-                    .await
-            })
-            .unwrap();
-            assert!(matches!(got, Ok(Create::Exists)), "{status}: {got:?}");
+        for url in ["s3://bucket/ds", "gs://bucket/ds", "az://container/ds"] {
+            for status in ["409 Conflict", "412 Precondition Failed"] {
+                let store = Store::open(url, &every_provider_at(&answering(status))).unwrap();
+                let got = block_on(async move {
+                    store
+                        .create("_zrecord/commits/00000000000000000001.json", Bytes::new())
+                        .await
+                })
+                .unwrap();
+                assert!(matches!(got, Ok(Create::Exists)), "{url} {status}: {got:?}");
+            }
         }
+    }
+
+    #[test]
+    fn each_scheme_opens_its_provider() {
+        let options = every_provider_at("http://127.0.0.1:9");
+        for url in [
+            "s3://b/p",
+            "s3a://b/p/q",
+            "gs://b/p",
+            "gs://b",
+            "az://c/p",
+            "azure://c/p",
+            "abfs://c/p",
+            "abfss://c@account.dfs.core.windows.net/p",
+        ] {
+            let store = Store::open(url, &options);
+            assert!(store.is_ok(), "{url}: {:?}", store.err());
+        }
+        for (url, says) in [
+            ("gcs://b/p", "not supported"),
+            ("gs:///p", "no bucket"),
+            ("az:///p", "no bucket"),
+            ("abfss://c@account.example.com/p", "cannot configure"),
+        ] {
+            match Store::open(url, &options) {
+                Err(e @ Error::InvalidConfig { .. }) => {
+                    assert!(e.to_string().contains(says), "{url}: {e}");
+                }
+                other => panic!("{url}: {other:?}"),
+            }
+        }
+        // A key of the URL's provider that it does not know is refused, naming it.
+        for (url, key) in [
+            ("gs://b/p", "google_no_such_key"),
+            ("az://c/p", "azure_no_such_key"),
+            ("s3://b/p", "aws_no_such_key"),
+        ] {
+            let e = Store::open(url, &options.clone().with(key, "1")).unwrap_err();
+            assert!(e.to_string().contains(key), "{url}: {e}");
+        }
+    }
+
+    #[test]
+    fn keys_go_to_their_provider() {
+        assert!(Provider::Gcs.keeps("google_base_url"));
+        assert!(!Provider::Gcs.keeps("aws_endpoint"));
+        assert!(!Provider::Gcs.keeps("azure_storage_account_key"));
+        assert!(Provider::Azure.keeps("azure_storage_account_key"));
+        assert!(!Provider::S3.keeps("google_service_account_key"));
+        for p in Provider::ALL {
+            assert!(p.keeps("timeout") && p.keeps("allow_http"), "{p:?}");
+            for s in p.schemes() {
+                assert_eq!(Provider::of_scheme(s), Some(p));
+            }
+        }
+        assert_eq!(Provider::of_scheme("gcs"), None);
+        assert_eq!(Provider::of_scheme("file"), None);
     }
 
     #[test]

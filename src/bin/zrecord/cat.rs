@@ -16,7 +16,7 @@ use zrecord::{DType, Dataset, Error};
     \"-Infinity\". Raw: the stored value's bytes (little-endian, row-major), exactly."
 )]
 pub struct CatArgs {
-    /// The dataset directory, or its URL on an object store (s3://bucket/prefix).
+    /// The dataset directory, or its URL on an object store (s3://bucket/prefix, gs://bucket/prefix, az://container/prefix).
     dir: PathBuf,
     /// The record index.
     #[arg(long)]

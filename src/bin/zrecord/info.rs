@@ -12,7 +12,7 @@ use zrecord::Dataset;
 
 #[derive(Args)]
 pub struct InfoArgs {
-    /// The dataset directory, or its URL on an object store (s3://bucket/prefix).
+    /// The dataset directory, or its URL on an object store (s3://bucket/prefix, gs://bucket/prefix, az://container/prefix).
     dir: PathBuf,
     /// Print one JSON object instead of text.
     #[arg(long)]

@@ -41,7 +41,7 @@ enum Cmd {
     Rebalance(rebalance::RebalanceArgs),
     /// Print one record, as typed JSON values or raw bytes.
     Cat(cat::CatArgs),
-    /// Publish a local dataset to an object store (s3://bucket/prefix).
+    /// Publish a local dataset to an object store (s3://bucket/prefix, gs://bucket/prefix, az://container/prefix).
     Push(transfer::PushArgs),
     /// Fetch a dataset from an object store into a new local directory.
     Pull(transfer::PullArgs),

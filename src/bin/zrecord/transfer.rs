@@ -37,7 +37,7 @@ pub struct TransferFlags {
 pub struct PushArgs {
     /// The local dataset directory.
     dir: PathBuf,
-    /// Where to publish it: s3://bucket/prefix.
+    /// Where to publish it: s3://bucket/prefix, gs://bucket/prefix or az://container/prefix.
     url: String,
     /// Only one writer publishes to this URL: publish even to a store that ignores conditional
     /// creates (no probe).
@@ -56,7 +56,7 @@ pub struct PushArgs {
     a damaged one again."
 )]
 pub struct PullArgs {
-    /// The dataset's URL: s3://bucket/prefix.
+    /// The dataset's URL: s3://bucket/prefix, gs://bucket/prefix or az://container/prefix.
     url: String,
     /// The local directory to create it in.
     dir: PathBuf,

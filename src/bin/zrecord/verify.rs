@@ -26,7 +26,7 @@ const BATCH: u64 = 1024;
     and the exit status is 1."
 )]
 pub struct VerifyArgs {
-    /// The dataset directory, or its URL on an object store (s3://bucket/prefix).
+    /// The dataset directory, or its URL on an object store (s3://bucket/prefix, gs://bucket/prefix, az://container/prefix).
     dir: PathBuf,
 }
 

@@ -11,7 +11,7 @@ use zrecord::{Backend, Dataset, ReadConfig};
 
 #[derive(Args, Clone)]
 pub struct GatherArgs {
-    /// The dataset directory, or its URL on an object store (s3://bucket/prefix).
+    /// The dataset directory, or its URL on an object store (s3://bucket/prefix, gs://bucket/prefix, az://container/prefix).
     pub(super) dir: PathBuf,
     /// Records per batch.
     #[arg(long, default_value_t = 256)]

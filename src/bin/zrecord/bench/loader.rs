@@ -12,7 +12,7 @@ use zrecord::{Backend, Dataset, ReadConfig};
 
 #[derive(Args)]
 pub struct LoaderArgs {
-    /// The dataset directory, or its URL on an object store (s3://bucket/prefix).
+    /// The dataset directory, or its URL on an object store (s3://bucket/prefix, gs://bucket/prefix, az://container/prefix).
     dir: PathBuf,
     /// Prefetch workers.
     #[arg(long, default_value_t = 2)]
