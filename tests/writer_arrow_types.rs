@@ -1,4 +1,4 @@
-//! Every Arrow type that fits a field round-trips byte-exact through `Writer::append_record_batch` (sliced batches included, a null as an absent value), and every one that does not is refused with a typed error naming the column before any row is appended.
+//! Every Arrow type that fits a field round-trips byte-exact through `Writer::append_record_batch` (sliced batches included, a null of a variable-length field as an absent value), and every misfit (a type, a name, a null of a fixed-shape field, a null item) is refused with a typed error naming the column before any row is appended.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use arrow_array::builder::{FixedSizeListBuilder, Int16Builder};
@@ -40,6 +40,11 @@ fn le<T: Copy, const N: usize>(vals: &[Option<T>], f: impl Fn(T) -> [u8; N]) -> 
 
 fn scalar(name: &str, dtype: DType) -> Field {
     Field::new(name, dtype).shape(vec![])
+}
+
+/// A variable-length field: where a null is an absent value.
+fn var(name: &str, dtype: DType) -> Field {
+    Field::new(name, dtype)
 }
 
 fn bytes_rows(vals: &[Option<&[u8]>]) -> Vec<Vec<u8>> {
@@ -166,62 +171,62 @@ fn cases() -> Vec<Case> {
 
     vec![
         case(
-            scalar("i8", DType::I8),
+            var("i8", DType::I8),
             Int8Array::from(i8s.to_vec()),
             le(&i8s, i8::to_le_bytes),
         ),
         case(
-            scalar("i16", DType::I16),
+            var("i16", DType::I16),
             Int16Array::from(i16s.to_vec()),
             le(&i16s, i16::to_le_bytes),
         ),
         case(
-            scalar("i32", DType::I32),
+            var("i32", DType::I32),
             Int32Array::from(i32s.to_vec()),
             le(&i32s, i32::to_le_bytes),
         ),
         case(
-            scalar("i64", DType::I64),
+            var("i64", DType::I64),
             Int64Array::from(i64s.to_vec()),
             le(&i64s, i64::to_le_bytes),
         ),
         case(
-            scalar("u8", DType::U8),
+            var("u8", DType::U8),
             UInt8Array::from(u8s.to_vec()),
             le(&u8s, u8::to_le_bytes),
         ),
         case(
-            scalar("u16", DType::U16),
+            var("u16", DType::U16),
             UInt16Array::from(u16s.to_vec()),
             le(&u16s, u16::to_le_bytes),
         ),
         case(
-            scalar("u32", DType::U32),
+            var("u32", DType::U32),
             UInt32Array::from(u32s.to_vec()),
             le(&u32s, u32::to_le_bytes),
         ),
         case(
-            scalar("u64", DType::U64),
+            var("u64", DType::U64),
             UInt64Array::from(u64s.to_vec()),
             le(&u64s, u64::to_le_bytes),
         ),
         case(
-            scalar("f32", DType::F32),
+            var("f32", DType::F32),
             Float32Array::from(f32s.to_vec()),
             le(&f32s, f32::to_le_bytes),
         ),
         case(
-            scalar("f64", DType::F64),
+            var("f64", DType::F64),
             Float64Array::from(f64s.to_vec()),
             le(&f64s, f64::to_le_bytes),
         ),
         case(
-            scalar("bool", DType::Bool),
+            var("bool", DType::Bool),
             BooleanArray::from(bools.to_vec()),
             le(&bools, |b| [u8::from(b)]),
         ),
         case(
-            scalar("f16", DType::F16),
+            var("f16", DType::F16),
             f16,
             vec![
                 f16_bits[0].to_le_bytes().to_vec(),
@@ -232,20 +237,44 @@ fn cases() -> Vec<Case> {
         ),
         // Raw bits into a bf16 field (Arrow has no bfloat16).
         case(
-            scalar("bf16", DType::Bf16),
+            var("bf16", DType::Bf16),
             UInt16Array::from(u16s.to_vec()),
             le(&u16s, u16::to_le_bytes),
         ),
-        // A scalar column into a variable-length field: one item per record.
+        // Scalars without nulls into shape [] fields (the primitives above go into
+        // variable-length fields, where a null is an absent value: one item per record).
         case(
-            Field::new("u32_var", DType::U32),
-            UInt32Array::from(u32s.to_vec()),
-            le(&u32s, u32::to_le_bytes),
+            scalar("u32_scalar", DType::U32),
+            UInt32Array::from(vec![1u32, 2, 3, u32::MAX]),
+            le(
+                &[Some(1u32), Some(2), Some(3), Some(u32::MAX)],
+                u32::to_le_bytes,
+            ),
+        ),
+        case(
+            scalar("bool_scalar", DType::Bool),
+            BooleanArray::from(vec![true, false, false, true]),
+            vec![vec![1], vec![0], vec![0], vec![1]],
         ),
         case(
             Field::new("fsl_u8", DType::U8).shape(vec![4]),
-            fsl_u8.clone(),
-            fsl_u8_rows.clone(),
+            FixedSizeListArray::new(
+                Arc::new(ArrowField::new_list_field(DataType::UInt8, true)),
+                4,
+                Arc::new(UInt8Array::from((0u8..16).collect::<Vec<_>>())),
+                None,
+            ),
+            (0u8..4).map(|r| (r * 4..r * 4 + 4).collect()).collect(),
+        ),
+        case(
+            Field::new("fixed_bin", DType::Bytes).shape(vec![2]),
+            FixedSizeBinaryArray::try_from_iter([b"ab", b"cd", b"ef", b"gh"].into_iter()).unwrap(),
+            vec![
+                b"ab".to_vec(),
+                b"cd".to_vec(),
+                b"ef".to_vec(),
+                b"gh".to_vec(),
+            ],
         ),
         case(Field::new("fsl_u8_var", DType::U8), fsl_u8, fsl_u8_rows),
         case(
@@ -259,7 +288,7 @@ fn cases() -> Vec<Case> {
             vec![vec![1, 0, 1], vec![0, 0, 1], vec![1, 1, 1], vec![0, 0, 0]],
         ),
         case(
-            Field::new("fixed_bin", DType::Bytes).shape(vec![5]),
+            Field::new("fixed_bin_var", DType::Bytes),
             fixed_bin,
             vec![
                 b"abcde".to_vec(),
@@ -627,7 +656,8 @@ fn a_null_item_inside_a_value_is_refused_naming_column_and_row() {
         matches!(&e, Error::ArrowValue { column, row: 0, .. } if column == "f"),
         "{e}"
     );
-    // A null item under a null row is no value at all: accepted as absent.
+    // A null item under a null row is no value at all: accepted as absent (in a
+    // variable-length field).
     let fsl = FixedSizeListArray::try_new(
         Arc::new(ArrowField::new_list_field(DataType::UInt8, true)),
         2,
@@ -637,7 +667,7 @@ fn a_null_item_inside_a_value_is_refused_naming_column_and_row() {
     .unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("ds");
-    let mut w = create(&dir, [Field::new("f", DType::U8).shape(vec![2])]);
+    let mut w = create(&dir, [Field::new("f", DType::U8)]);
     let batch = RecordBatch::try_from_iter([("f", Arc::new(fsl) as ArrayRef)]).unwrap();
     w.append_record_batch(&batch).unwrap();
     w.commit().unwrap();

@@ -14,10 +14,12 @@
 //!
 //! A `u8` column fits a `bytes` field too, and a `UInt16` column a `bf16` field (raw bits:
 //! Arrow has no bfloat16). Anything else (a struct, a dictionary, a list of lists, a date, a
-//! decimal, another dtype or shape) is refused with [`Error::ArrowType`]. A null value is
-//! stored as an absent value (an empty entry, physical length 0, as `append` stores an empty
-//! value); a null item inside a list is refused ([`Error::ArrowValue`]): the format stores no
-//! item-level validity.
+//! decimal, another dtype or shape) is refused with [`Error::ArrowType`]. A null value of a
+//! variable-length field is stored as an absent value (an empty entry, physical length 0, as
+//! `append` stores an empty value). A null value of a fixed-shape field is refused
+//! ([`Error::ArrowValue`]): the format could store it as absent, but a gathered batch's array of
+//! that shape has no slot for it, so every reader of the field would fail on it. A null item
+//! inside a list is refused too: the format stores no item-level validity.
 
 use super::wait::wait;
 use super::Writer;
@@ -47,24 +49,39 @@ impl Writer {
     /// Appends the rows of `batch`, one record per row, and returns their indices, which are
     /// consecutive. Columns are matched to fields by name: every field needs a column and every
     /// column a field ([`Error::ArrowColumns`] names the missing, extra and duplicated ones).
-    /// Each column's Arrow type must fit its field (the table in `docs/FORMAT.md`'s companion,
-    /// the README's "From Arrow"; [`Error::ArrowType`] names the column, its Arrow type and
-    /// the field's dtype). A null value is stored as an absent value (an empty entry, as
-    /// [`Writer::append`] stores an empty value); a null item inside a list is refused
-    /// ([`Error::ArrowValue`]).
+    /// Each column's Arrow type must fit its field:
     ///
-    /// Every row is checked before any is taken: on an error, none is appended. Values go to
-    /// the append path as slices of the batch's Arrow buffers (sliced batches included): no
-    /// copy but the one into the append tasks' jobs, and no allocation per record. Blocks while
-    /// the append tasks' queues are full (backpressure), like [`Writer::append_many`].
+    /// | Arrow type | fits a field of |
+    /// |---|---|
+    /// | `Int8`…`UInt64`, `Float16/32/64`, `Boolean` | the same dtype, shape `[]` (or variable length: one item) |
+    /// | `FixedSizeList<T, n>`, nested: `FixedSizeList<FixedSizeList<T, m>, n>` | the dtype of `T`, shape `[n]` (`[n, m]`), or variable length |
+    /// | `FixedSizeBinary(n)` | `bytes` or `u8`, shape `[n]`, or variable length |
+    /// | `Binary`, `LargeBinary`, `Utf8`, `LargeUtf8`, `BinaryView`, `Utf8View` | `bytes` or `u8`, variable length |
+    /// | `List<T>`, `LargeList<T>`, `T` primitive | the dtype of `T`, variable length |
+    ///
+    /// A `UInt8` column fits a `bytes` field too, and a `UInt16` column a `bf16` field (raw
+    /// bits: Arrow has no bfloat16). Anything else is refused with [`Error::ArrowType`], naming
+    /// the column, its Arrow type and the field's dtype. A null value of a variable-length field
+    /// is stored as an absent value (an empty entry, as [`Writer::append`] stores an empty
+    /// value); a null value of a fixed-shape field (a gathered batch's array of that shape has
+    /// no slot for it) and a null item inside a list are refused ([`Error::ArrowValue`], naming
+    /// the column and the row).
+    ///
+    /// Every row is checked before any is taken: on an error, none is appended (and the writer
+    /// is not poisoned). Values go to the append path as slices of the batch's Arrow buffers
+    /// (sliced batches included): no copy but the one into the append tasks' jobs, and no
+    /// allocation per record (a boolean column, bit-packed in Arrow, is unpacked once per
+    /// batch). Blocks while the append tasks' queues are full (backpressure), like
+    /// [`Writer::append_many`].
     ///
     /// Feature `arrow`.
+    #[cfg(feature = "arrow")]
     pub fn append_record_batch(&mut self, batch: &RecordBatch) -> Result<Range<u64>> {
         wait(self.ready())?;
         let columns = columns(&self.field_metas, batch)?;
         let rows = batch.num_rows();
         for c in &columns {
-            c.check_null_items(rows)?;
+            c.check_nulls(rows)?;
         }
         self.check_rows(rows, |r, out| fill(&columns, r, out))?;
         let start = self.len;
@@ -272,6 +289,8 @@ struct Column<'a> {
     inner_nulls: Vec<(&'a NullBuffer, usize)>,
     /// For lists: the child's validity, indexed by the offsets.
     list_nulls: Option<&'a NullBuffer>,
+    /// The field's fixed shape, if it has one: a null row is refused there.
+    fixed_shape: Option<Vec<u64>>,
 }
 
 impl<'a> Column<'a> {
@@ -301,6 +320,7 @@ impl<'a> Column<'a> {
             nulls,
             inner_nulls: Vec::new(),
             list_nulls: None,
+            fixed_shape: field.shape.clone(),
         };
         match array.data_type() {
             DataType::Binary | DataType::Utf8 | DataType::LargeBinary | DataType::LargeUtf8 => {
@@ -492,8 +512,21 @@ impl<'a> Column<'a> {
         (a <= b).then_some((a, b))
     }
 
-    /// Refuses a null item inside a row that is not null itself.
-    fn check_null_items(&self, rows: usize) -> Result<()> {
+    /// Refuses a null row of a fixed-shape field, and a null item inside a row that is not
+    /// null itself.
+    fn check_nulls(&self, rows: usize) -> Result<()> {
+        if let (Some(shape), Some(nulls)) = (&self.fixed_shape, self.nulls) {
+            if let Some(r) = (0..rows).find(|&r| nulls.is_null(r)) {
+                return Err(self.bad(
+                    r,
+                    format!(
+                        "a null value in a field of fixed shape {shape:?}: a batch's array of \
+                         that shape has no slot for an absent value; declare the field without \
+                         a shape to store nulls as absent values"
+                    ),
+                ));
+            }
+        }
         for (nulls, per) in &self.inner_nulls {
             for r in 0..rows {
                 if !self.is_null(r) && (r * per..(r + 1) * per).any(|i| nulls.is_null(i)) {
