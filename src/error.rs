@@ -394,6 +394,48 @@ pub enum Error {
         requested: String,
     },
 
+    /// A record batch's column names do not match the writer's fields
+    /// (`Writer::append_record_batch`, feature `arrow`): every field needs a column of its name,
+    /// and every column a field.
+    #[error(
+        "record batch columns do not match the schema: {}",
+        columns_text(missing, extra, duplicated)
+    )]
+    ArrowColumns {
+        /// Fields with no column of their name.
+        missing: Vec<String>,
+        /// Columns with no field of their name.
+        extra: Vec<String>,
+        /// Column names the batch holds more than once.
+        duplicated: Vec<String>,
+    },
+
+    /// A record batch's column whose Arrow type does not fit its field (feature `arrow`).
+    #[error("column {column:?} of Arrow type {arrow_type} does not fit field {column:?} ({dtype}): {reason}")]
+    ArrowType {
+        /// The column (and field) name.
+        column: String,
+        /// The column's Arrow data type.
+        arrow_type: String,
+        /// The field's dtype and shape, e.g. `u8[64]`, `u32[]` (one item) or `bytes[*]`
+        /// (variable length).
+        dtype: String,
+        /// Why it does not fit.
+        reason: String,
+    },
+
+    /// A value of a record batch that cannot be stored (feature `arrow`): a null item inside a
+    /// list, or offsets outside the column's values.
+    #[error("column {column:?}, row {row} of the record batch: {reason}")]
+    ArrowValue {
+        /// The column (and field) name.
+        column: String,
+        /// The row in the record batch (0 is its first row, whatever its offset in its buffers).
+        row: u64,
+        /// Why it cannot be stored.
+        reason: String,
+    },
+
     /// Batches of several parts (see `pipeline::Concat`) cannot be put together: their fields
     /// differ.
     #[error(
@@ -436,6 +478,20 @@ impl Error {
                 | Error::DictionaryCorrupt { .. }
         )
     }
+}
+
+fn columns_text(missing: &[String], extra: &[String], duplicated: &[String]) -> String {
+    let mut parts = Vec::new();
+    if !missing.is_empty() {
+        parts.push(format!("no column for field(s) {missing:?}"));
+    }
+    if !extra.is_empty() {
+        parts.push(format!("column(s) {extra:?} name no field"));
+    }
+    if !duplicated.is_empty() {
+        parts.push(format!("column(s) {duplicated:?} appear more than once"));
+    }
+    parts.join("; ")
 }
 
 fn range_text(range: &Option<std::ops::Range<u64>>) -> String {

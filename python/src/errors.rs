@@ -34,7 +34,8 @@ pyo3::create_exception!(
     zrecord,
     SchemaError,
     Error,
-    "A schema, field, dtype or shape that does not fit: field, reason."
+    "A schema, field, dtype or shape that does not fit: field, reason (Arrow data: column, \
+     arrow_type, dtype; missing, extra, duplicated; row)."
 );
 pyo3::create_exception!(
     zrecord,
@@ -260,6 +261,47 @@ pub(crate) fn to_py(e: CoreError) -> PyErr {
                     attr(py, "part", *part),
                     attr(py, "reference", *reference),
                     attr(py, "field", field.as_str()),
+                    attr(py, "reason", reason.as_str()),
+                ],
+            ),
+            CoreError::ArrowColumns {
+                missing,
+                extra,
+                duplicated,
+            } => (
+                py.get_type::<SchemaError>(),
+                vec![
+                    attr(py, "missing", missing.clone()),
+                    attr(py, "extra", extra.clone()),
+                    attr(py, "duplicated", duplicated.clone()),
+                    attr(py, "reason", message.as_str()),
+                ],
+            ),
+            CoreError::ArrowType {
+                column,
+                arrow_type,
+                dtype,
+                reason,
+            } => (
+                py.get_type::<SchemaError>(),
+                vec![
+                    attr(py, "field", column.as_str()),
+                    attr(py, "column", column.as_str()),
+                    attr(py, "arrow_type", arrow_type.as_str()),
+                    attr(py, "dtype", dtype.as_str()),
+                    attr(py, "reason", reason.as_str()),
+                ],
+            ),
+            CoreError::ArrowValue {
+                column,
+                row,
+                reason,
+            } => (
+                py.get_type::<SchemaError>(),
+                vec![
+                    attr(py, "field", column.as_str()),
+                    attr(py, "column", column.as_str()),
+                    attr(py, "row", *row),
                     attr(py, "reason", reason.as_str()),
                 ],
             ),

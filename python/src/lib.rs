@@ -4,6 +4,7 @@
 //! Every call that reads, waits or writes releases the GIL; no Python code runs on zrecord's
 //! threads; a panic becomes `zrecord.InternalError`.
 
+mod arrow;
 mod batch;
 mod dataset;
 mod errors;

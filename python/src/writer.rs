@@ -241,6 +241,43 @@ impl PyWriter {
         })
     }
 
+    /// Appends Arrow data, one record per row, and returns the range of new indices as
+    /// `(start, stop)`. `data` is anything with the Arrow PyCapsule interface: a pyarrow
+    /// `Table`, `RecordBatch` or `RecordBatchReader`, a polars `DataFrame`, a struct array, …
+    /// (zrecord does not import pyarrow). Columns are matched to fields by name; every field
+    /// needs a column and every column a field. Fitting types: integers, floats and bools →
+    /// the same dtype; fixed-size lists (nested too) → that dtype and shape; binary and string
+    /// columns → `bytes`/`u8` fields of variable length; lists of a primitive → variable-length
+    /// values of its dtype. A null is stored as an absent value. Anything else raises
+    /// `SchemaError` naming the column (attributes `column`, `arrow_type`, `dtype`, `reason`,
+    /// or `missing`/`extra`/`duplicated` for names, or `row` for a null item inside a list).
+    /// Each record batch is checked whole before any of its rows is appended; the rows of
+    /// earlier batches of a stream stay appended. The GIL is released while appending; the
+    /// values are copied straight from the Arrow buffers.
+    fn append_arrow(&self, py: Python<'_>, data: Bound<'_, PyAny>) -> PyResult<(u64, u64)> {
+        let input = crate::arrow::import(&data)?;
+        let r = self.run(py, move |w| {
+            let start = w.len();
+            match input {
+                crate::arrow::ArrowInput::Batch(batch) => {
+                    w.append_record_batch(&batch)?;
+                }
+                crate::arrow::ArrowInput::Stream(reader) => {
+                    for batch in reader {
+                        match batch {
+                            Ok(batch) => {
+                                w.append_record_batch(&batch)?;
+                            }
+                            Err(e) => return Ok(Err(e.to_string())),
+                        }
+                    }
+                }
+            }
+            Ok(Ok((start, w.len())))
+        })?;
+        r.map_err(|e| value_error(format!("reading the Arrow stream failed: {e}")))
+    }
+
     /// Replaces field `field` of record `index`.
     fn modify(
         &self,

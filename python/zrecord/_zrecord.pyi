@@ -60,6 +60,14 @@ class NotADatasetError(Error):
 class SchemaError(Error):
     field: str
     reason: str
+    # Arrow data (Writer.append_arrow), where they apply:
+    column: str
+    arrow_type: str
+    dtype: str
+    missing: list[str]
+    extra: list[str]
+    duplicated: list[str]
+    row: int
 class ConfigError(Error):
     reason: str
 
@@ -259,6 +267,11 @@ class Writer:
     def open(path: _Path, *, num_writers: int | None = None) -> Writer: ...
     def append(self, record: dict[str, Any]) -> int: ...
     def append_batch(self, batch: dict[str, Any]) -> tuple[int, int]: ...
+    def append_arrow(self, data: Any) -> tuple[int, int]:
+        """Appends Arrow data (anything with ``__arrow_c_stream__`` or ``__arrow_c_array__``: a
+        pyarrow Table, RecordBatch or RecordBatchReader, a polars DataFrame, a struct array),
+        one record per row; returns ``(start, stop)``. Columns match fields by name; a null is
+        an absent value; a misfit raises ``SchemaError`` naming the column."""
     def modify(self, index: int, field: str, value: Any) -> None: ...
     def delete(self, index: int) -> None: ...
     def train_dictionary(self, field: str, samples: Sequence[bytes]) -> int: ...

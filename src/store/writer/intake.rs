@@ -116,7 +116,23 @@ impl Writer {
 
     /// Checks every record of a batch, as if appended one after another, before any is taken.
     pub(super) fn check_many<R: AsRef<[B]>, B: AsRef<[u8]>>(&self, records: &[R]) -> Result<()> {
-        if (records.len() as u64) > crate::format::MAX_RECORDS.saturating_sub(self.len) {
+        self.check_rows(records.len(), |i, out| {
+            out.clear();
+            if let Some(r) = records.get(i) {
+                out.extend(r.as_ref().iter().map(AsRef::as_ref));
+            }
+            Ok(())
+        })
+    }
+
+    /// Checks `n` records, as if appended one after another, before any is taken; `row(i, out)`
+    /// puts record `i`'s values into `out` (one buffer reused for every record).
+    pub(super) fn check_rows<'v>(
+        &self,
+        n: usize,
+        mut row: impl FnMut(usize, &mut Vec<&'v [u8]>) -> Result<()>,
+    ) -> Result<()> {
+        if (n as u64) > crate::format::MAX_RECORDS.saturating_sub(self.len) {
             return Err(Error::TooManyRecords {
                 max: crate::format::MAX_RECORDS,
             });
@@ -125,18 +141,19 @@ impl Writer {
         let mut new = self.projected_new;
         let mut task = self.open_task;
         let mut bytes = self.open.data.len();
-        let n = self.field_metas.len();
-        for r in records {
-            let r = r.as_ref();
-            if r.len() != n {
+        let fields = self.field_metas.len();
+        let mut values = Vec::with_capacity(fields);
+        for i in 0..n {
+            row(i, &mut values)?;
+            if values.len() != fields {
                 return Err(Error::FieldCount {
-                    expected: n,
-                    actual: r.len(),
+                    expected: fields,
+                    actual: values.len(),
                 });
             }
             let p = proj.get_mut(task).ok_or_else(task_gone)?;
-            self.check_values(0..n, r, p, &mut new)?;
-            bytes += r.iter().map(|v| v.as_ref().len()).sum::<usize>();
+            self.check_values(0..fields, &values, p, &mut new)?;
+            bytes += values.iter().map(|v| v.len()).sum::<usize>();
             if bytes >= self.config.write_buffer_bytes {
                 bytes = 0;
                 task = (task + 1) % self.tasks.len().max(1);

@@ -10,6 +10,7 @@
 //! | `open.rs` | creating a dataset, opening its writer, starting the append tasks |
 //! | `recover.rs` | cleaning what a crash left behind, at open |
 //! | `intake.rs` | limits checked before an index is taken; values copied into the open job |
+//! | `arrow.rs` | Arrow record batches in, column by column (feature `arrow`) |
 //! | `oplog.rs` | jobs handed to the tasks (backpressure); table ops applied in call order |
 //! | `tables.rs` | the offset tables as the writer sees them (committed + pending) |
 //! | `commit.rs` | the commit protocol |
@@ -37,6 +38,8 @@
 //! rewrites live records into fresh chunks (`docs/FORMAT.md`, "Rebalance").
 
 mod appender;
+#[cfg(feature = "arrow")]
+mod arrow;
 mod book;
 mod commit;
 mod config;
