@@ -35,9 +35,10 @@ pub struct PrefetchStreamState<St> {
     pub input: St,
     /// The batches after `input` that were consumed already (only a best-effort merge consumes
     /// out of order): their numbers among the batches the input yields from `input` on, 0 the
-    /// first (never listed: it is the first not consumed), in increasing order. A resumed
-    /// stream pulls them from its input and skips them. Empty (and not written) under the strict
-    /// merge.
+    /// first, in strictly increasing order. A resumed stream pulls them from its input and
+    /// skips them. Usually the first batch is the oldest not consumed and is not listed; a
+    /// resumed stream that has not pulled its skipped batches yet may list it. Empty (and not
+    /// written) under the strict merge.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub consumed_ahead: Vec<u64>,
 }
@@ -397,6 +398,11 @@ where
                 state: self.input.checkpoint(),
             });
             self.next_seq = self.next_seq.wrapping_add(1);
+            // A batch consumed before the checkpoint this stream was restored from leaves at
+            // once when it is the oldest: skipped batches never fill the room (a resume with
+            // less room than the run that wrote the checkpoint would pull only them, then wait
+            // for nothing).
+            self.advance();
         }
         self.advance();
         Ok(())
@@ -581,23 +587,24 @@ where
     /// the next poll.
     ///
     /// # Errors
-    /// [`Error::ResumeMismatch`] if `consumed_ahead` is not increasing from 1, or as the input's
-    /// restore.
+    /// [`Error::ResumeMismatch`] if `consumed_ahead` is not strictly increasing, or as the
+    /// input's restore. A refused state changes nothing: the stream goes on as before.
     fn restore(&mut self, state: Self::State) -> Result<()> {
-        let increasing = state.consumed_ahead.first().is_none_or(|&f| f > 0)
-            && state
-                .consumed_ahead
-                .windows(2)
-                .all(|w| w.first() < w.get(1));
+        let increasing = state
+            .consumed_ahead
+            .windows(2)
+            .all(|w| w.first() < w.get(1));
         if !increasing {
             return Err(Error::ResumeMismatch {
                 reason: format!(
-                    "malformed stream prefetch state: consumed_ahead must increase from 1, not \
+                    "malformed stream prefetch state: consumed_ahead must strictly increase, not \
                      {:?}",
                     state.consumed_ahead
                 ),
             });
         }
+        // The input first: if it refuses the state, nothing of this stream has changed.
+        self.input.restore(state.input.clone())?;
         self.end_session();
         self.session = SESSIONS.fetch_add(1, Ordering::Relaxed);
         self.in_flight.clear();
@@ -610,7 +617,6 @@ where
         self.skip = state.consumed_ahead.into();
         self.input_done = false;
         self.stopped = false;
-        self.input.restore(state.input.clone())?;
         self.consumed = state.input;
         Ok(())
     }
@@ -842,7 +848,7 @@ mod tests {
             .prefetch(src, PrefetchConfig::default())
             .unwrap();
         let good = s.checkpoint();
-        for ahead in [vec![0], vec![2, 2], vec![3, 1]] {
+        for ahead in [vec![0, 0], vec![2, 2], vec![3, 1]] {
             let state = PrefetchStreamState {
                 consumed_ahead: ahead.clone(),
                 ..good.clone()
@@ -858,5 +864,121 @@ mod tests {
         })
         .unwrap();
         assert_eq!(all(s, |b: LoaderBatch<Vec<Vec<u8>>>| b.position()), vec![0]);
+    }
+
+    /// `f` on a thread of its own; panics if it does not end within 20 s (a hung stream).
+    fn within<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(20))
+            .expect("the stream hung")
+    }
+
+    fn stream_over(
+        src: &Arc<MemorySource>,
+        config: PrefetchConfig,
+    ) -> PrefetchStream<
+        impl Checkpoint<
+                Item = Result<IndexBatch>,
+                State = impl Clone + serde::Serialize + serde::de::DeserializeOwned,
+            > + Unpin,
+        Vec<Vec<u8>>,
+    > {
+        sampler(16, 1)
+            .cursor()
+            .batch(BatchConfig::new(2))
+            .unwrap()
+            .prefetch(Arc::clone(src), config)
+            .unwrap()
+    }
+
+    /// A checkpoint listing batches consumed ahead, resumed with less room than the run that
+    /// wrote it (fewer workers, shorter queues): the batches skipped never fill the room, and
+    /// the resumed stream yields every other batch, once, without hanging.
+    #[test]
+    fn a_resume_with_less_room_than_its_run_yields_the_rest_and_ends() {
+        let src = source(16);
+        for (workers, ahead) in [(1, vec![1]), (2, vec![1, 2, 3]), (1, vec![1, 2, 5, 6, 7])] {
+            let config = PrefetchConfig::default()
+                .num_workers(workers)
+                .worker_queue_size(1)
+                .merge(MergePolicy::BestEffort {
+                    max_lead: 4,
+                    max_skips_per_round: 4,
+                });
+            let src2 = Arc::clone(&src);
+            let ahead2 = ahead.clone();
+            let got = within(move || {
+                let mut s = stream_over(&src2, config);
+                let fresh = s.checkpoint();
+                s.restore(PrefetchStreamState {
+                    consumed_ahead: ahead2,
+                    ..fresh
+                })
+                .unwrap();
+                let mut got = all(s, |b: LoaderBatch<Vec<Vec<u8>>>| b.position());
+                got.sort_unstable();
+                got
+            });
+            let want: Vec<u64> = (0..8).filter(|p| !ahead.contains(p)).collect();
+            assert_eq!(got, want, "{workers} workers, {ahead:?} consumed ahead");
+        }
+    }
+
+    /// A checkpoint a resumed stream writes before it has pulled the batches it skips (the
+    /// first one not consumed may be one of them) loads again, and resumes exactly.
+    #[test]
+    fn a_checkpoint_written_after_a_resume_loads_again() {
+        let src = source(16);
+        let config = PrefetchConfig::default()
+            .num_workers(2)
+            .worker_queue_size(1)
+            .merge(MergePolicy::BestEffort {
+                max_lead: 4,
+                max_skips_per_round: 4,
+            });
+        let mut s = stream_over(&src, config);
+        let fresh = s.checkpoint();
+        s.restore(PrefetchStreamState {
+            consumed_ahead: vec![1, 2],
+            ..fresh
+        })
+        .unwrap();
+        let first = block_on(s.next()).unwrap().unwrap().position();
+        assert_eq!(first, 0);
+        let json = serde_json::to_string(&s.checkpoint()).unwrap();
+        let mut again = stream_over(&src, config);
+        again.restore(serde_json::from_str(&json).unwrap()).unwrap();
+        let mut rest = all(again, |b: LoaderBatch<Vec<Vec<u8>>>| b.position());
+        rest.sort_unstable();
+        assert_eq!(rest, vec![3, 4, 5, 6, 7], "{json}");
+    }
+
+    /// A restore the input refuses leaves the stream as it was: the batches not yet consumed
+    /// still come, each once, and nothing of the refused state is applied.
+    #[test]
+    fn a_refused_restore_leaves_the_stream_as_it_was() {
+        let src = source(16);
+        let config = PrefetchConfig::default().num_workers(2);
+        let mut s = stream_over(&src, config);
+        assert_eq!(block_on(s.next()).unwrap().unwrap().position(), 0);
+        let mut other = sampler(10, 1)
+            .cursor()
+            .batch(BatchConfig::new(2))
+            .unwrap()
+            .prefetch(Arc::clone(&src), config)
+            .unwrap();
+        let foreign = other.checkpoint();
+        drop(other.next());
+        let state = PrefetchStreamState {
+            input: foreign.input,
+            consumed_ahead: vec![1],
+        };
+        let json = serde_json::to_string(&state).unwrap();
+        assert!(s.restore(serde_json::from_str(&json).unwrap()).is_err());
+        let rest = all(s, |b: LoaderBatch<Vec<Vec<u8>>>| b.position());
+        assert_eq!(rest, vec![1, 2, 3, 4, 5, 6, 7]);
     }
 }
