@@ -36,23 +36,20 @@ impl Want {
     }
 }
 
-/// What a batch reads of one part (of a collection; a plain dataset is its own one part).
-#[derive(Debug)]
+/// What a batch reads of one part (of a collection; a plain dataset is its own one part): its
+/// chunks, and its tables (by snapshot field number, [`Resolved::field_ids`]).
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct PartRes<'a> {
     pub(crate) chunks: &'a ChunkSet,
-    /// The batch's fields' tables in this part, by position (their zstd dictionaries).
-    pub(crate) tables: Vec<&'a FieldTable>,
+    pub(crate) tables: &'a [FieldTable],
 }
 
 impl<'a> PartRes<'a> {
-    fn of(snap: &'a Snapshot, fields: &[usize]) -> Result<PartRes<'a>> {
-        Ok(PartRes {
+    fn of(snap: &'a Snapshot) -> PartRes<'a> {
+        PartRes {
             chunks: &snap.chunks,
-            tables: fields
-                .iter()
-                .map(|&f| snap.table(f))
-                .collect::<Result<Vec<_>>>()?,
-        })
+            tables: &snap.tables,
+        }
     }
 }
 
@@ -64,6 +61,8 @@ pub(crate) struct Resolved<'a> {
     pub(crate) fields: Arc<[(String, DType)]>,
     /// The parts the batch's records are in, in order of first use: one for a plain dataset.
     pub(crate) parts: Vec<PartRes<'a>>,
+    /// The batch's fields' snapshot field numbers, by position.
+    pub(crate) field_ids: Vec<usize>,
 }
 
 impl Resolved<'_> {
@@ -91,7 +90,7 @@ impl Resolved<'_> {
         };
         self.parts
             .get(w.part as usize)
-            .and_then(|p| p.tables.get(w.field))
+            .and_then(|p| p.tables.get(*self.field_ids.get(w.field)?))
             .and_then(|t| t.dictionary(n))
             .map(Some)
             .ok_or_else(|| {
@@ -165,37 +164,61 @@ pub(crate) fn resolve<'a>(
         .collect::<Result<Arc<[_]>>>()?;
     let mut wants = Vec::with_capacity(indices.len().saturating_mul(fields.len()));
     let mut parts = Vec::new();
-    if snap.parts.is_none() {
-        parts.push(PartRes::of(snap, fields)?);
-        resolve_in(indices, fields, |_| Ok((0, snap, None)), &mut wants)?;
-    } else {
-        // Each part the batch touches gets a position in `parts` on first use.
-        let mut slot_of: HashMap<usize, u32> = HashMap::new();
-        resolve_in(
-            indices,
-            fields,
-            |index| {
-                let (k, part, local) = snap.part_of(index)?;
-                let slot = match slot_of.get(&k) {
-                    Some(&s) => s,
-                    None => {
-                        parts.push(PartRes::of(part, fields)?);
-                        let s = u32::try_from(parts.len() - 1).map_err(|_| {
-                            Error::internal("a batch over more than 2^32 parts".into())
-                        })?;
-                        slot_of.insert(k, s);
-                        s
-                    }
-                };
-                Ok((slot, part, Some(local)))
-            },
-            &mut wants,
-        )?;
+    match &snap.parts {
+        None => {
+            for &f in fields {
+                snap.table(f)?;
+            }
+            parts.push(PartRes::of(snap));
+            resolve_in(indices, fields, |_| Ok((0, snap, None)), &mut wants)?;
+        }
+        Some(all) => {
+            // Each part the batch touches gets a position in `parts` on first use: found
+            // through a table by part number (a hash map past 2^16 parts).
+            const NONE: u32 = u32::MAX;
+            let small = all.snaps.len() <= 1 << 16;
+            let mut slot_of: Vec<u32> = vec![NONE; if small { all.snaps.len() } else { 0 }];
+            let mut slot_map: HashMap<usize, u32> = HashMap::new();
+            resolve_in(
+                indices,
+                fields,
+                |index| {
+                    let (k, part, local) = snap.part_of(index)?;
+                    let known = match small {
+                        true => slot_of.get(k).copied().filter(|&s| s != NONE),
+                        false => slot_map.get(&k).copied(),
+                    };
+                    let slot = match known {
+                        Some(s) => s,
+                        None => {
+                            for &f in fields {
+                                part.table(f)?;
+                            }
+                            let s = u32::try_from(parts.len())
+                                .ok()
+                                .filter(|&s| s != NONE)
+                                .ok_or_else(|| Error::internal("a batch over 2^32 parts".into()))?;
+                            parts.push(PartRes::of(part));
+                            match slot_of.get_mut(k) {
+                                Some(x) => *x = s,
+                                None => {
+                                    slot_map.insert(k, s);
+                                }
+                            }
+                            s
+                        }
+                    };
+                    Ok((slot, part, Some(local)))
+                },
+                &mut wants,
+            )?;
+        }
     }
     Ok(Resolved {
         wants,
         fields: names,
         parts,
+        field_ids: fields.to_vec(),
     })
 }
 
