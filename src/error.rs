@@ -451,6 +451,36 @@ pub enum Error {
         /// How it differs.
         reason: String,
     },
+
+    /// A collection's part is not at the generation its manifest pinned: parts are immutable
+    /// once committed, and one written to since is refused rather than read as something the
+    /// manifest never named.
+    #[error("part {part:?} of the collection ({path}) changed after it was committed: the manifest pins generation {expected}, the part is at {found}")]
+    PartChanged {
+        /// The part's id.
+        part: String,
+        /// The part's directory.
+        path: PathBuf,
+        /// The generation the manifest names.
+        expected: u64,
+        /// The generation found.
+        found: u64,
+    },
+
+    /// A part's schema differs from its collection's (the fields of the first commit).
+    #[error(
+        "part {part:?} ({path}) does not have the collection's schema: field {field:?}: {reason}"
+    )]
+    PartMismatch {
+        /// The part's id (or its path, before it has one).
+        part: String,
+        /// The part's directory.
+        path: PathBuf,
+        /// The first field that differs (by position).
+        field: String,
+        /// How it differs.
+        reason: String,
+    },
 }
 
 impl Error {

@@ -92,6 +92,38 @@ pub use store::writer::{
     MAX_DICTIONARY_BYTES, MAX_QUEUE_DEPTH, MAX_WRITERS, MAX_WRITE_BUFFER_BYTES,
 };
 
+/// Collections: many datasets (parts, each written by one task of a distributed job) read as
+/// one dataset with global indices, committed together by numbered, create-only manifests.
+/// [`Dataset::open`] of a collection's root opens it; [`collection::commit`] adds parts.
+/// The layout is in docs/FORMAT.md, "Collections".
+///
+/// ```
+/// # use zrecord::{DType, Dataset, Field, Schema, Writer, WriterConfig};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let tmp = tempfile::tempdir()?;
+/// let schema = Schema::new().field(Field::new("text", DType::Bytes));
+/// let mut parts = Vec::new();
+/// for task in 0..3 {
+///     let part = tmp.path().join(format!("task-{task}"));
+///     let mut w = Writer::create(&part, &schema, WriterConfig::default())?;
+///     w.append(&[format!("record of task {task}").as_bytes()])?;
+///     w.commit()?;
+///     parts.push(part);
+/// }
+/// let root = tmp.path().join("collection");
+/// let report = zrecord::collection::commit(&root, &parts, Default::default())?;
+/// assert_eq!((report.number, report.len), (1, 3));
+/// let ds = Dataset::open(&root)?;
+/// assert_eq!(&ds.get(2)?[0][..], b"record of task 2");
+/// # Ok(())
+/// # }
+/// ```
+pub mod collection {
+    pub use crate::store::collection::{
+        commit, CollectionDir, CommitOptions, CommitReport, CommitStep,
+    };
+}
+
 /// The URL schemes [`Dataset::open`] dispatches `scheme://…` to: the one place that knows
 /// which [`Location`]s this build has, so `store/` names none of them. Adding a scheme (a
 /// collection's, say) is one impl of `store::location::UrlScheme` and one entry here. The

@@ -7,6 +7,7 @@
 #![deny(clippy::arithmetic_side_effects)]
 
 pub mod codec;
+pub mod collection;
 pub mod dtype;
 pub mod entry;
 pub mod meta;

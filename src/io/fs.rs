@@ -62,6 +62,46 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
         .map_err(|e| Error::io(dir, "fsync directory", e))
 }
 
+/// Renames `from` to `to` only if nothing is at `to` (`renameat2(RENAME_NOREPLACE)`): a file
+/// or a directory appears at `to` whole, or the call fails with `AlreadyExists` and nothing
+/// moves. Where the file system has no `RENAME_NOREPLACE` (`EINVAL`, `ENOSYS`), a check that
+/// `to` is free, then `rename(2)`: not atomic against another process creating `to` meanwhile.
+/// Other errors (`EXDEV` across file systems) are returned as they are.
+pub fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
+    };
+    let (cf, ct) = (c(from)?, c(to)?);
+    // SAFETY: both pointers are NUL-terminated C strings (`CString`) that live across the
+    // call; AT_FDCWD makes the paths relative to the working directory, as `rename(2)` does.
+    // The call reads the strings and touches no other memory of ours.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            cf.as_ptr(),
+            libc::AT_FDCWD,
+            ct.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EINVAL | libc::ENOSYS) => {
+            if std::fs::symlink_metadata(to).is_ok() {
+                return Err(std::io::Error::from(std::io::ErrorKind::AlreadyExists));
+            }
+            std::fs::rename(from, to)
+        }
+        Some(libc::ENOTEMPTY) => Err(std::io::Error::from(std::io::ErrorKind::AlreadyExists)),
+        _ => Err(e),
+    }
+}
+
 /// Truncates a file to `len` bytes.
 pub fn set_len(file: &File, path: &Path, len: u64) -> Result<()> {
     file.set_len(len)

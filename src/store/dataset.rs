@@ -43,6 +43,9 @@ impl Dataset {
     /// store (published with `zrecord::remote::push`; options: `zrecord::remote::open`): its
     /// offset tables are fetched into the local cache directory and its records read with
     /// range requests, checked as on local disk. `file://` URLs are local paths.
+    ///
+    /// A directory holding `_collection/` is a collection (`zrecord::collection`): its latest
+    /// manifest's parts, read as one dataset with global indices (part after part).
     pub fn open(path: impl AsRef<Path>) -> Result<Dataset> {
         Dataset::open_with(path, ReadConfig::default())
     }
@@ -67,6 +70,10 @@ impl Dataset {
             return Dataset::from_location(location, config);
         }
         let dir = path.as_ref().to_path_buf();
+        if crate::store::collection::is_collection(&dir) {
+            let location = Arc::new(crate::store::collection::CollectionDir::new(dir));
+            return Dataset::from_location(location, config);
+        }
         let engine = Arc::new(Engine::new(&config)?);
         let snap = Snapshot::load(&dir).map_err(|e| not_a_dataset(&dir, e))?;
         Ok(Dataset {
@@ -205,7 +212,7 @@ impl Dataset {
     /// Reads every field of record `index` (blocking; checksums verified).
     pub fn get(&self, index: u64) -> Result<Vec<Bytes>> {
         let snap = self.snapshot();
-        let fields: Vec<usize> = (0..snap.tables.len()).collect();
+        let fields: Vec<usize> = (0..snap.field_count()).collect();
         let b = gather(&snap, &[index], &fields, &self.engine)?;
         Ok(b.into_records().into_iter().next().unwrap_or_default())
     }
@@ -225,7 +232,7 @@ impl Dataset {
     /// it on an async runtime's worker thread; use [`Dataset::gather`] there).
     pub fn gather_blocking(&self, indices: &[u64]) -> Result<Batch> {
         let snap = self.snapshot();
-        let fields: Vec<usize> = (0..snap.tables.len()).collect();
+        let fields: Vec<usize> = (0..snap.field_count()).collect();
         gather(&snap, indices, &fields, &self.engine)
     }
 
@@ -250,7 +257,7 @@ impl Dataset {
     /// reaped. Nothing else is affected; the same indices can be gathered again.
     pub fn gather(&self, indices: &[u64]) -> GatherFuture {
         let snap = self.snapshot();
-        let fields: Vec<usize> = (0..snap.tables.len()).collect();
+        let fields: Vec<usize> = (0..snap.field_count()).collect();
         GatherFuture::spawn(snap, indices.to_vec(), Ok(fields), Arc::clone(&self.engine))
     }
 
@@ -351,7 +358,7 @@ impl std::future::Future for GatherFuture {
 impl Snapshot {
     /// Reads every field of record `index` (default read configuration).
     pub fn get(&self, index: u64) -> Result<Vec<Bytes>> {
-        let fields: Vec<usize> = (0..self.tables.len()).collect();
+        let fields: Vec<usize> = (0..self.field_count()).collect();
         let engine = Engine::new(&ReadConfig::default())?;
         let b = gather(self, &[index], &fields, &engine)?;
         Ok(b.into_records().into_iter().next().unwrap_or_default())
@@ -360,7 +367,7 @@ impl Snapshot {
     /// Reads every field of `indices`, in that order, with `config`, blocking the calling
     /// thread.
     pub fn gather_with(&self, indices: &[u64], config: &ReadConfig) -> Result<Batch> {
-        let fields: Vec<usize> = (0..self.tables.len()).collect();
+        let fields: Vec<usize> = (0..self.field_count()).collect();
         gather(self, indices, &fields, &self.engine(config)?)
     }
 
@@ -459,7 +466,7 @@ impl Dataset {
     /// [`Snapshot::lookahead_by`]).
     pub(crate) fn lookahead(&self, session: u64, indices: &[u64]) -> Result<()> {
         let snap = self.snapshot();
-        let fields: Vec<usize> = (0..snap.tables.len()).collect();
+        let fields: Vec<usize> = (0..snap.field_count()).collect();
         snap.lookahead_by(&self.reader(), session, indices, &fields)
     }
 
@@ -475,7 +482,15 @@ fn gather(snap: &Snapshot, indices: &[u64], fields: &[usize], engine: &Engine) -
     let batch = read::gather(snap, indices, fields, engine)?;
     let shapes = fields
         .iter()
-        .map(|&f| snap.table(f).map(|t| t.meta.shape.clone()))
+        .map(|&f| {
+            snap.meta
+                .fields
+                .get(f)
+                .map(|m| m.shape.clone())
+                .ok_or_else(|| Error::UnknownField {
+                    field: format!("#{f}"),
+                })
+        })
         .collect::<Result<_>>()?;
     Ok(batch.with_shapes(shapes))
 }

@@ -2,6 +2,7 @@
 //! commit protocol.
 
 pub mod batch;
+pub mod collection;
 pub mod dataset;
 pub(crate) mod layout;
 pub mod location;

@@ -71,8 +71,17 @@ impl Snapshot {
     ///
     /// # Errors
     ///
-    /// [`Error::UnknownField`] for a field index out of range.
+    /// [`Error::UnknownField`] for a field index out of range; [`Error::InvalidConfig`] for a
+    /// collection (scan its parts).
     pub fn scan(&self, field: usize) -> Result<Scan<'_>> {
+        if self.is_collection() {
+            return Err(Error::InvalidConfig {
+                reason: format!(
+                    "{} is a collection: scan each of its parts (Snapshot::parts)",
+                    self.dir().display()
+                ),
+            });
+        }
         let table = self.table(field)?;
         let readable = self.len().min(table.meta.table.table_len);
         let want = readable.saturating_mul(ENTRY_BYTES as u64);

@@ -225,6 +225,22 @@ pub struct Snapshot {
         reason = "read by the object-store location (remote/), which a build may leave out"
     )]
     pub(crate) origin: Option<u64>,
+    /// A collection's parts; `None` for a plain dataset (its own one part). A collection's
+    /// snapshot has no tables and no chunks of its own: its `meta` is made from the manifest
+    /// (generation = the manifest's number, len = the parts' total, the schema's fields).
+    pub(crate) parts: Option<Parts>,
+}
+
+/// The parts of a collection's snapshot: each an ordinary snapshot, with the global index of
+/// its first record.
+#[derive(Debug)]
+pub(crate) struct Parts {
+    /// Each part's snapshot, in global index order.
+    pub(crate) snaps: Vec<Arc<Snapshot>>,
+    /// Each part's id.
+    pub(crate) ids: Vec<String>,
+    /// `starts[k]`: the global index of part `k`'s first record; one more entry, the total.
+    pub(crate) starts: Vec<u64>,
 }
 
 /// The identity of `dir/meta.json` now, if it can be read.
@@ -443,6 +459,7 @@ impl Snapshot {
             native: backend,
             meta_id: None,
             origin: None,
+            parts: None,
         })
     }
 
@@ -461,6 +478,7 @@ impl Snapshot {
             native: None,
             meta_id,
             origin: None,
+            parts: None,
         })
     }
 
@@ -512,6 +530,10 @@ impl Snapshot {
     /// The checked offset entry of `field` for record `index`: in range, intact, and pointing
     /// inside a committed chunk.
     pub(crate) fn entry(&self, field: usize, index: u64) -> Result<Entry> {
+        if self.parts.is_some() {
+            let (_, part, local) = self.part_of(index)?;
+            return part.entry(field, local);
+        }
         if index >= self.meta.len {
             return Err(Error::IndexOutOfRange {
                 index,
@@ -563,6 +585,10 @@ impl Snapshot {
     /// Where the stored bytes of record `index` of `field` are, from the checked offset entry
     /// (no data read). For tools and baselines: reads should go through a gather.
     pub fn locate(&self, field: usize, index: u64) -> Result<RecordLocation> {
+        if self.parts.is_some() {
+            let (_, part, local) = self.part_of(index)?;
+            return part.locate(field, local);
+        }
         let e = self.entry(field, index)?;
         Ok(RecordLocation {
             chunk: self.chunk(e.chunk).map(|c| c.path().to_path_buf()),
@@ -611,10 +637,14 @@ impl Snapshot {
         if lens.len() < indices.len() {
             lens.resize(indices.len(), 0);
         }
-        let table = self.table(field)?;
+        if field >= self.field_count() {
+            return Err(Error::UnknownField {
+                field: format!("#{field}"),
+            });
+        }
         for (window, lens) in indices.chunks(WINDOW).zip(lens.chunks_mut(WINDOW)) {
             for &index in window {
-                table.prefetch(index);
+                self.prefetch_entry(field, index);
             }
             for (&index, len) in window.iter().zip(lens.iter_mut()) {
                 *len = len.saturating_add(u64::from(self.entry(field, index)?.logical_len));
@@ -632,7 +662,140 @@ impl Snapshot {
     /// Total committed bytes of the chunk files this snapshot reads (the bytes the dataset holds
     /// on disk for record data, live or not).
     pub fn chunk_bytes(&self) -> u64 {
-        self.meta.chunks.iter().map(|c| c.size).sum()
+        match &self.parts {
+            Some(p) => p.snaps.iter().map(|s| s.chunk_bytes()).sum(),
+            None => self.meta.chunks.iter().map(|c| c.size).sum(),
+        }
+    }
+
+    /// The number of chunks this snapshot's reads may name (all parts' for a collection).
+    pub(crate) fn chunk_count(&self) -> usize {
+        match &self.parts {
+            Some(p) => p.snaps.iter().map(|s| s.chunk_count()).sum(),
+            None => self.meta.chunks.len(),
+        }
+    }
+
+    /// Whether any chunk is an object only the location's backend can read.
+    pub(crate) fn any_object(&self) -> bool {
+        match &self.parts {
+            Some(p) => p.snaps.iter().any(|s| s.any_object()),
+            None => self.chunks.any_object(),
+        }
+    }
+
+    /// Drops the local copy of the chunk at `path` (a damaged cached copy), in whichever part
+    /// holds it.
+    pub(crate) fn copy_dropped(&self, path: &Path) {
+        match &self.parts {
+            Some(p) => p.snaps.iter().for_each(|s| s.copy_dropped(path)),
+            None => self.chunks.copy_dropped(path),
+        }
+    }
+
+    /// The number of fields.
+    pub(crate) fn field_count(&self) -> usize {
+        self.meta.fields.len()
+    }
+
+    /// True if this is a snapshot of a collection (a manifest's parts, each a dataset).
+    pub fn is_collection(&self) -> bool {
+        self.parts.is_some()
+    }
+
+    /// The snapshots of a collection's parts, in global index order (part `k`'s records follow
+    /// those of parts `0..k`); empty for a plain dataset.
+    pub fn parts(&self) -> &[Arc<Snapshot>] {
+        self.parts.as_ref().map_or(&[], |p| p.snaps.as_slice())
+    }
+
+    /// The ids of a collection's parts, in the order of [`Snapshot::parts`]; empty for a plain
+    /// dataset.
+    pub fn part_ids(&self) -> &[String] {
+        self.parts.as_ref().map_or(&[], |p| p.ids.as_slice())
+    }
+
+    /// The part holding global record `index`: its number, its snapshot and the record's index
+    /// in it. A plain dataset is its own part 0.
+    pub(crate) fn part_of(&self, index: u64) -> Result<(usize, &Snapshot, u64)> {
+        if index >= self.meta.len {
+            return Err(Error::IndexOutOfRange {
+                index,
+                len: self.meta.len,
+            });
+        }
+        let Some(p) = &self.parts else {
+            return Ok((0, self, index));
+        };
+        // The last part starting at or before `index`: it holds it (an empty part starts
+        // where the next one does, so it is never the last such part for an index in range).
+        let k = p.starts.partition_point(|&s| s <= index).saturating_sub(1);
+        match (p.snaps.get(k), p.starts.get(k)) {
+            (Some(snap), Some(&start)) => Ok((k, snap, index.saturating_sub(start))),
+            _ => Err(Error::internal(format!(
+                "record {index} is in no part of {}",
+                self.dir.display()
+            ))),
+        }
+    }
+
+    /// Starts loading the cache lines of `field`'s table entry of record `index` (nothing for
+    /// an index out of range).
+    pub(crate) fn prefetch_entry(&self, field: usize, index: u64) {
+        match &self.parts {
+            None => {
+                if let Some(t) = self.tables.get(field) {
+                    if index < self.meta.len {
+                        t.prefetch(index);
+                    }
+                }
+            }
+            Some(_) => {
+                if let Ok((_, part, local)) = self.part_of(index) {
+                    part.prefetch_entry(field, local);
+                }
+            }
+        }
+    }
+
+    /// The snapshot of a collection: `meta` made from its manifest (generation = the
+    /// manifest's number, len = the parts' total, no chunks), its parts' snapshots with their
+    /// ids. `meta_id` names the manifest's file.
+    pub(crate) fn collection(
+        dir: PathBuf,
+        meta: Meta,
+        meta_id: Option<FileId>,
+        parts: Vec<(String, Arc<Snapshot>)>,
+    ) -> Result<Snapshot> {
+        let mut starts = Vec::with_capacity(parts.len().saturating_add(1));
+        let mut total = 0u64;
+        starts.push(0);
+        for (_, s) in &parts {
+            total = total
+                .checked_add(s.len())
+                .ok_or_else(|| Error::MetaCorrupt {
+                    path: dir.clone(),
+                    reason: "the parts' lengths overflow".to_string(),
+                })?;
+            starts.push(total);
+        }
+        if total != meta.len {
+            return Err(Error::internal(format!(
+                "a collection of {} records whose parts hold {total}",
+                meta.len
+            )));
+        }
+        let (ids, snaps) = parts.into_iter().unzip();
+        Ok(Snapshot {
+            dir,
+            meta,
+            tables: Vec::new(),
+            chunks: ChunkSet::default(),
+            native: None,
+            meta_id,
+            origin: None,
+            parts: Some(Parts { snaps, ids, starts }),
+        })
     }
 
     pub(crate) fn table(&self, field: usize) -> Result<&FieldTable> {

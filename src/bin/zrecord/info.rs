@@ -37,17 +37,27 @@ pub fn run(a: &InfoArgs) -> Res {
     // One sequential pass over each field's table (large reads, not a page fault per entry).
     let bar = progress::records_bar(len * nfields as u64, "scanning offset tables");
     let mut per_field: Vec<FieldBytes> = (0..nfields).map(|_| FieldBytes::default()).collect();
+    // A collection's parts are scanned one after the other.
+    let parts: Vec<&zrecord::Snapshot> = match snap.is_collection() {
+        true => snap.parts().iter().map(|p| &**p).collect(),
+        false => vec![&*snap],
+    };
     for (f, acc) in per_field.iter_mut().enumerate() {
-        for (i, entry) in (0u64..).zip(snap.scan(f)?) {
-            let e = entry?;
-            acc.stored += u64::from(e.physical_len);
-            acc.logical += u64::from(e.logical_len);
-            acc.present += u64::from(e.physical_len > 0);
-            if i % 65536 == 0 {
-                bar.set_position(f as u64 * len + i);
+        let mut i = 0u64;
+        for part in &parts {
+            for entry in part.scan(f)? {
+                let e = entry?;
+                acc.stored += u64::from(e.physical_len);
+                acc.logical += u64::from(e.logical_len);
+                acc.present += u64::from(e.physical_len > 0);
+                if i.is_multiple_of(65536) {
+                    bar.set_position(f as u64 * len + i);
+                }
+                i += 1;
             }
         }
     }
+    let chunks: usize = parts.iter().map(|p| p.meta().chunks.len()).sum();
     bar.finish_and_clear();
     let logical: u64 = per_field.iter().map(|f| f.logical).sum();
     let stored: u64 = per_field.iter().map(|f| f.stored).sum();
@@ -81,7 +91,8 @@ pub fn run(a: &InfoArgs) -> Res {
             "generation": meta.generation,
             "len": len,
             "fields": fields,
-            "chunks": meta.chunks.len(),
+            "chunks": chunks,
+            "parts": snap.is_collection().then(|| snap.parts().len()),
             "chunk_size_bytes": meta.chunk_size_bytes,
             "chunk_bytes": chunk_bytes,
             "logical_bytes": logical,
@@ -111,9 +122,15 @@ pub fn run(a: &InfoArgs) -> Res {
             f.name, f.dtype, shape, f.codec, b.present, b.logical, b.stored
         );
     }
+    if snap.is_collection() {
+        println!(
+            "  collection  manifest {}, {} parts",
+            meta.generation,
+            snap.parts().len()
+        );
+    }
     println!(
-        "  chunks      {} ({chunk_bytes} bytes, sealed at {} bytes)",
-        meta.chunks.len(),
+        "  chunks      {chunks} ({chunk_bytes} bytes, sealed at {} bytes)",
         meta.chunk_size_bytes
     );
     println!("  bytes       {logical} logical, {stored} stored");

@@ -7,6 +7,7 @@
 mod args;
 mod bench;
 mod cat;
+mod collection;
 mod convert;
 mod info;
 mod progress;
@@ -45,6 +46,9 @@ enum Cmd {
     Push(transfer::PushArgs),
     /// Fetch a dataset from an object store into a new local directory.
     Pull(transfer::PullArgs),
+    /// Collections: many datasets (parts) committed together and read as one.
+    #[command(subcommand)]
+    Collection(collection::CollectionCmd),
     /// Throughput measurements.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
@@ -130,6 +134,7 @@ fn main() -> ExitCode {
         Cmd::Cat(a) => cat::run(a),
         Cmd::Push(a) => transfer::push(a),
         Cmd::Pull(a) => transfer::pull(a),
+        Cmd::Collection(c) => collection::run(c),
         Cmd::Bench(b) => bench::run(b),
     };
     match result {

@@ -7,6 +7,8 @@
 //! against its field's dtype and shape. Then every record of every field is read in batches
 //! with checksums on: each stored value's CRC32C and each deflate stream's length. A batch that
 //! fails is re-read value by value, so every damaged value is reported, not just the first.
+//! A collection is verified part by part: opening it checks every part against its manifest,
+//! then every part's tables and records are checked as a dataset's.
 
 use crate::progress;
 use crate::Res;
@@ -60,14 +62,24 @@ pub fn run(a: &VerifyArgs) -> Res {
         bar: &bar,
     };
     // The tables, sequentially: every entry checked, every value's length against its field.
+    // A collection's parts one after the other (every part was checked against its manifest
+    // when the collection opened); `i` is the global index.
+    let parts: Vec<&Snapshot> = match snap.is_collection() {
+        true => snap.parts().iter().map(|p| &**p).collect(),
+        false => vec![&*snap],
+    };
     for f in 0..names.len() {
-        for (i, entry) in (0u64..).zip(snap.scan(f)?) {
-            match entry {
-                Ok(e) => check_shape(&snap, f, i, u64::from(e.logical_len), &mut problems),
-                Err(e) => problems.report(&e.to_string()),
-            }
-            if i % 65536 == 0 {
-                bar.set_position(f as u64 * len + i);
+        let mut i = 0u64;
+        for part in &parts {
+            for entry in part.scan(f)? {
+                match entry {
+                    Ok(e) => check_shape(&snap, f, i, u64::from(e.logical_len), &mut problems),
+                    Err(e) => problems.report(&e.to_string()),
+                }
+                if i.is_multiple_of(65536) {
+                    bar.set_position(f as u64 * len + i);
+                }
+                i += 1;
             }
         }
     }

@@ -7,6 +7,7 @@
 //! the snapshot was loaded. Every later open checks it: a chunk that a rebalance removed, or
 //! whose id a later chunk reuses, is an error ([`Error::ChunkGone`]), never another file's bytes.
 
+use super::plan::ChunkKey;
 use crate::error::{Error, Result};
 use crate::format::meta::Meta;
 use crate::io::fork::{take_unlocked, ForkLocal};
@@ -845,11 +846,12 @@ impl ChunkSet {
     }
 }
 
-/// A per-batch memo of one value per chunk: 64 slots addressed by the id's low bits. A batch over
-/// few chunks asks the handles once per chunk; one over many chunks pays a compare per record and
-/// asks again only when two of its chunks share a slot.
+/// A per-batch memo of one value per chunk: 64 slots addressed by the key's low bits (the
+/// chunk id's, mixed with the part's). A batch over few chunks asks the handles once per chunk;
+/// one over many chunks (or many parts) pays a compare per record and asks again only when two
+/// of its chunks share a slot.
 pub(crate) struct PerChunk<T> {
-    slots: [Option<(u16, T)>; 64],
+    slots: [Option<(ChunkKey, T)>; 64],
 }
 
 impl<T: Copy> PerChunk<T> {
@@ -857,16 +859,17 @@ impl<T: Copy> PerChunk<T> {
         PerChunk { slots: [None; 64] }
     }
 
-    /// The value for chunk `id`, computed by `f` on a miss.
-    pub(crate) fn get(&mut self, id: u16, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        let Some(slot) = self.slots.get_mut(usize::from(id) % 64) else {
+    /// The value for chunk `key`, computed by `f` on a miss.
+    pub(crate) fn get(&mut self, key: ChunkKey, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let at = (usize::from(key.chunk) ^ (key.part as usize).wrapping_mul(7)) % 64;
+        let Some(slot) = self.slots.get_mut(at) else {
             return f();
         };
         match slot {
-            Some((c, v)) if *c == id => Ok(*v),
+            Some((c, v)) if *c == key => Ok(*v),
             _ => {
                 let v = f()?;
-                *slot = Some((id, v));
+                *slot = Some((key, v));
                 Ok(v)
             }
         }

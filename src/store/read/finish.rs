@@ -400,6 +400,7 @@ mod tests {
             .map(|i| Want {
                 field: 0,
                 index: i as u64,
+                part: 0,
                 e: Entry {
                     physical_len: len,
                     logical_len: len,

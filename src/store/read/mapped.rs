@@ -64,7 +64,7 @@ pub(crate) fn gather(
             which.push(NONE);
             continue;
         }
-        let k = index_of.get(w.e.chunk, || {
+        let k = index_of.get(w.key(), || {
             Ok(match res.chunk(w)?.map()? {
                 Some(m) => {
                     maps.push(m);

@@ -79,7 +79,7 @@ pub(crate) fn gather(
     Ok(Batch::new(joined, indices.to_vec(), names))
 }
 
-/// One part of a gather: its values and the batch's field names. A record found damaged in
+/// One piece of a gather: its values and the batch's field names. A record found damaged in
 /// bytes the backend can fetch again (a cache entry) is read once more.
 fn gather_part(
     snap: &Snapshot,
@@ -92,7 +92,7 @@ fn gather_part(
     // gather: damage that a retry meets again (bytes damaged on the store itself) ends it, so
     // there are at most as many retries as damaged cached copies, never one per chunk.
     let mut dropped: Vec<std::path::PathBuf> = Vec::new();
-    for _ in 0..snap.meta.chunks.len() {
+    for _ in 0..snap.chunk_count() {
         let path = match &result {
             Err(Error::ChecksumMismatch { path, .. } | Error::Decompress { path, .. }) => path,
             _ => break,
@@ -100,7 +100,7 @@ fn gather_part(
         if dropped.contains(path) || !engine.backend.refetch(path) {
             break;
         }
-        snap.chunks.copy_dropped(path);
+        snap.copy_dropped(path);
         dropped.push(path.clone());
         if let Err(e) = &result {
             tracing::warn!(error = %e, "a cached copy was damaged; reading it again");
@@ -204,8 +204,8 @@ fn build_job(
     for op in ops {
         if current != Some((op.chunk, op.direct)) {
             current = Some((op.chunk, op.direct));
-            let chunk = res.chunks.get(op.chunk).ok_or_else(|| {
-                crate::Error::internal(format!("a read names chunk {}", op.chunk))
+            let chunk = res.chunk_at(op.chunk).ok_or_else(|| {
+                crate::Error::internal(format!("a read names chunk {:?}", op.chunk))
             })?;
             let file = match op.direct {
                 true => chunk.direct()?.ok_or_else(|| {
@@ -239,9 +239,9 @@ fn extents(res: &Resolved<'_>, engine: &Engine, starts: &[usize]) -> Result<Vec<
     {
         let direct = engine.direct_io
             && w.e.physical_len > 0
-            && direct_of.get(w.e.chunk, || Ok(res.chunk(w)?.direct()?.is_some()))?;
+            && direct_of.get(w.key(), || Ok(res.chunk(w)?.direct()?.is_some()))?;
         extents.push(Extent {
-            chunk: w.e.chunk,
+            chunk: w.key(),
             offset: w.e.offset,
             len: w.e.physical_len as usize,
             staged: w.e.codec.compressed(),
@@ -268,7 +268,7 @@ pub(crate) fn lookahead(
     // A custom backend (an object store's) has nothing to hide for local chunks (a remote
     // dataset's cached ones included); zrecord's own backends have the read window.
     let local_window = engine.effective.is_some();
-    if !engine.backend.wants_lookahead() || !(local_window || snap.chunks.any_object()) {
+    if !engine.backend.wants_lookahead() || !(local_window || snap.any_object()) {
         return Ok(());
     }
     let per_part = (PART_VALUES / fields.len().max(1)).max(1);

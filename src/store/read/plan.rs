@@ -19,10 +19,20 @@ pub(crate) const OUT: usize = 0;
 /// The buffer deflate records and `O_DIRECT` spans land in, to be inflated or sliced.
 pub(crate) const STAGING: usize = 1;
 
+/// A chunk of a batch: chunk `chunk` of part `part` (a position in the batch's parts; a plain
+/// dataset is one part, 0). A collection's parts each number their own chunks from 0, so a
+/// chunk id alone does not name a file; the pair does, and the plan sorts and coalesces by it:
+/// one plan, one set of jobs for a batch over any number of parts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct ChunkKey {
+    pub(crate) part: u32,
+    pub(crate) chunk: u16,
+}
+
 /// A record's stored bytes: `len` bytes at `offset` in chunk `chunk`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Extent {
-    pub(crate) chunk: u16,
+    pub(crate) chunk: ChunkKey,
     pub(crate) offset: u64,
     pub(crate) len: usize,
     /// The bytes need work after reading (inflate): they land in staging, not in the slot.
@@ -36,7 +46,7 @@ pub(crate) struct Extent {
 /// One read: a contiguous range of a chunk, scattered into `pieces`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Op {
-    pub(crate) chunk: u16,
+    pub(crate) chunk: ChunkKey,
     pub(crate) direct: bool,
     pub(crate) offset: u64,
     /// Bytes that must arrive (a direct range is rounded up past the record's end).
@@ -63,7 +73,7 @@ pub(crate) struct Plan {
     pub(crate) staging_len: usize,
 }
 
-/// Plans the reads of `extents`: sorted by (chunk, offset), adjacent records coalesced into one
+/// Plans the reads of `extents`: sorted by (part, chunk, offset), adjacent records coalesced into one
 /// read of at most [`MAX_OP_BYTES`] and [`MAX_OP_PIECES`] records; raw records read straight
 /// into their slots, deflate records into 64-byte-aligned staging; direct records as
 /// 4 KiB-aligned spans into 4 KiB-aligned staging, spans that touch merged. Duplicated records
@@ -79,7 +89,7 @@ pub(crate) fn plan(extents: &[Extent]) -> Plan {
         ..Plan::default()
     };
     // The chunk and mode of the last op, and the file offset where it ends.
-    let mut current: Option<(u16, bool)> = None;
+    let mut current: Option<(ChunkKey, bool)> = None;
     let mut op_end = 0u64;
     for &i in &order {
         let Some(x) = extents.get(i) else { continue };
@@ -189,7 +199,7 @@ mod tests {
     fn extents() -> impl Strategy<Value = Vec<Extent>> {
         prop::collection::vec(
             (
-                0u16..3,
+                0u16..4,
                 0u64..64,
                 prop::sample::select(vec![
                     0usize, 1, 63, 64, 100, 4095, 4096, 5000, 70_000, 600_000,
@@ -202,7 +212,8 @@ mod tests {
         )
         .prop_map(|raw| {
             // Lay each chunk's records end to end, in slot order, leaving gaps sometimes.
-            let mut next = [0u64; 3];
+            // Chunks 0-1 of parts 0 and 1: the same chunk id in two parts is two files.
+            let mut next = [0u64; 4];
             let mut slot = 0usize;
             let mut out: Vec<Extent> = Vec::new();
             for (chunk, gap, len, staged, dup, direct_chunk) in raw {
@@ -217,7 +228,10 @@ mod tests {
                 let offset = next[c] + if gap % 4 == 0 { gap * 37 } else { 0 };
                 next[c] = offset + len as u64;
                 out.push(Extent {
-                    chunk,
+                    chunk: ChunkKey {
+                        part: u32::from(chunk / 2),
+                        chunk: chunk % 2,
+                    },
                     offset,
                     len,
                     staged,

@@ -29,6 +29,10 @@ pub struct MakeArgs {
     /// random with `--codec raw`, nibbles with `--codec deflate`.
     #[arg(long, value_enum)]
     content: Option<Content>,
+    /// Seed of the record bytes: datasets made with different seeds hold different bytes
+    /// (the parts of a test collection); 0, the default, makes the bytes of earlier releases.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
     /// Chunk size (e.g. 268435456, 256M, 1GiB).
     #[arg(long, value_name = "BYTES", value_parser = parse_size, default_value = "256MiB")]
     chunk_bytes: u64,
@@ -81,7 +85,7 @@ pub(super) fn make(a: &MakeArgs) -> Res {
         .field(Field::new("data", DType::U8).codec(codec))
         .chunk_size_bytes(a.chunk_bytes);
     let config = WriterConfig::default().num_writers(usize::from(a.writers));
-    let mut gen = Generator::new(content, a.record_bytes);
+    let mut gen = Generator::new(content, a.record_bytes, a.seed);
     let mut loop_figure: Option<(f64, f64)> = None;
     let (t, cpu, total) = match a.prepared {
         true => {
@@ -224,13 +228,13 @@ struct Generator {
 }
 
 impl Generator {
-    fn new(content: Content, record_bytes: usize) -> Generator {
+    fn new(content: Content, record_bytes: usize, seed: u64) -> Generator {
         let text = matches!(content, Content::Text | Content::Json | Content::Captions)
             .then(|| Text::new(&mut Rng(0x7E47_5EED_0000_0001)));
         Generator {
             content,
             record_bytes,
-            rng: Rng(0x2545_F491_4F6C_DD1D),
+            rng: Rng(0x2545_F491_4F6C_DD1D ^ seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
             text,
             rec: vec![0u8; record_bytes],
         }

@@ -1,0 +1,401 @@
+//! Committing parts to a collection: check each part (a dataset with the collection's schema),
+//! move it under `parts/`, then create manifest N+1 = manifest N's parts + the new ones with a
+//! create-only write. A committer that finds N+1 taken re-reads the latest manifest and rebases
+//! (appending parts commutes), so racing committers all land, each part once.
+//!
+//! Crash safety: a part is moved (renamed, or copied and fsynced) and its directory fsynced
+//! before any manifest names it; a manifest is written and fsynced under a hidden name, then
+//! linked to its number (the only step a reader sees). A committer killed at any step leaves
+//! the last complete manifest, every part of which is present; a moved part no manifest names
+//! yet is taken by a retry of the same commit (or left for `gc`).
+
+use super::manifests::{LocalManifests, ManifestStore};
+use super::place::{move_part, remove_part, same_files, Placed};
+use super::{manifest_fields, schema_difference};
+use crate::error::{Error, Result};
+use crate::format::collection::{
+    part_path, valid_part_id, Manifest, ManifestField, PartMeta, COLLECTION_FORMAT,
+    COLLECTION_VERSION, MAX_PART_ID_BYTES,
+};
+use crate::format::meta::Meta;
+use crate::io::fs;
+use crate::store::snapshot::read_meta;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Where a commit is: [`CommitOptions::on_step`] is told after each step (for progress, and for
+/// tests that kill a committer between steps).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CommitStep {
+    /// Every given part was read and checked; nothing moved yet.
+    PartsChecked,
+    /// Given part number `index` is under `parts/` (moved, or already there), durably.
+    PartPlaced {
+        /// Its position in the parts given to [`commit`].
+        index: usize,
+    },
+    /// The next manifest is written and fsynced under a temporary name: not visible yet.
+    ManifestWritten,
+    /// The next manifest is visible under its number (its directory not fsynced yet).
+    ManifestLinked,
+}
+
+/// Options of [`commit`]. `Default`: no step callback.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub struct CommitOptions {
+    /// Called after each [`CommitStep`], on the committing thread. Default: none.
+    pub on_step: Option<Arc<dyn Fn(CommitStep) + Send + Sync>>,
+}
+
+impl CommitOptions {
+    /// The default options.
+    pub fn new() -> CommitOptions {
+        CommitOptions::default()
+    }
+
+    /// Calls `f` after each step of the commit.
+    pub fn on_step(mut self, f: impl Fn(CommitStep) + Send + Sync + 'static) -> CommitOptions {
+        self.on_step = Some(Arc::new(f));
+        self
+    }
+}
+
+impl fmt::Debug for CommitOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CommitOptions")
+            .field("on_step", &self.on_step.as_ref().map(|_| "Fn(CommitStep)"))
+            .finish()
+    }
+}
+
+/// What [`commit`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CommitReport {
+    /// The number of the manifest that holds the parts now (the collection's generation).
+    pub number: u64,
+    /// The ids of the given parts, in the order given (a part moved under another id because
+    /// its name was taken has its new id here).
+    pub ids: Vec<String>,
+    /// The ids this commit added; empty if every part was already in the collection (a retried
+    /// commit), and then no manifest was created.
+    pub added: Vec<String>,
+    /// Parts in the collection now.
+    pub parts: usize,
+    /// Records in the collection now.
+    pub len: u64,
+    /// Manifests this commit tried to create (more than one when other committers won).
+    pub attempts: u32,
+}
+
+/// A part as given, checked.
+struct Given {
+    /// Where it is now.
+    src: PathBuf,
+    /// Its id, if it is under `parts/` already.
+    inside: Option<String>,
+    meta: Meta,
+}
+
+/// Commits `parts` (dataset directories, in this order: their records follow the collection's
+/// in that order) to the collection at `root`, creating the collection if there is none.
+///
+/// Each part is checked first: a dataset ([`Error::NotADataset`] otherwise) with the
+/// collection's schema ([`Error::PartMismatch`] naming the part and the first differing field;
+/// the first commit's first part sets the schema). Then each part outside `<root>/parts/` is
+/// moved there under its directory's name (characters other than `[A-Za-z0-9_.-]` become `_`)
+/// or, if a different part has that name, under the name with a unique suffix; a part already
+/// under `<root>/parts/` stays where it is. Then manifest N+1 is created with the latest
+/// manifest's parts followed by the given ones; a part already in it at the same generation is
+/// not added twice (a retried commit adds nothing and creates no manifest), one at another
+/// generation is [`Error::PartChanged`]. If another committer created N+1 first, the commit
+/// rebases on it and tries N+2, and so on.
+///
+/// A part given by a path that no longer holds a dataset (gone, or a directory without
+/// `meta.json`), whose name is a dataset under `<root>/parts/`, was moved there by an earlier
+/// attempt of this commit that did not finish: it is taken from there (and what is left at
+/// the path removed).
+///
+/// # Errors
+/// As above; [`Error::InvalidConfig`] for a root that is a dataset, a first commit without
+/// parts, or a part name that cannot be made an id; the manifest's errors
+/// ([`Error::MetaCorrupt`], [`Error::UnsupportedVersion`]); I/O errors naming the file.
+pub fn commit(
+    root: impl AsRef<Path>,
+    parts: &[impl AsRef<Path>],
+    options: CommitOptions,
+) -> Result<CommitReport> {
+    let root = root.as_ref();
+    let step = |s: CommitStep| {
+        if let Some(f) = &options.on_step {
+            f(s);
+        }
+    };
+    let store = LocalManifests::new(root);
+    prepare_root(root, &store)?;
+    let parts_dir = root.join("parts");
+    let mut latest = store.latest()?;
+
+    // 1. Check every part before moving any.
+    let mut given: Vec<Given> = Vec::with_capacity(parts.len());
+    for p in parts {
+        given.push(check_part(&parts_dir, p.as_ref())?);
+    }
+    let mut fields = match &latest {
+        Some(m) => m.fields.clone(),
+        None => match given.first() {
+            Some(g) => manifest_fields(&g.meta.fields),
+            None => {
+                return Err(Error::InvalidConfig {
+                    reason: format!(
+                        "{}: the first commit of a collection needs at least one part",
+                        root.display()
+                    ),
+                })
+            }
+        },
+    };
+    for g in &given {
+        check_schema(&fields, g, g.inside.as_deref())?;
+    }
+    step(CommitStep::PartsChecked);
+
+    // 2. Place every part under parts/.
+    let mut placed: Vec<PartMeta> = Vec::with_capacity(given.len());
+    for (index, g) in given.iter().enumerate() {
+        let id = match &g.inside {
+            Some(id) => id.clone(),
+            None => place(&g.src, &parts_dir)?,
+        };
+        let (_, meta) = read_meta(&parts_dir.join(&id))?;
+        if !placed.iter().any(|p| p.id == id) {
+            placed.push(PartMeta {
+                path: part_path(&id),
+                id,
+                len: meta.len,
+                generation: meta.generation,
+            });
+        }
+        step(CommitStep::PartPlaced { index });
+    }
+    let ids = placed.iter().map(|p| p.id.clone()).collect();
+
+    // 3. Manifest N+1 on top of the latest; rebase and retry when it is taken.
+    let mut attempts = 0u32;
+    loop {
+        let (number, mut list) = match &latest {
+            Some(m) => {
+                fields.clone_from(&m.fields);
+                (m.number, m.parts.clone())
+            }
+            None => (0, Vec::new()),
+        };
+        let mut added = Vec::new();
+        for p in &placed {
+            match list.iter().find(|q| q.id == p.id) {
+                Some(q) if q.generation == p.generation => {}
+                Some(q) => {
+                    return Err(Error::PartChanged {
+                        part: p.id.clone(),
+                        path: parts_dir.join(&p.id),
+                        expected: q.generation,
+                        found: p.generation,
+                    })
+                }
+                None => {
+                    list.push(p.clone());
+                    added.push(p.id.clone());
+                }
+            }
+        }
+        if added.is_empty() && latest.is_some() {
+            let len = list.iter().map(|p| p.len).sum();
+            return Ok(CommitReport {
+                number,
+                ids,
+                added,
+                parts: list.len(),
+                len,
+                attempts,
+            });
+        }
+        // A rebase onto a collection created by another committer: its schema rules.
+        for g in &given {
+            check_schema(&fields, g, None)?;
+        }
+        let next = number
+            .checked_add(1)
+            .ok_or(Error::TooManyCommits { generation: number })?;
+        let manifest = Manifest {
+            format: COLLECTION_FORMAT.to_string(),
+            version: COLLECTION_VERSION,
+            number: next,
+            fields: fields.clone(),
+            parts: list,
+        };
+        manifest.validate().map_err(|reason| Error::InvalidConfig {
+            reason: format!("{}: {reason}", root.display()),
+        })?;
+        attempts = attempts.saturating_add(1);
+        if store.create_new(next, &manifest.encode(), &step)? {
+            return Ok(CommitReport {
+                number: next,
+                ids,
+                added,
+                parts: manifest.parts.len(),
+                len: manifest.total_len(),
+                attempts,
+            });
+        }
+        latest = store.latest()?;
+    }
+}
+
+/// Creates the collection's directories if missing (fsyncing what it creates); refuses a root
+/// that is a dataset.
+fn prepare_root(root: &Path, store: &LocalManifests) -> Result<()> {
+    if crate::store::layout::meta(root).exists() {
+        return Err(Error::InvalidConfig {
+            reason: format!(
+                "{} is a dataset, not a collection: commit parts to a new directory",
+                root.display()
+            ),
+        });
+    }
+    let parts = root.join("parts");
+    if store.dir().is_dir() && parts.is_dir() {
+        return Ok(());
+    }
+    for dir in [store.dir(), parts.as_path()] {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, "create directory", e))?;
+    }
+    fs::sync_dir(root)?;
+    if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
+        fs::sync_dir(parent)?;
+    }
+    Ok(())
+}
+
+/// Reads part `path`'s meta: where it is and whether it is under `parts/` already.
+fn check_part(parts_dir: &Path, path: &Path) -> Result<Given> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let inside = match (path.parent(), parts_dir.canonicalize()) {
+        (Some(parent), Ok(parts)) => {
+            let parent = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+            parent.canonicalize().is_ok_and(|p| p == parts)
+        }
+        _ => false,
+    };
+    // Moved (or copied, its original then partly removed, `meta.json` first) by an earlier
+    // attempt that did not finish: the part is the one under parts/.
+    let earlier = parts_dir.join(name);
+    let moved_before = !inside
+        && !crate::store::layout::meta(path).exists()
+        && crate::store::layout::meta(&earlier).exists();
+    let (src, inside) = if moved_before {
+        if path.exists() {
+            remove_part(path)?;
+        }
+        (earlier, true)
+    } else {
+        (path.to_path_buf(), inside)
+    };
+    if inside && !valid_part_id(name) {
+        return Err(Error::InvalidConfig {
+            reason: format!(
+                "{}: {name:?} is not a valid part id (1-{MAX_PART_ID_BYTES} characters of \
+                 A-Z, a-z, 0-9, '_', '-' or '.', not starting with '.')",
+                path.display()
+            ),
+        });
+    }
+    let meta = match read_meta(&src) {
+        Ok((_, meta)) => meta,
+        Err(Error::Io {
+            path: p, source, ..
+        }) if p == crate::store::layout::meta(&src)
+            && source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            return Err(Error::NotADataset {
+                path: src,
+                reason: "a part must be a zrecord dataset (it holds no meta.json)".to_string(),
+            })
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(Given {
+        src,
+        inside: inside.then(|| name.to_string()),
+        meta,
+    })
+}
+
+/// Checks a part's schema against the collection's.
+fn check_schema(fields: &[ManifestField], g: &Given, id: Option<&str>) -> Result<()> {
+    match schema_difference(fields, &g.meta.fields) {
+        None => Ok(()),
+        Some((field, reason)) => Err(Error::PartMismatch {
+            part: id.map_or_else(|| g.src.display().to_string(), str::to_string),
+            path: g.src.clone(),
+            field,
+            reason,
+        }),
+    }
+}
+
+/// Moves the part at `src` under `parts_dir`: under its name, or (taken by a different part)
+/// under its name with a unique suffix. Returns its id.
+fn place(src: &Path, parts_dir: &Path) -> Result<String> {
+    let base = id_of(src);
+    let mut id = base.clone();
+    for _ in 0..64 {
+        let target = parts_dir.join(&id);
+        match move_part(src, parts_dir, &target)? {
+            Placed::Moved => return Ok(id),
+            // A copy that a killed committer placed and did not get to remove the original of.
+            Placed::Taken if same_files(src, &target)? => {
+                remove_part(src)?;
+                return Ok(id);
+            }
+            Placed::Taken => {
+                id = format!("{base}-{:016x}", super::unique_word());
+            }
+        }
+    }
+    Err(Error::internal(format!(
+        "no free part id for {} under {}",
+        src.display(),
+        parts_dir.display()
+    )))
+}
+
+/// A part id from a directory's name: characters outside `[A-Za-z0-9_.-]` become `_`, a
+/// leading `.` too, cut to leave room for a unique suffix.
+fn id_of(src: &Path) -> String {
+    let name = src
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut id: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(MAX_PART_ID_BYTES - 17)
+        .collect();
+    if id.is_empty() || id.starts_with('.') {
+        id.insert(0, 'p');
+    }
+    id
+}

@@ -1,0 +1,113 @@
+//! Collections: many datasets (parts, each written by one task) read as one dataset with global
+//! indices, committed together by numbered, create-only manifests.
+//!
+//! ```text
+//! <root>/_collection/00000000000000000001.json   manifest 1 (create-only; the highest wins)
+//! <root>/parts/<part-id>/                         each an ordinary dataset
+//! ```
+//!
+//! ```text
+//! manifests.rs  the ManifestStore seam (create-new of a numbered manifest, list, read) and the
+//!               local directory behind it; an object store is one more implementation
+//! committer.rs  commit(): check the parts, move them under parts/, create manifest N+1 on top
+//!               of N, rebase and retry when another committer took N+1
+//! place.rs      moving a part under parts/ (rename, or copy + fsync + remove across file
+//!               systems)
+//! open.rs       CollectionDir, the Location whose snapshot is the latest manifest's parts
+//! ```
+//!
+//! The format is in `docs/FORMAT.md`, "Collections"; how a batch over many parts stays one
+//! batch through the read engine is in `docs/ARCHITECTURE.md`.
+
+mod committer;
+mod manifests;
+mod open;
+mod place;
+
+pub use committer::{commit, CommitOptions, CommitReport, CommitStep};
+pub use open::CollectionDir;
+
+use crate::format::collection::ManifestField;
+use crate::format::meta::FieldMeta;
+use std::path::Path;
+
+/// Whether `dir` is the root of a local collection (it holds `_collection/`).
+pub(crate) fn is_collection(dir: &Path) -> bool {
+    dir.join(manifests::MANIFEST_DIR).is_dir()
+}
+
+/// The first field (by position) where a part's fields differ from a collection's, and how:
+/// `None` if they are equal (name, dtype, shape and codec of every field, in order).
+pub(crate) fn schema_difference(
+    collection: &[ManifestField],
+    part: &[FieldMeta],
+) -> Option<(String, String)> {
+    let n = collection.len().max(part.len());
+    (0..n).find_map(|k| match (collection.get(k), part.get(k)) {
+        (Some(c), None) => Some((
+            c.name.clone(),
+            format!("the part has no field #{k} (it has {} fields)", part.len()),
+        )),
+        (None, Some(p)) => Some((
+            p.name.clone(),
+            format!(
+                "the collection has no field #{k} (it has {} fields)",
+                collection.len()
+            ),
+        )),
+        (Some(c), Some(p)) if c.name != p.name => Some((
+            c.name.clone(),
+            format!("field #{k} is {:?} in the part", p.name),
+        )),
+        (Some(c), Some(p)) if c.dtype != p.dtype => Some((
+            c.name.clone(),
+            format!(
+                "dtype {} in the collection, {} in the part",
+                c.dtype, p.dtype
+            ),
+        )),
+        (Some(c), Some(p)) if c.shape != p.shape => Some((
+            c.name.clone(),
+            format!(
+                "shape {:?} in the collection, {:?} in the part",
+                c.shape, p.shape
+            ),
+        )),
+        (Some(c), Some(p)) if c.codec != p.codec => Some((
+            c.name.clone(),
+            format!(
+                "codec {} in the collection, {} in the part",
+                c.codec, p.codec
+            ),
+        )),
+        _ => None,
+    })
+}
+
+/// The fields of a collection whose parts have `fields`.
+pub(crate) fn manifest_fields(fields: &[FieldMeta]) -> Vec<ManifestField> {
+    fields
+        .iter()
+        .map(|f| ManifestField {
+            name: f.name.clone(),
+            dtype: f.dtype,
+            shape: f.shape.clone(),
+            codec: f.codec,
+        })
+        .collect()
+}
+
+/// A word no other process or call is likely to draw: for temporary names and generated part
+/// ids.
+pub(crate) fn unique_word() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    crate::hash::hash(&[
+        nanos,
+        u64::from(std::process::id()),
+        COUNTER.fetch_add(1, Ordering::Relaxed),
+    ])
+}
