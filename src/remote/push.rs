@@ -17,7 +17,7 @@ use crate::store::read::chunks::descriptor_budget;
 use crate::store::snapshot::read_meta;
 use crate::{LocalDir, Location, Snapshot};
 
-/// Options of [`push`] and [`pull`](super::pull).
+/// Options of [`push`] and `pull`.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct TransferOptions {
@@ -94,7 +94,7 @@ impl TransferOptions {
     }
 }
 
-/// What [`push`] or [`pull`](super::pull) did.
+/// What [`push`] or `pull` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TransferReport {
