@@ -34,6 +34,7 @@ print(json.dumps({"content": name, "codec": codec, "ratio": m["bytes"] / int(sto
                   "compress_loop_mb_s": m["loop_mb_per_s"],
                   "compress_loop_cpu_s": m["loop_cpu_seconds"],
                   "append_vs_loop": m["append_vs_loop"],
+                  "append_commit_s": m.get("commit_seconds"),
                   "gather_mb_s": g["bytes_per_s"] / 1e6, "gather_cpu_s": g["cpu_seconds"],
                   "loop_mb_s": l["bytes_per_s"] / 1e6,
                   "gather_vs_loop": g["bytes_per_s"] / l["bytes_per_s"]}))

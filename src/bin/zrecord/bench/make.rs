@@ -87,6 +87,7 @@ pub(super) fn make(a: &MakeArgs) -> Res {
     let config = WriterConfig::default().num_writers(usize::from(a.writers));
     let mut gen = Generator::new(content, a.record_bytes, a.seed);
     let mut loop_figure: Option<(f64, f64)> = None;
+    let mut commit_seconds: Option<f64> = None;
     let (t, cpu, total) = match a.prepared {
         true => {
             // Every record back to back, then the appends alone are timed.
@@ -103,7 +104,10 @@ pub(super) fn make(a: &MakeArgs) -> Res {
                 w.append(&[bytes.get(start..end).unwrap_or_default()])?;
                 start = end;
             }
+            // The commit: the append tasks finish their queues, then every chunk is fsynced.
+            let c0 = Instant::now();
             w.commit()?;
+            commit_seconds = Some(c0.elapsed().as_secs_f64());
             drop(w);
             let elapsed = (t.elapsed(), cpu_seconds() - cpu);
             loop_figure = match a.compress_loop {
@@ -147,6 +151,7 @@ pub(super) fn make(a: &MakeArgs) -> Res {
                 "seconds": s,
                 "mb_per_s": total_f / s / 1e6,
                 "cpu_seconds": cpu,
+                "commit_seconds": commit_seconds,
                 "loop_mb_per_s": loop_figure.map(|(s, _)| total_f / s / 1e6),
                 "loop_cpu_seconds": loop_figure.map(|(_, c)| c),
                 "append_vs_loop": loop_figure.map(|(l, _)| l / s),
