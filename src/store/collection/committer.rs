@@ -20,6 +20,7 @@ use crate::format::collection::{
 use crate::format::meta::Meta;
 use crate::io::fs;
 use crate::store::snapshot::read_meta;
+use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -114,10 +115,13 @@ struct Given {
 /// generation is [`Error::PartChanged`]. If another committer created N+1 first, the commit
 /// rebases on it and tries N+2, and so on.
 ///
-/// A part given by a path that no longer holds a dataset (gone, or a directory without
-/// `meta.json`), whose name is a dataset under `<root>/parts/`, was moved there by an earlier
-/// attempt of this commit that did not finish: it is taken from there (and what is left at
-/// the path removed).
+/// A part given by a path that is gone, whose id is a dataset under `<root>/parts/`, was moved
+/// there by an earlier attempt of this commit: it is taken from there. A path that holds only
+/// what is left of a zrecord dataset (no `meta.json`: an earlier attempt's copy was placed and
+/// the original's removal cut short) is taken from there too if no manifest names the part
+/// yet, and the rest removed. A directory holding anything else is never removed: it is
+/// [`Error::NotADataset`]. A part under `<root>/parts/` with the same bytes as a given part is
+/// taken as that part's copy only if no manifest names it and this attempt did not place it.
 ///
 /// # Errors
 /// As above; [`Error::InvalidConfig`] for a root that is a dataset, a first commit without
@@ -140,9 +144,14 @@ pub fn commit(
     let mut latest = store.latest()?;
 
     // 1. Check every part before moving any.
+    // Part ids no earlier attempt of this commit can have left behind: those a manifest names.
+    let committed: HashSet<String> = latest
+        .iter()
+        .flat_map(|m| m.parts.iter().map(|p| p.id.clone()))
+        .collect();
     let mut given: Vec<Given> = Vec::with_capacity(parts.len());
     for p in parts {
-        given.push(check_part(&parts_dir, p.as_ref())?);
+        given.push(check_part(&parts_dir, p.as_ref(), &committed)?);
     }
     let mut fields = match &latest {
         Some(m) => m.fields.clone(),
@@ -165,10 +174,16 @@ pub fn commit(
 
     // 2. Place every part under parts/.
     let mut placed: Vec<PartMeta> = Vec::with_capacity(given.len());
+    // Ids placed by this attempt: a part with the same bytes as one of them is another part.
+    let mut placed_now: HashSet<String> = HashSet::new();
     for (index, g) in given.iter().enumerate() {
         let id = match &g.inside {
             Some(id) => id.clone(),
-            None => place(&g.src, &parts_dir)?,
+            None => {
+                let id = place(&g.src, &parts_dir, &committed, &placed_now)?;
+                placed_now.insert(id.clone());
+                id
+            }
         };
         let (_, meta) = read_meta(&parts_dir.join(&id))?;
         if !placed.iter().any(|p| p.id == id) {
@@ -280,8 +295,8 @@ fn prepare_root(root: &Path, store: &LocalManifests) -> Result<()> {
 }
 
 /// Reads part `path`'s meta: where it is and whether it is under `parts/` already.
-fn check_part(parts_dir: &Path, path: &Path) -> Result<Given> {
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+fn check_part(parts_dir: &Path, path: &Path, committed: &HashSet<String>) -> Result<Given> {
+    let raw = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
     let inside = match (path.parent(), parts_dir.canonicalize()) {
         (Some(parent), Ok(parts)) => {
             let parent = if parent.as_os_str().is_empty() {
@@ -294,13 +309,20 @@ fn check_part(parts_dir: &Path, path: &Path) -> Result<Given> {
         _ => false,
     };
     // Moved (or copied, its original then partly removed, `meta.json` first) by an earlier
-    // attempt that did not finish: the part is the one under parts/.
+    // attempt that did not finish: the part is the one under parts/ of the same id, and the
+    // path is gone, or holds only what is left of a zrecord dataset and no manifest names the
+    // part yet (never anything else: a directory that is not recognisably the rest of a copied
+    // part is not touched, and is `NotADataset`).
+    let id = if inside { raw.to_string() } else { id_of(path) };
+    let name = id.as_str();
     let earlier = parts_dir.join(name);
+    let gone = std::fs::symlink_metadata(path).is_err();
     let moved_before = !inside
         && !crate::store::layout::meta(path).exists()
-        && crate::store::layout::meta(&earlier).exists();
+        && crate::store::layout::meta(&earlier).exists()
+        && (gone || (!committed.contains(name) && is_rest_of_a_dataset(path)));
     let (src, inside) = if moved_before {
-        if path.exists() {
+        if !gone {
             remove_part(path)?;
         }
         (earlier, true)
@@ -350,17 +372,54 @@ fn check_schema(fields: &[ManifestField], g: &Given, id: Option<&str>) -> Result
     }
 }
 
+/// True if `dir` holds nothing but the files of a zrecord dataset (its chunks, tables, patch
+/// logs, dictionaries, lock, temporary meta) and no `meta.json`: what a copy's removal of its
+/// original leaves when it is cut short.
+fn is_rest_of_a_dataset(dir: &Path) -> bool {
+    use crate::store::layout;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    entries.flatten().all(|e| {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+        match is_dir {
+            true if name == "chunk" => std::fs::read_dir(e.path()).is_ok_and(|c| {
+                c.flatten()
+                    .all(|f| layout::parse_chunk(&f.file_name().to_string_lossy()).is_some())
+            }),
+            true => false,
+            false => {
+                layout::is_table_file(&name)
+                    || name.ends_with(".zdict")
+                    || name == layout::LOCK
+                    || name == layout::META_TMP
+            }
+        }
+    })
+}
+
 /// Moves the part at `src` under `parts_dir`: under its name, or (taken by a different part)
-/// under its name with a unique suffix. Returns its id.
-fn place(src: &Path, parts_dir: &Path) -> Result<String> {
+/// under its name with a unique suffix. Returns its id. A target with the same files as `src`
+/// is taken as this part's own copy, placed by an earlier attempt cut short before it removed
+/// the original, only if no manifest names it (`committed`) and this attempt did not place it
+/// (`placed_now`): otherwise it is another part that happens to hold the same bytes.
+fn place(
+    src: &Path,
+    parts_dir: &Path,
+    committed: &HashSet<String>,
+    placed_now: &HashSet<String>,
+) -> Result<String> {
     let base = id_of(src);
     let mut id = base.clone();
     for _ in 0..64 {
         let target = parts_dir.join(&id);
+        let may_be_ours = !committed.contains(&id) && !placed_now.contains(&id);
         match move_part(src, parts_dir, &target)? {
             Placed::Moved => return Ok(id),
             // A copy that a killed committer placed and did not get to remove the original of.
-            Placed::Taken if same_files(src, &target)? => {
+            Placed::Taken if may_be_ours && same_files(src, &target)? => {
                 remove_part(src)?;
                 return Ok(id);
             }
