@@ -122,12 +122,34 @@ pub(crate) fn same_files(a: &Path, b: &Path) -> Result<bool> {
         let same = if ma.is_dir() {
             same_files(&fa, &fb)?
         } else {
-            std::fs::read(&fa).map_err(|e| Error::io(&fa, "read", e))?
-                == std::fs::read(&fb).map_err(|e| Error::io(&fb, "read", e))?
+            same_bytes(&fa, &fb, ma.len())?
         };
         if !same {
             return Ok(false);
         }
+    }
+    Ok(true)
+}
+
+/// Whether files `a` and `b`, both `len` bytes long, hold the same bytes: compared a block at
+/// a time (chunk files can be gigabytes).
+fn same_bytes(a: &Path, b: &Path, len: u64) -> Result<bool> {
+    const BLOCK: usize = 1 << 20;
+    let fa = std::fs::File::open(a).map_err(|e| Error::io(a, "open", e))?;
+    let fb = std::fs::File::open(b).map_err(|e| Error::io(b, "open", e))?;
+    let (mut ba, mut bb) = (vec![0u8; BLOCK], vec![0u8; BLOCK]);
+    let mut at = 0u64;
+    while at < len {
+        let n = usize::try_from(len - at).map_or(BLOCK, |left| left.min(BLOCK));
+        let (Some(sa), Some(sb)) = (ba.get_mut(..n), bb.get_mut(..n)) else {
+            return Ok(false);
+        };
+        crate::io::fs::read_exact_at(&fa, a, sa, at)?;
+        crate::io::fs::read_exact_at(&fb, b, sb, at)?;
+        if sa != sb {
+            return Ok(false);
+        }
+        at += n as u64;
     }
     Ok(true)
 }
