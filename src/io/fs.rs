@@ -95,7 +95,13 @@ pub fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
             if std::fs::symlink_metadata(to).is_ok() {
                 return Err(std::io::Error::from(std::io::ErrorKind::AlreadyExists));
             }
-            std::fs::rename(from, to)
+            // Another process that created `to` since the check: taken, as above.
+            std::fs::rename(from, to).map_err(|e| match e.raw_os_error() {
+                Some(libc::ENOTEMPTY | libc::EEXIST) => {
+                    std::io::Error::from(std::io::ErrorKind::AlreadyExists)
+                }
+                _ => e,
+            })
         }
         Some(libc::ENOTEMPTY) => Err(std::io::Error::from(std::io::ErrorKind::AlreadyExists)),
         _ => Err(e),
