@@ -47,7 +47,9 @@ fn readers_see_every_record_while_dictionaries_are_retrained() {
                 let mut rounds = 0u64;
                 while !stop.load(Ordering::Acquire) || rounds < 3 {
                     let ds = Dataset::open(&dir).unwrap();
-                    let idx: Vec<u64> = (0..n).filter(|i| (i + rounds + r) % 7 == 0).collect();
+                    let idx: Vec<u64> = (0..n)
+                        .filter(|i| (i + rounds + r).is_multiple_of(7))
+                        .collect();
                     let b = ds.gather_blocking(&idx).unwrap();
                     for (k, &i) in idx.iter().enumerate() {
                         assert_eq!(b.get(k, 0).unwrap(), &caption(i)[..], "record {i}");
