@@ -65,15 +65,7 @@ impl Writer {
             }
             s.done = true;
             let (bytes, sizes) = (std::mem::take(&mut s.bytes), std::mem::take(&mut s.sizes));
-            let mut at = 0usize;
-            let samples: Vec<&[u8]> = sizes
-                .iter()
-                .filter_map(|&n| {
-                    let r = bytes.get(at..at.checked_add(n)?);
-                    at = at.saturating_add(n);
-                    r
-                })
-                .collect();
+            let samples = split_samples(&bytes, &sizes);
             if let Some(dict) = Dictionary::train(&samples, self.config.dictionary_bytes) {
                 self.install_dictionary(f, dict)?;
             }
@@ -137,22 +129,8 @@ impl Writer {
             }
             Some(n) => n + 1,
         };
-        let dir = self.shared.dir.clone();
-        let path = layout::dictionary(&dir, &fm.name, number);
-        let tmp = path.with_extension("zdict.tmp");
-        vfs::replace_atomically(&*self.shared.vfs, &dir, &tmp, &path, &dict)?;
-        let meta = DictionaryMeta {
-            number,
-            bytes: dict.len() as u64,
-            crc32c: crate::checksum::crc32c(&dict),
-        };
-        let prepared =
-            Dictionary::new(number, dict).map_err(|reason| Error::DictionaryCorrupt {
-                path: path.clone(),
-                field: fm.name.clone(),
-                number,
-                reason,
-            })?;
+        let (meta, prepared) =
+            write_dictionary(&*self.shared.vfs, &self.shared.dir, &fm.name, number, dict)?;
         if let Some(m) = self.core().meta.fields.get_mut(f) {
             m.dictionaries.push(meta);
         }
@@ -168,6 +146,46 @@ impl Writer {
         self.dictionaries = current.into();
         Ok(number)
     }
+}
+
+/// Records `sizes` long, back to back in `bytes`, as slices.
+pub(super) fn split_samples<'a>(bytes: &'a [u8], sizes: &[usize]) -> Vec<&'a [u8]> {
+    let mut at = 0usize;
+    sizes
+        .iter()
+        .filter_map(|&n| {
+            let r = bytes.get(at..at.checked_add(n)?);
+            at = at.saturating_add(n);
+            r
+        })
+        .collect()
+}
+
+/// Writes dictionary `dict` of field `field` as number `number` in `dir` (a temporary name,
+/// fsynced, renamed into place, the directory fsynced), and prepares it: what a commit names
+/// and what the encoders compress with.
+pub(super) fn write_dictionary(
+    fs: &dyn vfs::Vfs,
+    dir: &std::path::Path,
+    field: &str,
+    number: u8,
+    dict: Vec<u8>,
+) -> Result<(DictionaryMeta, Arc<Dictionary>)> {
+    let path = layout::dictionary(dir, field, number);
+    let tmp = path.with_extension("zdict.tmp");
+    vfs::replace_atomically(fs, dir, &tmp, &path, &dict)?;
+    let meta = DictionaryMeta {
+        number,
+        bytes: dict.len() as u64,
+        crc32c: crate::checksum::crc32c(&dict),
+    };
+    let prepared = Dictionary::new(number, dict).map_err(|reason| Error::DictionaryCorrupt {
+        path,
+        field: field.to_string(),
+        number,
+        reason,
+    })?;
+    Ok((meta, prepared))
 }
 
 fn sample_full(s: &Sample, limit: usize) -> bool {

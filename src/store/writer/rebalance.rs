@@ -11,6 +11,7 @@
 use super::appender::Appender;
 use super::book::Shared;
 use super::commit::sync_sealed;
+use super::dictionary::{split_samples, write_dictionary};
 use super::tables::Core;
 use super::task::Msg;
 use super::wait::wait;
@@ -20,7 +21,7 @@ use crate::format::codec::{Dictionary, Encoder, ZstdDecoder};
 use crate::format::dtype::{Codec, StoredCodec};
 use crate::format::entry::{Entry, ENTRY_BYTES};
 use crate::format::meta::{ChunkMeta, DictionaryMeta, TableMeta};
-use crate::io::vfs::{self, VfsFile};
+use crate::io::vfs::VfsFile;
 use crate::store::layout;
 use futures::channel::oneshot;
 use std::collections::BTreeMap;
@@ -225,15 +226,7 @@ impl Writer {
                 }
                 index += step;
             }
-            let mut at = 0usize;
-            let samples: Vec<&[u8]> = sizes
-                .iter()
-                .filter_map(|&n| {
-                    let r = bytes.get(at..at.checked_add(n)?);
-                    at = at.saturating_add(n);
-                    r
-                })
-                .collect();
+            let samples = split_samples(&bytes, &sizes);
             let Some(dict) = Dictionary::train(&samples, dict_bytes) else {
                 tracing::info!(
                     field = f,
@@ -257,21 +250,8 @@ impl Writer {
             .ok_or_else(|| Error::InvalidConfig {
                 reason: format!("field {:?} already has 255 dictionaries", fm.name),
             })?;
-            let path = layout::dictionary(&core.dir, &fm.name, number);
-            let tmp = path.with_extension("zdict.tmp");
-            vfs::replace_atomically(&*core.vfs, &core.dir, &tmp, &path, &dict)?;
-            let meta = DictionaryMeta {
-                number,
-                bytes: dict.len() as u64,
-                crc32c: crate::checksum::crc32c(&dict),
-            };
-            let dictionary =
-                Dictionary::new(number, dict).map_err(|reason| Error::DictionaryCorrupt {
-                    path: path.clone(),
-                    field: fm.name.clone(),
-                    number,
-                    reason,
-                })?;
+            let (meta, dictionary) =
+                write_dictionary(&*core.vfs, &core.dir, &fm.name, number, dict)?;
             out.push(Some(Retrained {
                 dictionary,
                 meta,
