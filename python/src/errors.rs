@@ -264,6 +264,34 @@ pub(crate) fn to_py(e: CoreError) -> PyErr {
                     attr(py, "reason", reason.as_str()),
                 ],
             ),
+            CoreError::PartMismatch {
+                part,
+                path: p,
+                field,
+                reason,
+            } => (
+                py.get_type::<SchemaError>(),
+                vec![
+                    attr(py, "part", part.as_str()),
+                    attr(py, "path", path(p)),
+                    attr(py, "field", field.as_str()),
+                    attr(py, "reason", reason.as_str()),
+                ],
+            ),
+            CoreError::PartChanged {
+                part,
+                path: p,
+                expected,
+                found,
+            } => (
+                py.get_type::<CorruptError>(),
+                vec![
+                    attr(py, "part", part.as_str()),
+                    attr(py, "path", path(p)),
+                    attr(py, "expected", *expected),
+                    attr(py, "found", *found),
+                ],
+            ),
             CoreError::ArrowColumns {
                 missing,
                 extra,

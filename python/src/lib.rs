@@ -6,6 +6,7 @@
 
 mod arrow;
 mod batch;
+mod collection;
 mod dataset;
 mod errors;
 mod guard;
@@ -64,6 +65,7 @@ fn _zrecord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(transfer::push, m)?)?;
     m.add_function(wrap_pyfunction!(transfer::pull, m)?)?;
     m.add_function(wrap_pyfunction!(transfer::convert_npy, m)?)?;
+    m.add_function(wrap_pyfunction!(collection::commit_collection, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -33,6 +33,7 @@ __all__ = [
     "WriterBusyError",
     "__version__",
     "_reopen",
+    "commit_collection",
     "convert_npy",
     "mix",
     "open",
@@ -299,6 +300,17 @@ def pull(
     storage_options: dict[str, Any] | None = None,
     concurrency: int | None = None,
 ) -> dict[str, Any]: ...
+def commit_collection(
+    root: _Path,
+    parts: Sequence[_Path],
+    *,
+    storage_options: dict[str, Any] | None = None,
+    single_writer: bool = False,
+) -> dict[str, Any]:
+    """Commits ``parts`` into the collection at ``root`` (a directory or an object-store URL)
+    in the order given; returns ``number``, ``ids``, ``added``, ``parts``, ``len``,
+    ``attempts``."""
+    ...
 def convert_npy(
     inputs: Sequence[_Path],
     out: _Path,

@@ -1,0 +1,170 @@
+"""Ray Data sink: many write tasks build one zrecord collection, committed once.
+
+::
+
+    import ray, zrecord.ray
+
+    ds = ray.data.read_parquet("s3://bucket/raw/")
+    sink = zrecord.ray.Datasink("s3://bucket/train", {"tokens": "i32", "label": ("i64", [1])},
+                                storage_options={...})
+    ds.write_datasink(sink)
+    train = zrecord.open("s3://bucket/train", storage_options={...})
+
+Each write task writes one part: its blocks go through :meth:`zrecord.Writer.append_arrow`
+(the Arrow buffers are read in place) into a dataset of its own, which for an ``s3://``,
+``gs://`` or ``az://`` collection is pushed to ``<url>/parts/<id>`` and for a local collection
+is written straight into ``<root>/parts/<id>``. When every task has finished,
+``on_write_complete`` commits the parts in one manifest, in task order (not finish order), so
+the collection's record order is the input's.
+
+A task that dies and is retried by Ray writes a new part under a new id; the dead attempt's
+part is never committed (only parts a finished task returned are), so every input row is in the
+collection exactly once. What a dead attempt left under ``parts/`` is removed by
+``zrecord gc ROOT --older-than DURATION``. A write that fails as a whole commits nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from . import _zrecord
+
+try:  # ray is optional: importing this module without it fails only when used.
+    from ray.data import Datasink as _RayDatasink
+    from ray.data.block import BlockAccessor as _BlockAccessor
+except ImportError:  # pragma: no cover - exercised only without ray
+    _RayDatasink = object
+    _BlockAccessor = None
+
+_REMOTE_SCHEMES = ("s3://", "s3a://", "gs://", "az://", "azure://", "abfs://", "abfss://")
+
+
+def _is_url(root: str) -> bool:
+    return root.startswith(_REMOTE_SCHEMES)
+
+
+@dataclass(frozen=True)
+class WrittenPart:
+    """What one write task returns: its task index, the part (a path or URL), its records."""
+
+    task: int
+    part: str | None
+    records: int
+
+
+def _schema_of(schema: Mapping[str, Any] | Sequence[Any]) -> Any:
+    """A picklable copy of ``schema`` (``Field`` objects become tuples)."""
+    if isinstance(schema, Mapping):
+        return dict(schema)
+    out = []
+    for f in schema:
+        if isinstance(f, _zrecord.Field):
+            out.append((f.name, f.dtype, f.shape, f.codec))
+        else:
+            out.append(tuple(f))
+    return out
+
+
+def _fields(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return schema
+    return [_zrecord.Field(name, dtype, shape, codec) for (name, dtype, shape, codec) in schema]
+
+
+class Datasink(_RayDatasink):  # type: ignore[misc,valid-type]
+    """A Ray Data ``Datasink`` that writes a zrecord collection at ``url``.
+
+    ``url`` is a local directory or an object-store URL; ``schema`` is what
+    :meth:`zrecord.Writer.create` takes (a dict of ``name: dtype`` or ``name: (dtype, shape)``,
+    or a list of :class:`zrecord.Field`). Columns of the written blocks match fields by name
+    (a column no field names is a ``SchemaError``). ``storage_options`` are the object store's
+    (as for :func:`zrecord.open`); ``chunk_size_bytes`` is the parts' chunk size.
+
+    After ``write_datasink`` returns, :attr:`report` holds the commit's report (the manifest
+    ``number``, the part ``ids`` in task order, ``len``).
+    """
+
+    def __init__(
+        self,
+        url: str | os.PathLike[str],
+        schema: Mapping[str, Any] | Sequence[Any],
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        chunk_size_bytes: int | None = None,
+    ) -> None:
+        if _BlockAccessor is None:
+            raise ImportError("zrecord.ray needs Ray Data: pip install 'ray[data]'")
+        self.url = os.fspath(url)
+        self.schema = _schema_of(schema)
+        self.storage_options = dict(storage_options) if storage_options else None
+        self.chunk_size_bytes = chunk_size_bytes
+        self.report: dict[str, Any] | None = None
+
+    def get_name(self) -> str:
+        return "zrecord"
+
+    def on_write_start(self, schema: Any = None) -> None:
+        if not _is_url(self.url):
+            os.makedirs(os.path.join(self.url, "parts"), exist_ok=True)
+
+    def write(self, blocks: Iterable[Any], ctx: Any) -> WrittenPart:
+        task = int(ctx.task_idx)
+        # A new id per attempt: a retried task never collides with what its first attempt left.
+        part_id = f"{task:06d}-{uuid.uuid4().hex[:16]}"
+        remote = _is_url(self.url)
+        scratch = tempfile.mkdtemp(prefix="zrecord-part-") if remote else None
+        path = (
+            os.path.join(scratch, part_id)
+            if scratch is not None
+            else os.path.join(self.url, "parts", part_id)
+        )
+        try:
+            records = 0
+            kwargs: dict[str, Any] = {}
+            if self.chunk_size_bytes is not None:
+                kwargs["chunk_size_bytes"] = self.chunk_size_bytes
+            with _zrecord.Writer.create(path, _fields(self.schema), **kwargs) as w:
+                for block in blocks:
+                    acc = _BlockAccessor.for_block(block)
+                    if acc.num_rows() == 0:
+                        continue
+                    start, stop = w.append_arrow(acc.to_arrow())
+                    records += stop - start
+            if records == 0:
+                shutil.rmtree(path, ignore_errors=True)
+                return WrittenPart(task, None, 0)
+            if scratch is not None:
+                part = f"{self.url.rstrip('/')}/parts/{part_id}"
+                _zrecord.push(path, part, storage_options=self.storage_options)
+                return WrittenPart(task, part, records)
+            return WrittenPart(task, path, records)
+        finally:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
+
+    def on_write_complete(self, write_result: Any) -> None:
+        # One part per task, in task order. Ray returns each finished task's value once; should
+        # a task's value ever come twice (a re-executed task whose first output was lost), its
+        # first part is taken and the other left out, so no row is committed twice.
+        by_task: dict[int, WrittenPart] = {}
+        for w in write_result.write_returns:
+            if isinstance(w, WrittenPart):
+                by_task.setdefault(w.task, w)
+        parts = [by_task[t].part for t in sorted(by_task) if by_task[t].part is not None]
+        self.report = commit_parts(self.url, parts, storage_options=self.storage_options)
+
+
+def commit_parts(
+    url: str, parts: Sequence[str], *, storage_options: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Commits ``parts`` into the collection at ``url``, in the order given."""
+    if _is_url(url):
+        return _zrecord.commit_collection(
+            url, list(parts), storage_options=dict(storage_options or {})
+        )
+    return _zrecord.commit_collection(url, list(parts))
