@@ -1,7 +1,7 @@
-"""zrecord.ray.Datasink on a real Ray cluster (two nodes on this host): the collection a
-write_datasink commits holds every input row exactly once, byte-exact and in input order,
-though one write task is SIGKILLed mid-write and retried by Ray; four reader processes sharding
-it deliver each index exactly once."""
+"""zrecord.ray.Datasink on a real Ray cluster (two nodes on this host), into a local directory
+and into s3s-fs: the collection a write_datasink commits holds every input row exactly once,
+byte-exact and in input order, though one write task is SIGKILLed mid-write and retried by Ray;
+four reader processes sharding it deliver each index exactly once."""
 
 from __future__ import annotations
 
@@ -107,3 +107,13 @@ def test_a_local_collection_written_by_ray(cluster, tmp_path):
     _check(str(root), n, tasks, report, None)
     # The dead attempt's part is under parts/ but in no manifest: nine directories, eight parts.
     assert len(list((root / "parts").iterdir())) == tasks + 1
+
+
+def test_an_s3_collection_written_by_ray(cluster, s3, tmp_path):
+    """A million records in eight tasks into s3s-fs: each task pushes its part to
+    <url>/parts/<id>, the driver commits them in task order."""
+    url = s3.url("ray/coll")
+    n, tasks = 1_000_000, 8
+    report = _write(cluster, url, n, tasks, tmp_path / "killed",
+                    storage_options=s3.options, chunk_size_bytes=4 << 20)
+    _check(url, n, tasks, report, s3.options)

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use futures::channel::oneshot;
 use futures::stream::{FusedStream, Stream};
 use serde::{Deserialize, Serialize};
 
@@ -121,12 +122,17 @@ pub struct PrefetchStream<S: Checkpoint, T> {
     /// without lookahead.
     announce: Option<Announce>,
     session: u64,
+    /// False once `session` is ended (by a stop, a restore or the drop): it is ended once.
+    session_open: bool,
     num_workers: usize,
     capacity: usize,
     merge: MergePolicy,
     on_error: OnError,
     /// Started at the first poll (and again after a restore).
     workers: Vec<Worker<T>>,
+    /// The exits of workers let go of before the end (by a stop or a restore) that may still
+    /// be running: [`PrefetchStream::shutdown`] waits for them too.
+    released: Vec<oneshot::Receiver<()>>,
     next_worker: usize,
     /// Per worker since its start: batches consumed, and batches handed to it and not consumed.
     worker_consumed: Vec<u64>,
@@ -206,11 +212,13 @@ where
             spawn,
             announce,
             session: SESSIONS.fetch_add(1, Ordering::Relaxed),
+            session_open: true,
             num_workers: config.num_workers,
             capacity: config.num_workers.saturating_mul(per_worker),
             merge: config.merge,
             on_error: config.on_error,
             workers: Vec::new(),
+            released: Vec::new(),
             next_worker: 0,
             worker_consumed: vec![0; config.num_workers],
             worker_owed: vec![0; config.num_workers],
@@ -239,11 +247,8 @@ impl<S: Checkpoint, T> PrefetchStream<S, T> {
     /// Dropping the future before it completes leaves the workers stopping on their own; nothing
     /// else is lost (the stream is consumed either way).
     pub async fn shutdown(mut self) {
-        let exits: Vec<_> = self
-            .workers
-            .iter_mut()
-            .filter_map(|w| w.exit.take())
-            .collect();
+        self.let_go_of_workers();
+        let exits = std::mem::take(&mut self.released);
         drop(self);
         wait_exits(exits).await;
     }
@@ -295,17 +300,35 @@ impl<S: Checkpoint, T> PrefetchStream<S, T> {
     }
 
     /// Drops whatever the source started for the batches announced and not gathered.
-    fn end_session(&self) {
+    fn end_session(&mut self) {
+        if !std::mem::replace(&mut self.session_open, false) {
+            return;
+        }
         if let Some(announce) = &self.announce {
             announce(self.session, None);
         }
     }
 
+    /// Closes the workers' queues (each exits at once, or when its gather returns) and keeps
+    /// their exits for [`PrefetchStream::shutdown`], dropping those of workers gone already.
+    fn let_go_of_workers(&mut self) {
+        self.released
+            .retain_mut(|exit| matches!(exit.try_recv(), Ok(None)));
+        for w in &mut self.workers {
+            if let Some(exit) = w.exit.take() {
+                self.released.push(exit);
+            }
+        }
+        self.workers.clear();
+    }
+
     /// Ends the stream after a failed batch under [`OnError::Stop`]; the checkpoint stays (the
-    /// batches in flight stay listed: the checkpoint names those consumed ahead).
+    /// batches in flight stay listed: the checkpoint names those consumed ahead). The workers
+    /// stop, and the lookahead session ends: nothing more of it will be read.
     fn stop(&mut self) {
         self.stopped = true;
-        self.workers.clear();
+        self.let_go_of_workers();
+        self.end_session();
     }
 
     /// Moves the consumed prefix past the consumed batches at the front.
@@ -607,8 +630,9 @@ where
         self.input.restore(state.input.clone())?;
         self.end_session();
         self.session = SESSIONS.fetch_add(1, Ordering::Relaxed);
+        self.session_open = true;
         self.in_flight.clear();
-        self.workers.clear();
+        self.let_go_of_workers();
         self.next_worker = 0;
         self.merge_next = 0;
         self.worker_consumed = vec![0; self.num_workers];
@@ -748,6 +772,117 @@ mod tests {
         assert_eq!(results.len(), 6);
         assert_eq!(results.iter().filter(|ok| !**ok).count(), 1);
         assert_eq!(results.iter().take_while(|ok| **ok).count(), ok);
+    }
+
+    /// Where a held gather waits, apart from the source (so that releasing it holds no
+    /// reference to the source).
+    #[derive(Default)]
+    struct Gate {
+        /// (held, a gather is waiting)
+        state: std::sync::Mutex<(bool, bool)>,
+        cv: std::sync::Condvar,
+    }
+
+    /// Fails a gather of record 5; holds a gather of record 6 at its gate until released;
+    /// records the lookahead sessions ended.
+    #[derive(Default)]
+    struct FailingAndHolding {
+        inner: MemorySource,
+        gate: Arc<Gate>,
+        ended: std::sync::Mutex<Vec<u64>>,
+    }
+
+    impl Source for FailingAndHolding {
+        type Batch = Vec<Vec<u8>>;
+
+        fn len(&self) -> u64 {
+            self.inner.len()
+        }
+
+        fn item_len(&self, index: u64) -> Result<u64> {
+            self.inner.item_len(index)
+        }
+
+        fn gather(&self, indices: &[u64]) -> Result<Self::Batch> {
+            if indices.contains(&5) {
+                return Err(Error::IndexOutOfRange { index: 5, len: 0 });
+            }
+            if indices.contains(&6) {
+                let mut st = self.gate.state.lock().unwrap();
+                st.1 = true;
+                self.gate.cv.notify_all();
+                while st.0 {
+                    st = self.gate.cv.wait(st).unwrap();
+                }
+            }
+            self.inner.gather(indices)
+        }
+
+        fn end_lookahead(&self, session: u64) {
+            self.ended.lock().unwrap().push(session);
+        }
+    }
+
+    #[test]
+    fn after_a_stop_shutdown_waits_for_every_worker_and_the_session_ends_once() {
+        let gate = Arc::new(Gate::default());
+        gate.state.lock().unwrap().0 = true;
+        let src = Arc::new(FailingAndHolding {
+            inner: MemorySource::new(vec![vec![1]; 12]),
+            gate: Arc::clone(&gate),
+            ended: std::sync::Mutex::default(),
+        });
+        let config = PrefetchConfig::default()
+            .num_workers(2)
+            .lookahead(4)
+            .retry(RetryPolicy::none());
+        let sequential = crate::pipeline::SamplerConfig::default()
+            .mode(crate::pipeline::SamplerMode::Sequential)
+            .epochs(Some(1));
+        let mut s = crate::pipeline::Sampler::new(12, sequential)
+            .unwrap()
+            .cursor()
+            .batch(BatchConfig::new(2))
+            .unwrap()
+            .prefetch(Arc::clone(&src), config)
+            .unwrap();
+        // In order: batches 0 and 1, then batch 2 (records 4, 5) fails and stops the stream,
+        // while the other worker is held in its gather of batch 3 (records 6, 7).
+        let failed = loop {
+            match block_on(s.next()).unwrap() {
+                Ok(_) => {}
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(failed, Error::IndexOutOfRange { index: 5, .. }));
+        {
+            let mut st = gate.state.lock().unwrap();
+            while !st.1 {
+                st = gate.cv.wait(st).unwrap();
+            }
+        }
+        assert_eq!(
+            src.ended.lock().unwrap().len(),
+            1,
+            "a stop ends the session"
+        );
+        let release = {
+            let gate = Arc::clone(&gate);
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                gate.state.lock().unwrap().0 = false;
+                gate.cv.notify_all();
+            })
+        };
+        block_on(s.shutdown());
+        // Every worker has let go of the source: only this test holds it.
+        assert_eq!(
+            Arc::strong_count(&src),
+            1,
+            "shutdown returned before a stopped worker exited"
+        );
+        release.join().unwrap();
+        assert_eq!(src.ended.lock().unwrap().len(), 1, "the session ends once");
     }
 
     /// Records the announcements and the sessions ended.
