@@ -118,11 +118,7 @@ pub use store::writer::{
 /// # Ok(())
 /// # }
 /// ```
-pub mod collection {
-    pub use crate::store::collection::{
-        commit, CollectionDir, CommitOptions, CommitReport, CommitStep,
-    };
-}
+pub mod collection;
 
 /// The URL schemes [`Dataset::open`] dispatches `scheme://…` to: the one place that knows
 /// which [`Location`]s this build has, so `store/` names none of them. Adding a scheme (a

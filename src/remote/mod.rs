@@ -27,6 +27,7 @@ pub(crate) mod backend;
 #[cfg(feature = "diagnostics")]
 pub(crate) mod baseline;
 pub(crate) mod cache;
+pub(crate) mod collection;
 mod manifest;
 pub(crate) mod open;
 mod pull;
@@ -35,6 +36,7 @@ mod store;
 
 use std::path::PathBuf;
 
+pub use collection::open_collection;
 pub use open::open;
 pub use pull::pull;
 pub use push::{push, TransferOptions, TransferReport};

@@ -9,13 +9,13 @@
 //! the last complete manifest, every part of which is present; a moved part no manifest names
 //! yet is taken by a retry of the same commit (or left for `gc`).
 
+use super::append::{append_parts, stepper};
 use super::manifests::{LocalManifests, ManifestStore};
-use super::place::{move_part, remove_part, same_files, Placed};
+use super::place::{move_part, remove_part, same_files, touch, Placed};
 use super::{manifest_fields, schema_difference};
 use crate::error::{Error, Result};
 use crate::format::collection::{
-    part_path, valid_part_id, Manifest, ManifestField, PartMeta, COLLECTION_FORMAT,
-    COLLECTION_VERSION, MAX_PART_ID_BYTES,
+    part_path, valid_part_id, ManifestField, PartMeta, MAX_PART_ID_BYTES,
 };
 use crate::format::meta::Meta;
 use crate::io::fs;
@@ -133,15 +133,11 @@ pub fn commit(
     options: CommitOptions,
 ) -> Result<CommitReport> {
     let root = root.as_ref();
-    let step = |s: CommitStep| {
-        if let Some(f) = &options.on_step {
-            f(s);
-        }
-    };
+    let step = stepper(&options);
     let store = LocalManifests::new(root);
     prepare_root(root, &store)?;
     let parts_dir = root.join("parts");
-    let mut latest = store.latest()?;
+    let latest = store.latest()?;
 
     // 1. Check every part before moving any.
     // Part ids no earlier attempt of this commit can have left behind: those a manifest names.
@@ -153,7 +149,7 @@ pub fn commit(
     for p in parts {
         given.push(check_part(&parts_dir, p.as_ref(), &committed)?);
     }
-    let mut fields = match &latest {
+    let fields = match &latest {
         Some(m) => m.fields.clone(),
         None => match given.first() {
             Some(g) => manifest_fields(&g.meta.fields),
@@ -199,74 +195,17 @@ pub fn commit(
     let ids = placed.iter().map(|p| p.id.clone()).collect();
 
     // 3. Manifest N+1 on top of the latest; rebase and retry when it is taken.
-    let mut attempts = 0u32;
-    loop {
-        let (number, mut list) = match &latest {
-            Some(m) => {
-                fields.clone_from(&m.fields);
-                (m.number, m.parts.clone())
-            }
-            None => (0, Vec::new()),
-        };
-        let mut added = Vec::new();
-        for p in &placed {
-            match list.iter().find(|q| q.id == p.id) {
-                Some(q) if q.generation == p.generation => {}
-                Some(q) => {
-                    return Err(Error::PartChanged {
-                        part: p.id.clone(),
-                        path: parts_dir.join(&p.id),
-                        expected: q.generation,
-                        found: p.generation,
-                    })
-                }
-                None => {
-                    list.push(p.clone());
-                    added.push(p.id.clone());
-                }
-            }
-        }
-        if added.is_empty() && latest.is_some() {
-            let len = list.iter().map(|p| p.len).sum();
-            return Ok(CommitReport {
-                number,
-                ids,
-                added,
-                parts: list.len(),
-                len,
-                attempts,
-            });
-        }
-        // A rebase onto a collection created by another committer: its schema rules.
-        for g in &given {
-            check_schema(&fields, g, None)?;
-        }
-        let next = number
-            .checked_add(1)
-            .ok_or(Error::TooManyCommits { generation: number })?;
-        let manifest = Manifest {
-            format: COLLECTION_FORMAT.to_string(),
-            version: COLLECTION_VERSION,
-            number: next,
-            fields: fields.clone(),
-            parts: list,
-        };
-        manifest.validate().map_err(|reason| Error::InvalidConfig {
-            reason: format!("{}: {reason}", root.display()),
-        })?;
-        attempts = attempts.saturating_add(1);
-        if store.create_new(next, &manifest.encode(), &step)? {
-            return Ok(CommitReport {
-                number: next,
-                ids,
-                added,
-                parts: manifest.parts.len(),
-                len: manifest.total_len(),
-                attempts,
-            });
-        }
-        latest = store.latest()?;
-    }
+    let report = append_parts(
+        &store,
+        root,
+        latest,
+        fields,
+        &placed,
+        &|id| parts_dir.join(id),
+        &|fields| given.iter().try_for_each(|g| check_schema(fields, g, None)),
+        &step,
+    )?;
+    Ok(CommitReport { ids, ..report })
 }
 
 /// Creates the collection's directories if missing (fsyncing what it creates); refuses a root
@@ -417,10 +356,14 @@ fn place(
         let target = parts_dir.join(&id);
         let may_be_ours = !committed.contains(&id) && !placed_now.contains(&id);
         match move_part(src, parts_dir, &target)? {
-            Placed::Moved => return Ok(id),
+            Placed::Moved => {
+                touch(&target)?;
+                return Ok(id);
+            }
             // A copy that a killed committer placed and did not get to remove the original of.
             Placed::Taken if may_be_ours && same_files(src, &target)? => {
                 remove_part(src)?;
+                touch(&target)?;
                 return Ok(id);
             }
             Placed::Taken => {
@@ -437,7 +380,7 @@ fn place(
 
 /// A part id from a directory's name: characters outside `[A-Za-z0-9_.-]` become `_`, a
 /// leading `.` too, cut to leave room for a unique suffix.
-fn id_of(src: &Path) -> String {
+pub(crate) fn id_of(src: &Path) -> String {
     let name = src
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
