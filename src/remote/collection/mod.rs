@@ -140,7 +140,7 @@ impl Location for RemoteCollection {
             reason: "a collection with no manifest yet (commit parts to it first)".to_string(),
         })?;
         let file = self.manifests.name_of(manifest.number);
-        snapshot_of(&self.path, &file, &manifest, None, &|p| {
+        let mut snap = snapshot_of(&self.path, &file, &manifest, None, &|p| {
             let part = Remote::part(&self.store, &p.id, &self.config)?;
             let url = PathBuf::from(part.store.url());
             let snap = part.snapshot().map_err(|e| match e {
@@ -156,7 +156,10 @@ impl Location for RemoteCollection {
                 e => e,
             })?;
             Ok((url, snap))
-        })
+        })?;
+        // A snapshot read on its own (`Snapshot::gather_with`) reads its parts' objects too.
+        snap.native = self.read_backend();
+        Ok(snap)
     }
 
     // Manifests are create-only and parts immutable: the same latest number is the same
