@@ -17,6 +17,7 @@ use crate::remote::push::{honours_conditional_create, push, TransferOptions};
 use crate::remote::store::{block_on, Store};
 use crate::store::collection::append::{append_parts, stepper};
 use crate::store::collection::manifests::ManifestStore;
+use crate::store::collection::place::hold_writer_lock;
 use crate::store::collection::{
     id_of, manifest_fields, schema_difference, unique_word, CommitOptions, CommitReport, CommitStep,
 };
@@ -26,8 +27,13 @@ use crate::store::snapshot::read_meta;
 enum Source {
     /// Pushed under `parts/<id>` already.
     Pushed { id: String },
-    /// A local dataset directory, with the exact text of its `meta.json`.
-    Local { dir: PathBuf, meta_text: Vec<u8> },
+    /// A local dataset directory, with the exact text of its `meta.json` and its writer lock,
+    /// held until the commit returns.
+    Local {
+        dir: PathBuf,
+        meta_text: Vec<u8>,
+        _lock: Box<dyn crate::io::vfs::VfsLock>,
+    },
 }
 
 /// A part as given, checked.
@@ -60,7 +66,9 @@ struct Given {
 ///
 /// # Errors
 /// [`Error::PartOutsideCollection`] for a part URL elsewhere than `<url>/parts/<id>`;
-/// [`Error::NotADataset`] for a part that holds no (committed) dataset;
+/// [`Error::NotADataset`] for a part that holds no (committed) dataset; [`Error::WriterBusy`]
+/// for a local part a writer has open (its lock is held from the check to the end of the
+/// commit);
 /// [`Error::PartMismatch`] naming the part and the first differing field; [`Error::PartChanged`]
 /// for a part listed at another generation; [`Error::ConditionalCreateIgnored`] as above;
 /// [`Error::MetaCorrupt`] naming a damaged manifest's URL; [`Error::InvalidConfig`] for a first
@@ -131,7 +139,7 @@ pub fn commit_url(
                 len: g.meta.len,
                 generation: g.meta.generation,
             },
-            Source::Local { dir, meta_text } => {
+            Source::Local { dir, meta_text, .. } => {
                 place(&store, dir, meta_text, &placed_now, transfer)?
             }
         };
@@ -174,12 +182,18 @@ fn check_part(store: &Arc<Store>, part: &str) -> Result<Given> {
         });
     }
     let dir = Path::new(part.strip_prefix("file://").unwrap_or(part));
+    let not_a_dataset = || Error::NotADataset {
+        path: dir.to_path_buf(),
+        reason: "a part must be a zrecord dataset (it holds no meta.json)".to_string(),
+    };
+    if !crate::store::layout::meta(dir).exists() {
+        return Err(not_a_dataset());
+    }
+    // No writer may have the part open while it is pushed and committed.
+    let lock = hold_writer_lock(dir)?;
     let (meta_text, meta) = read_meta(dir).map_err(|e| match e {
         Error::Io { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-            Error::NotADataset {
-                path: dir.to_path_buf(),
-                reason: "a part must be a zrecord dataset (it holds no meta.json)".to_string(),
-            }
+            not_a_dataset()
         }
         e => e,
     })?;
@@ -188,6 +202,7 @@ fn check_part(store: &Arc<Store>, part: &str) -> Result<Given> {
         source: Source::Local {
             dir: dir.to_path_buf(),
             meta_text,
+            _lock: lock,
         },
         meta,
     })

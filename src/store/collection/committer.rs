@@ -11,7 +11,7 @@
 
 use super::append::{append_parts, stepper};
 use super::manifests::{LocalManifests, ManifestStore};
-use super::place::{move_part, remove_part, same_files, touch, Placed};
+use super::place::{hold_writer_lock, move_part, remove_part, same_files, touch, Placed};
 use super::{manifest_fields, schema_difference};
 use crate::error::{Error, Result};
 use crate::format::collection::{
@@ -104,7 +104,8 @@ struct Given {
 /// Commits `parts` (dataset directories, in this order: their records follow the collection's
 /// in that order) to the collection at `root`, creating the collection if there is none.
 ///
-/// Each part is checked first: a dataset ([`Error::NotADataset`] otherwise) with the
+/// Each part is checked first: no writer has it open ([`Error::WriterBusy`] naming its lock
+/// file otherwise; its lock is held until the commit returns), a dataset ([`Error::NotADataset`] otherwise) with the
 /// collection's schema ([`Error::PartMismatch`] naming the part and the first differing field;
 /// the first commit's first part sets the schema). Then each part outside `<root>/parts/` is
 /// moved there under its directory's name (characters other than `[A-Za-z0-9_.-]` become `_`)
@@ -124,7 +125,8 @@ struct Given {
 /// taken as that part's copy only if no manifest names it and this attempt did not place it.
 ///
 /// # Errors
-/// As above; [`Error::InvalidConfig`] for a root that is a dataset, a first commit without
+/// As above; [`Error::WriterBusy`] for a part a writer has open; [`Error::InvalidConfig`] for
+/// a root that is a dataset, a first commit without
 /// parts, or a part name that cannot be made an id; the manifest's errors
 /// ([`Error::MetaCorrupt`], [`Error::UnsupportedVersion`]); I/O errors naming the file.
 pub fn commit(
@@ -146,8 +148,17 @@ pub fn commit(
         .flat_map(|m| m.parts.iter().map(|p| p.id.clone()))
         .collect();
     let mut given: Vec<Given> = Vec::with_capacity(parts.len());
+    // Each part's writer lock, held to the end: no writer may have a part open while it is
+    // moved and committed (a part given twice is locked once).
+    let mut locks: Vec<(PathBuf, Box<dyn crate::io::vfs::VfsLock>)> = Vec::new();
     for p in parts {
-        given.push(check_part(&parts_dir, p.as_ref(), &committed)?);
+        let g = check_part(&parts_dir, p.as_ref(), &committed)?;
+        let at = g.src.canonicalize().unwrap_or_else(|_| g.src.clone());
+        if !locks.iter().any(|(p, _)| *p == at) {
+            let lock = hold_writer_lock(&g.src)?;
+            locks.push((at, lock));
+        }
+        given.push(g);
     }
     let fields = match &latest {
         Some(m) => m.fields.clone(),

@@ -26,7 +26,7 @@ mod committer;
 pub(crate) mod gc;
 pub(crate) mod manifests;
 pub(crate) mod open;
-mod place;
+pub(crate) mod place;
 
 pub(crate) use committer::id_of;
 pub use committer::{commit, CommitOptions, CommitReport, CommitStep};
