@@ -128,7 +128,7 @@ pub mod collection;
 pub(crate) fn url_schemes() -> &'static [&'static dyn store::location::UrlScheme] {
     #[cfg(feature = "remote")]
     const SCHEMES: &[&dyn store::location::UrlScheme] =
-        &[&remote::open::S3, &remote::open::GCS, &remote::open::AZURE];
+        &[&remote::url::S3, &remote::url::GCS, &remote::url::AZURE];
     #[cfg(not(feature = "remote"))]
     const SCHEMES: &[&dyn store::location::UrlScheme] = &[];
     SCHEMES

@@ -4,6 +4,10 @@
 //! rebase); and a store that ignores conditional creates (Garage) is refused unless the
 //! committer declares it is the single writer.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+#![allow(
+    clippy::duplicate_mod,
+    reason = "support/moto.rs and support/garage.rs each include support/s3.rs, as this file does"
+)]
 
 #[path = "support/garage.rs"]
 mod garage;

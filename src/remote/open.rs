@@ -17,50 +17,11 @@ use std::time::{Duration, SystemTime};
 use super::backend::RemoteBackend;
 use super::cache::Cache;
 use super::manifest::{latest, slot_key, Manifest, ObjectEntry};
-use super::store::{block_on, Provider, Store};
+use super::store::{block_on, Store};
 use super::RemoteConfig;
 use crate::checksum::crc32c_append;
 use crate::error::{Error, Result};
-use crate::{ChunkAt, Dataset, Location, ReadBackend, ReadConfig, Snapshot, TableAt, Writer};
-
-/// Opens the dataset at `url` (`s3://bucket/prefix`, `gs://bucket/prefix`,
-/// `az://container/prefix`) read-only at its latest commit (a collection's prefix, holding
-/// `_collection/`, at its latest manifest: [`super::open_collection`]), read with
-/// `config` and `remote` (the client's options, request sizes, the cache):
-/// [`Dataset::open_with`] with object-store options. [`Dataset::open`] of a URL uses
-/// [`RemoteConfig::default`] (the environment's settings).
-///
-/// # Errors
-/// [`Error::NotADataset`] if there is no commit under the prefix; [`Error::InvalidConfig`] for
-/// a URL or options that do not work, or an invalid `ZRECORD_IO`; [`Error::Remote`] for a
-/// request that failed after its retries; [`Error::RemoteCorrupt`] for a damaged manifest or
-/// table.
-pub fn open(url: &str, config: ReadConfig, remote: RemoteConfig) -> Result<Dataset> {
-    Dataset::from_location(super::collection::open_location(url, &remote)?, config)
-}
-
-/// The URL schemes of one object-store provider (`s3://` and `s3a://`; `gs://`; `az://`,
-/// `azure://`, `abfs://`, `abfss://`): [`Dataset::open`] of such a URL opens it with default
-/// options. A build without the provider's feature names the feature it needs.
-pub(crate) struct Scheme(Provider);
-
-/// `s3://` and `s3a://`.
-pub(crate) const S3: Scheme = Scheme(Provider::S3);
-/// `gs://`.
-pub(crate) const GCS: Scheme = Scheme(Provider::Gcs);
-/// `az://`, `azure://`, `abfs://`, `abfss://`.
-pub(crate) const AZURE: Scheme = Scheme(Provider::Azure);
-
-impl crate::store::location::UrlScheme for Scheme {
-    fn handles(&self, scheme: &str) -> bool {
-        self.0.schemes().contains(&scheme)
-    }
-
-    /// A dataset, or a collection if the prefix holds `_collection/` manifests.
-    fn open(&self, url: &str) -> Result<Arc<dyn Location>> {
-        super::collection::open_location(url, &RemoteConfig::default())
-    }
-}
+use crate::{ChunkAt, Location, ReadBackend, ReadConfig, Snapshot, TableAt, Writer};
 
 /// A dataset URL's store, and what opening it needs again on refresh: the [`Location`] of a
 /// dataset on an object store.
@@ -131,7 +92,7 @@ impl Remote {
         let store = Arc::clone(&self.store);
         let found = block_on(async move { latest(&store).await })??;
         let Some((slot, bytes)) = found else {
-            return Err(super::collection::no_commit(&self.store));
+            return Err(super::collection::probe::no_commit(&self.store));
         };
         let (m, _) = Manifest::decode(&self.store.object_url(&slot_key(slot)), &bytes)?;
         Ok((slot, m))
@@ -352,23 +313,6 @@ fn prune(root: &Path, objects: &Path, tables: &[&ObjectEntry]) {
             if slot_dir || (name.starts_with(OPEN_MARK) && old(&e.path())) {
                 let _ = std::fs::remove_dir_all(e.path());
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn each_scheme_goes_to_its_provider() {
-        use crate::store::location::UrlScheme;
-        assert!(super::S3.handles("s3"));
-        assert!(super::S3.handles("s3a"));
-        assert!(!super::S3.handles("gs"));
-        assert!(super::GCS.handles("gs"));
-        assert!(!super::GCS.handles("gcs"));
-        for s in ["az", "azure", "abfs", "abfss"] {
-            assert!(super::AZURE.handles(s), "{s}");
-            assert!(!super::S3.handles(s) && !super::GCS.handles(s), "{s}");
         }
     }
 }

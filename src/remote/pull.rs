@@ -167,7 +167,7 @@ pub fn pull(
     remove_leftovers(&dir.join("chunk"));
     let s = Arc::clone(&store);
     let (slot, bytes) = block_on(async move { latest(&s).await })??
-        .ok_or_else(|| super::collection::no_commit(&store))?;
+        .ok_or_else(|| super::collection::probe::no_commit(&store))?;
     let (manifest, meta) = Manifest::decode(&store.object_url(&slot_key(slot)), &bytes)?;
     let meta_path = crate::store::layout::meta(&dir);
     let mut committed = false;

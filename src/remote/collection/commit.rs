@@ -15,8 +15,9 @@ use crate::format::meta::Meta;
 use crate::remote::manifest::{latest, slot_key, Manifest};
 use crate::remote::push::{honours_conditional_create, push, TransferOptions};
 use crate::remote::store::{block_on, Store};
-use crate::store::collection::append::{append_parts, stepper};
+use crate::store::collection::append::{append_parts, Collection};
 use crate::store::collection::manifests::ManifestStore;
+use crate::store::collection::options::stepper;
 use crate::store::collection::place::hold_writer_lock;
 use crate::store::collection::{
     id_of, manifest_fields, schema_difference, unique_word, CommitOptions, CommitReport, CommitStep,
@@ -153,12 +154,14 @@ pub fn commit_url(
     // 3. Manifest N+1 on top of the latest; rebase and retry when it is taken.
     let parts_url = |id: &str| PathBuf::from(store.object_url(&format!("parts/{id}")));
     append_parts(
-        &manifests,
-        &root,
+        Collection {
+            store: &manifests,
+            root: &root,
+            part_path: &parts_url,
+        },
         latest_manifest,
         fields,
         &placed,
-        &parts_url,
         &check,
         &step,
     )

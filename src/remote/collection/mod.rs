@@ -18,6 +18,7 @@
 
 mod commit;
 mod gc;
+pub(crate) mod probe;
 
 pub use commit::commit_url;
 pub(crate) use gc::gc_url;
@@ -119,7 +120,7 @@ pub(crate) struct RemoteCollection {
 }
 
 impl RemoteCollection {
-    fn new(store: Arc<Store>, config: &RemoteConfig) -> RemoteCollection {
+    pub(crate) fn new(store: Arc<Store>, config: &RemoteConfig) -> RemoteCollection {
         RemoteCollection {
             path: PathBuf::from(store.url()),
             manifests: RemoteManifests::new(Arc::clone(&store)),
@@ -188,46 +189,6 @@ impl Location for RemoteCollection {
             ),
         })
     }
-}
-
-/// Whether the prefix of `store` holds a collection (any object under `_collection/`).
-pub(crate) fn is_collection(store: &Arc<Store>) -> Result<bool> {
-    let s = Arc::clone(store);
-    let keys = block_on(async move { s.list(MANIFEST_DIR).await })??;
-    Ok(keys
-        .iter()
-        .any(|k| k.rsplit('/').next().and_then(parse_manifest_name).is_some()))
-}
-
-/// The error for a prefix that holds no dataset commit: [`Error::NotADataset`], saying so if
-/// the prefix is a collection's (which `Dataset::open` opens, not a dataset's reader or `pull`).
-pub(crate) fn no_commit(store: &Arc<Store>) -> Error {
-    let reason = if is_collection(store).unwrap_or(false) {
-        format!(
-            "a collection (it holds {}/), not one dataset: open it with zrecord::Dataset::open \
-             or zrecord::remote::open_collection, or pull its parts one by one",
-            store.object_url(MANIFEST_DIR)
-        )
-    } else {
-        format!(
-            "no commit under {}",
-            store.object_url(crate::remote::manifest::COMMITS)
-        )
-    };
-    Error::NotADataset {
-        path: PathBuf::from(store.url()),
-        reason,
-    }
-}
-
-/// The location at `url`: a collection if its prefix holds `_collection/` manifests, else a
-/// dataset.
-pub(crate) fn open_location(url: &str, config: &RemoteConfig) -> Result<Arc<dyn Location>> {
-    let store = Store::open(url, &config.store)?;
-    if is_collection(&store)? {
-        return Ok(Arc::new(RemoteCollection::new(store, config)));
-    }
-    Ok(Arc::new(Remote::connect(url, config)?))
 }
 
 /// Opens the collection at `url` read-only at its latest manifest, as one dataset with global

@@ -3,13 +3,25 @@
 //! create-only write; a committer that finds N+1 taken re-reads the latest manifest and rebases
 //! (appending parts commutes), so racing committers all land, each part once.
 
-use super::committer::{CommitReport, CommitStep};
 use super::manifests::{ManifestStore, Step};
+use super::options::CommitReport;
 use crate::error::{Error, Result};
 use crate::format::collection::{
     Manifest, ManifestField, PartMeta, COLLECTION_FORMAT, COLLECTION_VERSION,
 };
 use std::path::{Path, PathBuf};
+
+/// The collection a commit appends to: where its manifests are, what names it and a part of it
+/// in errors.
+#[derive(Clone, Copy)]
+pub(crate) struct Collection<'a> {
+    /// Its manifests.
+    pub(crate) store: &'a dyn ManifestStore,
+    /// What names the collection (its root, or URL).
+    pub(crate) root: &'a Path,
+    /// What names part `id` (its directory, or URL).
+    pub(crate) part_path: &'a dyn Fn(&str) -> PathBuf,
+}
 
 /// Appends `placed` (parts already in place, in this order) to the collection whose manifests
 /// `store` keeps, on top of `latest` (what the committer read before placing them; `None`: no
@@ -17,21 +29,24 @@ use std::path::{Path, PathBuf};
 /// listed at the same generation is not added again (a retried commit adds nothing and creates
 /// no manifest); one listed at another generation is [`Error::PartChanged`]. After a rebase onto
 /// a manifest another committer created, `check_schema` checks the parts against its schema.
-/// `root` names the collection and `part_path(id)` a part in errors.
+/// `to.root` names the collection and `to.part_path(id)` a part in errors.
 ///
 /// # Errors
 /// As above; [`Error::TooManyCommits`]; [`Error::InvalidConfig`] for a manifest that would not
 /// be valid; the store's.
 pub(crate) fn append_parts(
-    store: &dyn ManifestStore,
-    root: &Path,
+    to: Collection<'_>,
     mut latest: Option<Manifest>,
     mut fields: Vec<ManifestField>,
     placed: &[PartMeta],
-    part_path: &dyn Fn(&str) -> PathBuf,
     check_schema: &dyn Fn(&[ManifestField]) -> Result<()>,
     step: Step<'_>,
 ) -> Result<CommitReport> {
+    let Collection {
+        store,
+        root,
+        part_path,
+    } = to;
     let ids: Vec<String> = placed.iter().map(|p| p.id.clone()).collect();
     let mut attempts = 0u32;
     loop {
@@ -98,14 +113,5 @@ pub(crate) fn append_parts(
             });
         }
         latest = store.latest()?;
-    }
-}
-
-/// Calls `options`' step callback, if any.
-pub(crate) fn stepper(options: &super::CommitOptions) -> impl Fn(CommitStep) + '_ {
-    move |s| {
-        if let Some(f) = &options.on_step {
-            f(s);
-        }
     }
 }

@@ -26,12 +26,15 @@ mod committer;
 pub(crate) mod gc;
 pub(crate) mod manifests;
 pub(crate) mod open;
+pub(crate) mod options;
 pub(crate) mod place;
 
+pub use committer::commit;
+#[cfg(feature = "remote")]
 pub(crate) use committer::id_of;
-pub use committer::{commit, CommitOptions, CommitReport, CommitStep};
 pub use gc::GcReport;
 pub use open::CollectionDir;
+pub use options::{CommitOptions, CommitReport, CommitStep};
 
 use crate::format::collection::ManifestField;
 use crate::format::meta::FieldMeta;
