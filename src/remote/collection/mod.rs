@@ -33,6 +33,7 @@ use super::open::Remote;
 use super::store::{block_on, Create, Store};
 use super::RemoteConfig;
 use crate::error::{Error, Result};
+use crate::format::collection::{Manifest, PartMeta};
 use crate::store::collection::manifests::{
     manifest_name, parse_manifest_name, ManifestStore, Step, MANIFEST_DIR,
 };
@@ -130,6 +131,68 @@ impl RemoteCollection {
     }
 }
 
+/// Parts opened at once, at most.
+const OPENING: usize = 8;
+
+/// What opening each part gave, by id.
+type Opened = std::collections::HashMap<String, Result<(PathBuf, Snapshot)>>;
+
+impl RemoteCollection {
+    /// Opens part `p` of `manifest` (read from `file`) as the remote dataset it is: what names
+    /// it (its URL) and its snapshot.
+    fn open_part(
+        &self,
+        p: &PartMeta,
+        manifest: &Manifest,
+        file: &Path,
+    ) -> Result<(PathBuf, Snapshot)> {
+        let part = Remote::part(&self.store, &p.id, &self.config)?;
+        let url = PathBuf::from(part.store.url());
+        let snap = part.snapshot().map_err(|e| match e {
+            Error::NotADataset { reason, .. } => Error::NotADataset {
+                path: url.clone(),
+                reason: format!(
+                    "part {:?} of collection manifest {} ({}): {reason}",
+                    p.id,
+                    manifest.number,
+                    file.display()
+                ),
+            },
+            e => e,
+        })?;
+        Ok((url, snap))
+    }
+
+    /// Every part of `manifest`, opened by up to [`OPENING`] threads at once (on this thread
+    /// alone if none can be started).
+    fn open_parts(&self, manifest: &Manifest, file: &Path) -> Opened {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let parts = &manifest.parts;
+        let next = AtomicUsize::new(0);
+        let out = std::sync::Mutex::new(Opened::with_capacity(parts.len()));
+        let work = || {
+            while let Some(p) = parts.get(next.fetch_add(1, Ordering::Relaxed)) {
+                let r = self.open_part(p, manifest, file);
+                if let Ok(mut out) = out.lock() {
+                    out.insert(p.id.clone(), r);
+                }
+            }
+        };
+        std::thread::scope(|s| {
+            for _ in 1..parts.len().min(OPENING) {
+                let spawned = std::thread::Builder::new()
+                    .name("zrecord-open-part".into())
+                    .spawn_scoped(s, work);
+                if spawned.is_err() {
+                    break;
+                }
+            }
+            work();
+        });
+        out.into_inner().unwrap_or_default()
+    }
+}
+
 impl Location for RemoteCollection {
     fn path(&self) -> &Path {
         &self.path
@@ -141,22 +204,15 @@ impl Location for RemoteCollection {
             reason: "a collection with no manifest yet (commit parts to it first)".to_string(),
         })?;
         let file = self.manifests.name_of(manifest.number);
+        // Every part opened first, several at once (each open is a few round trips).
+        let opened = std::sync::Mutex::new(self.open_parts(&manifest, &file));
         let mut snap = snapshot_of(&self.path, &file, &manifest, None, &|p| {
-            let part = Remote::part(&self.store, &p.id, &self.config)?;
-            let url = PathBuf::from(part.store.url());
-            let snap = part.snapshot().map_err(|e| match e {
-                Error::NotADataset { reason, .. } => Error::NotADataset {
-                    path: url.clone(),
-                    reason: format!(
-                        "part {:?} of collection manifest {} ({}): {reason}",
-                        p.id,
-                        manifest.number,
-                        file.display()
-                    ),
-                },
-                e => e,
-            })?;
-            Ok((url, snap))
+            let mut opened = opened
+                .lock()
+                .map_err(|_| Error::internal("a part opener panicked".into()))?;
+            opened
+                .remove(&p.id)
+                .unwrap_or_else(|| Err(Error::internal(format!("part {:?} not opened", p.id))))
         })?;
         // A snapshot read on its own (`Snapshot::gather_with`) reads its parts' objects too.
         snap.native = self.read_backend();
