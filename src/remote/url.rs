@@ -9,7 +9,7 @@ use super::collection::RemoteCollection;
 use super::open::Remote;
 use super::store::{Provider, Store};
 use super::RemoteConfig;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::{Dataset, Location, ReadConfig};
 
 /// Opens the dataset at `url` (`s3://bucket/prefix`, `gs://bucket/prefix`,

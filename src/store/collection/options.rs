@@ -13,7 +13,7 @@ pub enum CommitStep {
     PartsChecked,
     /// Given part number `index` is under `parts/` (moved, or already there), durably.
     PartPlaced {
-        /// Its position in the parts given to [`commit`].
+        /// Its position in the parts given to [`commit`](crate::collection::commit).
         index: usize,
     },
     /// The next manifest is written and fsynced under a temporary name: not visible yet.
@@ -22,7 +22,8 @@ pub enum CommitStep {
     ManifestLinked,
 }
 
-/// Options of [`commit`]. `Default`: no step callback.
+/// Options of [`commit`](crate::collection::commit) and `commit_url`. `Default`: no step
+/// callback.
 #[derive(Clone, Default)]
 #[non_exhaustive]
 pub struct CommitOptions {
@@ -51,7 +52,7 @@ impl fmt::Debug for CommitOptions {
     }
 }
 
-/// What [`commit`] did.
+/// What [`commit`](crate::collection::commit) (or `commit_url`) did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CommitReport {
