@@ -9,7 +9,7 @@ use super::collection::RemoteCollection;
 use super::open::Remote;
 use super::store::{Provider, Store};
 use super::RemoteConfig;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::{Dataset, Location, ReadConfig};
 
 /// Opens the dataset at `url` (`s3://bucket/prefix`, `gs://bucket/prefix`,
@@ -20,10 +20,10 @@ use crate::{Dataset, Location, ReadConfig};
 /// [`RemoteConfig::default`] (the environment's settings).
 ///
 /// # Errors
-/// [`Error::NotADataset`] if there is no commit under the prefix; [`Error::InvalidConfig`] for
-/// a URL or options that do not work, or an invalid `ZRECORD_IO`; [`Error::Remote`] for a
-/// request that failed after its retries; [`Error::RemoteCorrupt`] for a damaged manifest or
-/// table.
+/// [`crate::Error::NotADataset`] if there is no commit under the prefix (nor a collection's
+/// manifest); [`crate::Error::InvalidConfig`] for a URL or options that do not work, or an
+/// invalid `ZRECORD_IO`; [`crate::Error::Remote`] for a request that failed after its retries;
+/// [`crate::Error::RemoteCorrupt`] for a damaged manifest or table.
 pub fn open(url: &str, config: ReadConfig, remote: RemoteConfig) -> Result<Dataset> {
     Dataset::from_location(open_location(url, &remote)?, config)
 }
