@@ -467,6 +467,17 @@ pub enum Error {
         found: u64,
     },
 
+    /// A part given to a collection on an object store by URL is not where the collection's
+    /// parts are (`<collection>/parts/<id>`): a part is referenced in place, never copied
+    /// between prefixes.
+    #[error("part {part} is not under {collection}/parts/<id>: a part given by URL must be pushed under its collection's parts/ first (or given as a local directory, which is pushed there)")]
+    PartOutsideCollection {
+        /// The part's URL.
+        part: String,
+        /// The collection's URL.
+        collection: String,
+    },
+
     /// A part's schema differs from its collection's (the fields of the first commit).
     #[error(
         "part {part:?} ({path}) does not have the collection's schema: field {field:?}: {reason}"

@@ -118,11 +118,7 @@ pub use store::writer::{
 /// # Ok(())
 /// # }
 /// ```
-pub mod collection {
-    pub use crate::store::collection::{
-        commit, CollectionDir, CommitOptions, CommitReport, CommitStep,
-    };
-}
+pub mod collection;
 
 /// The URL schemes [`Dataset::open`] dispatches `scheme://…` to: the one place that knows
 /// which [`Location`]s this build has, so `store/` names none of them. Adding a scheme (a
@@ -132,7 +128,7 @@ pub mod collection {
 pub(crate) fn url_schemes() -> &'static [&'static dyn store::location::UrlScheme] {
     #[cfg(feature = "remote")]
     const SCHEMES: &[&dyn store::location::UrlScheme] =
-        &[&remote::open::S3, &remote::open::GCS, &remote::open::AZURE];
+        &[&remote::url::S3, &remote::url::GCS, &remote::url::AZURE];
     #[cfg(not(feature = "remote"))]
     const SCHEMES: &[&dyn store::location::UrlScheme] = &[];
     SCHEMES

@@ -27,18 +27,21 @@ pub(crate) mod backend;
 #[cfg(feature = "diagnostics")]
 pub(crate) mod baseline;
 pub(crate) mod cache;
+pub(crate) mod collection;
 mod manifest;
 pub(crate) mod open;
 mod pull;
 mod push;
 mod store;
+pub(crate) mod url;
 
 use std::path::PathBuf;
 
-pub use open::open;
+pub use collection::open_collection;
 pub use pull::pull;
 pub use push::{push, TransferOptions, TransferReport};
 pub use store::StoreOptions;
+pub use url::open;
 
 /// How a dataset on an object store is read: the client's options, how reads become range
 /// requests, and where the local cache lives. Pass it to [`open`].

@@ -16,49 +16,12 @@ use std::time::{Duration, SystemTime};
 
 use super::backend::RemoteBackend;
 use super::cache::Cache;
-use super::manifest::{latest, slot_key, Manifest, ObjectEntry, COMMITS};
-use super::store::{block_on, Provider, Store};
+use super::manifest::{latest, slot_key, Manifest, ObjectEntry};
+use super::store::{block_on, Store};
 use super::RemoteConfig;
 use crate::checksum::crc32c_append;
 use crate::error::{Error, Result};
-use crate::{ChunkAt, Dataset, Location, ReadBackend, ReadConfig, Snapshot, TableAt, Writer};
-
-/// Opens the dataset at `url` (`s3://bucket/prefix`, `gs://bucket/prefix`,
-/// `az://container/prefix`) read-only at its latest commit, read with
-/// `config` and `remote` (the client's options, request sizes, the cache):
-/// [`Dataset::open_with`] with object-store options. [`Dataset::open`] of a URL uses
-/// [`RemoteConfig::default`] (the environment's settings).
-///
-/// # Errors
-/// [`Error::NotADataset`] if there is no commit under the prefix; [`Error::InvalidConfig`] for
-/// a URL or options that do not work, or an invalid `ZRECORD_IO`; [`Error::Remote`] for a
-/// request that failed after its retries; [`Error::RemoteCorrupt`] for a damaged manifest or
-/// table.
-pub fn open(url: &str, config: ReadConfig, remote: RemoteConfig) -> Result<Dataset> {
-    Dataset::from_location(Arc::new(Remote::connect(url, &remote)?), config)
-}
-
-/// The URL schemes of one object-store provider (`s3://` and `s3a://`; `gs://`; `az://`,
-/// `azure://`, `abfs://`, `abfss://`): [`Dataset::open`] of such a URL opens it with default
-/// options. A build without the provider's feature names the feature it needs.
-pub(crate) struct Scheme(Provider);
-
-/// `s3://` and `s3a://`.
-pub(crate) const S3: Scheme = Scheme(Provider::S3);
-/// `gs://`.
-pub(crate) const GCS: Scheme = Scheme(Provider::Gcs);
-/// `az://`, `azure://`, `abfs://`, `abfss://`.
-pub(crate) const AZURE: Scheme = Scheme(Provider::Azure);
-
-impl crate::store::location::UrlScheme for Scheme {
-    fn handles(&self, scheme: &str) -> bool {
-        self.0.schemes().contains(&scheme)
-    }
-
-    fn open(&self, url: &str) -> Result<Arc<dyn Location>> {
-        Ok(Arc::new(Remote::connect(url, &RemoteConfig::default())?))
-    }
-}
+use crate::{ChunkAt, Location, ReadBackend, ReadConfig, Snapshot, TableAt, Writer};
 
 /// A dataset URL's store, and what opening it needs again on refresh: the [`Location`] of a
 /// dataset on an object store.
@@ -70,6 +33,11 @@ pub(crate) struct Remote {
     pub(crate) config: RemoteConfig,
     /// The chunk cache, if the configuration gives it room.
     pub(crate) cache: Option<Arc<Cache>>,
+    /// For a part of a collection on an object store: the collection's store and the part's
+    /// key prefix there (`parts/<id>/`). Its chunks are read through the collection's store
+    /// under that prefix, so one backend reads every part's chunks in one plan. `None` for a
+    /// dataset.
+    pub(crate) reads: Option<(Arc<Store>, String)>,
 }
 
 impl Remote {
@@ -90,13 +58,29 @@ impl Remote {
             store,
             cache,
             config: config.clone(),
+            reads: None,
+        })
+    }
+
+    /// Part `id` of the collection on `root` (its store: `parts/<id>` under it, sharing its
+    /// client), its chunks read through `root` (see [`Remote::reads`]). No chunk cache.
+    pub(crate) fn part(root: &Arc<Store>, id: &str, config: &RemoteConfig) -> Result<Remote> {
+        let base = format!("parts/{id}");
+        let store = root.child(&base)?;
+        Ok(Remote {
+            path: PathBuf::from(store.url()),
+            store,
+            cache: None,
+            config: config.clone(),
+            reads: Some((Arc::clone(root), format!("{base}/"))),
         })
     }
 
     /// The backend that reads this dataset's chunks.
     pub(crate) fn backend(&self) -> Arc<RemoteBackend> {
+        let store = self.reads.as_ref().map_or(&self.store, |(s, _)| s);
         Arc::new(RemoteBackend::new(
-            Arc::clone(&self.store),
+            Arc::clone(store),
             self.config.clone(),
             self.cache.clone(),
             crate::read_backend(&ReadConfig::default()).ok(),
@@ -107,10 +91,9 @@ impl Remote {
     fn latest(&self) -> Result<(u64, Manifest)> {
         let store = Arc::clone(&self.store);
         let found = block_on(async move { latest(&store).await })??;
-        let (slot, bytes) = found.ok_or_else(|| Error::NotADataset {
-            path: PathBuf::from(self.store.url()),
-            reason: format!("no commit under {}", self.store.object_url(COMMITS)),
-        })?;
+        let Some((slot, bytes)) = found else {
+            return Err(super::collection::probe::no_commit(&self.store));
+        };
         let (m, _) = Manifest::decode(&self.store.object_url(&slot_key(slot)), &bytes)?;
         Ok((slot, m))
     }
@@ -191,7 +174,11 @@ impl Remote {
                     reason: format!("no object for {file}"),
                 })?;
             let path = PathBuf::from(store.object_url(&o.object));
-            let key = o.object.clone();
+            // A collection's part: the key under the collection's store.
+            let key = match &self.reads {
+                Some((_, base)) => format!("{base}{}", o.object),
+                None => o.object.clone(),
+            };
             Ok(match cache.and_then(|c| c.lookup(&o.object)) {
                 Some(copy) => ChunkAt::Cached { copy, path, key },
                 None => ChunkAt::Object { path, key },
@@ -326,23 +313,6 @@ fn prune(root: &Path, objects: &Path, tables: &[&ObjectEntry]) {
             if slot_dir || (name.starts_with(OPEN_MARK) && old(&e.path())) {
                 let _ = std::fs::remove_dir_all(e.path());
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn each_scheme_goes_to_its_provider() {
-        use crate::store::location::UrlScheme;
-        assert!(super::S3.handles("s3"));
-        assert!(super::S3.handles("s3a"));
-        assert!(!super::S3.handles("gs"));
-        assert!(super::GCS.handles("gs"));
-        assert!(!super::GCS.handles("gcs"));
-        for s in ["az", "azure", "abfs", "abfss"] {
-            assert!(super::AZURE.handles(s), "{s}");
-            assert!(!super::S3.handles(s) && !super::GCS.handles(s), "{s}");
         }
     }
 }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 
-use super::manifest::{latest, slot_key, Manifest, ObjectEntry, COMMITS};
+use super::manifest::{latest, slot_key, Manifest, ObjectEntry};
 use super::off_runtime;
 use super::push::{TransferOptions, TransferReport};
 use super::store::{block_on, Store};
@@ -166,11 +166,8 @@ pub fn pull(
     remove_leftovers(&dir);
     remove_leftovers(&dir.join("chunk"));
     let s = Arc::clone(&store);
-    let (slot, bytes) =
-        block_on(async move { latest(&s).await })??.ok_or_else(|| Error::NotADataset {
-            path: PathBuf::from(url),
-            reason: format!("no commit under {}", store.object_url(COMMITS)),
-        })?;
+    let (slot, bytes) = block_on(async move { latest(&s).await })??
+        .ok_or_else(|| super::collection::probe::no_commit(&store))?;
     let (manifest, meta) = Manifest::decode(&store.object_url(&slot_key(slot)), &bytes)?;
     let meta_path = crate::store::layout::meta(&dir);
     let mut committed = false;

@@ -335,7 +335,7 @@ fn probe_key() -> String {
 
 /// True if `store` refuses a conditional create (`If-None-Match: *`) of a key that exists:
 /// creates a fresh probe key twice (the second must fail), then deletes it.
-async fn honours_conditional_create(store: &Store) -> Result<bool> {
+pub(super) async fn honours_conditional_create(store: &Store) -> Result<bool> {
     let key = probe_key();
     let first = store
         .create(&key, Bytes::from_static(b"zrecord probe 1"))

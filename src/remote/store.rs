@@ -593,6 +593,61 @@ impl Store {
         .await
     }
 
+    /// The store at `sub` under this one's prefix (`parts/<id>`), sharing this one's client
+    /// and its connections: the stores of a collection's parts.
+    pub(crate) fn child(&self, sub: &str) -> Result<Arc<Store>> {
+        let client = Arc::clone(self.inner()?);
+        Ok(Arc::new(Store {
+            url: self.object_url(sub),
+            client: ForkLocal::with(Ok(client)),
+            builder: self.builder.clone(),
+            prefix: self.path(sub),
+            retries: self.retries,
+            backoff: self.backoff,
+        }))
+    }
+
+    /// Every object under `dir` (relative to the prefix), at any depth: its key relative to
+    /// the prefix, its size and its last modification time. A listing that fails is started
+    /// again, like a failed request.
+    pub(crate) async fn list_objects(
+        &self,
+        dir: &str,
+    ) -> Result<Vec<(String, u64, std::time::SystemTime)>> {
+        let base = self.path(dir);
+        let base = &base;
+        let skip = self.prefix.as_ref().len();
+        retry(
+            self.retry_policy(self.retries),
+            &mut (),
+            |_, _| async move {
+                let mut out = Vec::new();
+                let mut stream = self.inner()?.list(Some(base));
+                while let Some(item) = stream.next().await {
+                    match item {
+                        Ok(meta) => {
+                            let full: &str = meta.location.as_ref();
+                            let key = full.get(skip..).unwrap_or("").trim_start_matches('/');
+                            let millis =
+                                u64::try_from(meta.last_modified.timestamp_millis()).unwrap_or(0);
+                            let at = std::time::UNIX_EPOCH + Duration::from_millis(millis);
+                            out.push((key.to_string(), meta.size, at));
+                        }
+                        Err(e) => return Err(Failure::Retry(self.error(dir, None, &e))),
+                    }
+                }
+                Ok(out)
+            },
+            |_, error: &Error, _, delay| {
+                self.wait_to_retry(
+                    format!("the listing of {}: {error}", self.object_url(dir)),
+                    delay,
+                )
+            },
+        )
+        .await
+    }
+
     /// The policy of this store's own retries: `retries` after the first try, from
     /// `backoff` doubling up to 2 s.
     fn retry_policy(&self, retries: u32) -> RetryPolicy {

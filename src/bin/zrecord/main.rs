@@ -49,6 +49,8 @@ enum Cmd {
     /// Collections: many datasets (parts) committed together and read as one.
     #[command(subcommand)]
     Collection(collection::CollectionCmd),
+    /// Remove a collection's parts that no manifest names, once older than --older-than.
+    Gc(collection::GcArgs),
     /// Throughput measurements.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
@@ -135,6 +137,7 @@ fn main() -> ExitCode {
         Cmd::Push(a) => transfer::push(a),
         Cmd::Pull(a) => transfer::pull(a),
         Cmd::Collection(c) => collection::run(c),
+        Cmd::Gc(a) => collection::run_gc(a),
         Cmd::Bench(b) => bench::run(b),
     };
     match result {

@@ -9,88 +9,20 @@
 //! the last complete manifest, every part of which is present; a moved part no manifest names
 //! yet is taken by a retry of the same commit (or left for `gc`).
 
+use super::append::{append_parts, Collection};
 use super::manifests::{LocalManifests, ManifestStore};
-use super::place::{move_part, remove_part, same_files, Placed};
+use super::options::{stepper, CommitOptions, CommitReport, CommitStep};
+use super::place::{hold_writer_lock, move_part, remove_part, same_files, touch, Placed};
 use super::{manifest_fields, schema_difference};
 use crate::error::{Error, Result};
 use crate::format::collection::{
-    part_path, valid_part_id, Manifest, ManifestField, PartMeta, COLLECTION_FORMAT,
-    COLLECTION_VERSION, MAX_PART_ID_BYTES,
+    part_path, valid_part_id, ManifestField, PartMeta, MAX_PART_ID_BYTES,
 };
 use crate::format::meta::Meta;
 use crate::io::fs;
 use crate::store::snapshot::read_meta;
 use std::collections::HashSet;
-use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-
-/// Where a commit is: [`CommitOptions::on_step`] is told after each step (for progress, and for
-/// tests that kill a committer between steps).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CommitStep {
-    /// Every given part was read and checked; nothing moved yet.
-    PartsChecked,
-    /// Given part number `index` is under `parts/` (moved, or already there), durably.
-    PartPlaced {
-        /// Its position in the parts given to [`commit`].
-        index: usize,
-    },
-    /// The next manifest is written and fsynced under a temporary name: not visible yet.
-    ManifestWritten,
-    /// The next manifest is visible under its number (its directory not fsynced yet).
-    ManifestLinked,
-}
-
-/// Options of [`commit`]. `Default`: no step callback.
-#[derive(Clone, Default)]
-#[non_exhaustive]
-pub struct CommitOptions {
-    /// Called after each [`CommitStep`], on the committing thread. Default: none.
-    pub on_step: Option<Arc<dyn Fn(CommitStep) + Send + Sync>>,
-}
-
-impl CommitOptions {
-    /// The default options.
-    pub fn new() -> CommitOptions {
-        CommitOptions::default()
-    }
-
-    /// Calls `f` after each step of the commit.
-    pub fn on_step(mut self, f: impl Fn(CommitStep) + Send + Sync + 'static) -> CommitOptions {
-        self.on_step = Some(Arc::new(f));
-        self
-    }
-}
-
-impl fmt::Debug for CommitOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CommitOptions")
-            .field("on_step", &self.on_step.as_ref().map(|_| "Fn(CommitStep)"))
-            .finish()
-    }
-}
-
-/// What [`commit`] did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct CommitReport {
-    /// The number of the manifest that holds the parts now (the collection's generation).
-    pub number: u64,
-    /// The ids of the given parts, in the order given (a part moved under another id because
-    /// its name was taken has its new id here).
-    pub ids: Vec<String>,
-    /// The ids this commit added; empty if every part was already in the collection (a retried
-    /// commit), and then no manifest was created.
-    pub added: Vec<String>,
-    /// Parts in the collection now.
-    pub parts: usize,
-    /// Records in the collection now.
-    pub len: u64,
-    /// Manifests this commit tried to create (more than one when other committers won).
-    pub attempts: u32,
-}
 
 /// A part as given, checked.
 struct Given {
@@ -104,7 +36,8 @@ struct Given {
 /// Commits `parts` (dataset directories, in this order: their records follow the collection's
 /// in that order) to the collection at `root`, creating the collection if there is none.
 ///
-/// Each part is checked first: a dataset ([`Error::NotADataset`] otherwise) with the
+/// Each part is checked first: no writer has it open ([`Error::WriterBusy`] naming its lock
+/// file otherwise; its lock is held until the commit returns), a dataset ([`Error::NotADataset`] otherwise) with the
 /// collection's schema ([`Error::PartMismatch`] naming the part and the first differing field;
 /// the first commit's first part sets the schema). Then each part outside `<root>/parts/` is
 /// moved there under its directory's name (characters other than `[A-Za-z0-9_.-]` become `_`)
@@ -124,7 +57,8 @@ struct Given {
 /// taken as that part's copy only if no manifest names it and this attempt did not place it.
 ///
 /// # Errors
-/// As above; [`Error::InvalidConfig`] for a root that is a dataset, a first commit without
+/// As above; [`Error::WriterBusy`] for a part a writer has open; [`Error::InvalidConfig`] for
+/// a root that is a dataset, a first commit without
 /// parts, or a part name that cannot be made an id; the manifest's errors
 /// ([`Error::MetaCorrupt`], [`Error::UnsupportedVersion`]); I/O errors naming the file.
 pub fn commit(
@@ -133,15 +67,11 @@ pub fn commit(
     options: CommitOptions,
 ) -> Result<CommitReport> {
     let root = root.as_ref();
-    let step = |s: CommitStep| {
-        if let Some(f) = &options.on_step {
-            f(s);
-        }
-    };
+    let step = stepper(&options);
     let store = LocalManifests::new(root);
     prepare_root(root, &store)?;
     let parts_dir = root.join("parts");
-    let mut latest = store.latest()?;
+    let latest = store.latest()?;
 
     // 1. Check every part before moving any.
     // Part ids no earlier attempt of this commit can have left behind: those a manifest names.
@@ -150,10 +80,19 @@ pub fn commit(
         .flat_map(|m| m.parts.iter().map(|p| p.id.clone()))
         .collect();
     let mut given: Vec<Given> = Vec::with_capacity(parts.len());
+    // Each part's writer lock, held to the end: no writer may have a part open while it is
+    // moved and committed (a part given twice is locked once).
+    let mut locks: Vec<(PathBuf, Box<dyn crate::io::vfs::VfsLock>)> = Vec::new();
     for p in parts {
-        given.push(check_part(&parts_dir, p.as_ref(), &committed)?);
+        let g = check_part(&parts_dir, p.as_ref(), &committed)?;
+        let at = g.src.canonicalize().unwrap_or_else(|_| g.src.clone());
+        if !locks.iter().any(|(p, _)| *p == at) {
+            let lock = hold_writer_lock(&g.src)?;
+            locks.push((at, lock));
+        }
+        given.push(g);
     }
-    let mut fields = match &latest {
+    let fields = match &latest {
         Some(m) => m.fields.clone(),
         None => match given.first() {
             Some(g) => manifest_fields(&g.meta.fields),
@@ -199,74 +138,19 @@ pub fn commit(
     let ids = placed.iter().map(|p| p.id.clone()).collect();
 
     // 3. Manifest N+1 on top of the latest; rebase and retry when it is taken.
-    let mut attempts = 0u32;
-    loop {
-        let (number, mut list) = match &latest {
-            Some(m) => {
-                fields.clone_from(&m.fields);
-                (m.number, m.parts.clone())
-            }
-            None => (0, Vec::new()),
-        };
-        let mut added = Vec::new();
-        for p in &placed {
-            match list.iter().find(|q| q.id == p.id) {
-                Some(q) if q.generation == p.generation => {}
-                Some(q) => {
-                    return Err(Error::PartChanged {
-                        part: p.id.clone(),
-                        path: parts_dir.join(&p.id),
-                        expected: q.generation,
-                        found: p.generation,
-                    })
-                }
-                None => {
-                    list.push(p.clone());
-                    added.push(p.id.clone());
-                }
-            }
-        }
-        if added.is_empty() && latest.is_some() {
-            let len = list.iter().map(|p| p.len).sum();
-            return Ok(CommitReport {
-                number,
-                ids,
-                added,
-                parts: list.len(),
-                len,
-                attempts,
-            });
-        }
-        // A rebase onto a collection created by another committer: its schema rules.
-        for g in &given {
-            check_schema(&fields, g, None)?;
-        }
-        let next = number
-            .checked_add(1)
-            .ok_or(Error::TooManyCommits { generation: number })?;
-        let manifest = Manifest {
-            format: COLLECTION_FORMAT.to_string(),
-            version: COLLECTION_VERSION,
-            number: next,
-            fields: fields.clone(),
-            parts: list,
-        };
-        manifest.validate().map_err(|reason| Error::InvalidConfig {
-            reason: format!("{}: {reason}", root.display()),
-        })?;
-        attempts = attempts.saturating_add(1);
-        if store.create_new(next, &manifest.encode(), &step)? {
-            return Ok(CommitReport {
-                number: next,
-                ids,
-                added,
-                parts: manifest.parts.len(),
-                len: manifest.total_len(),
-                attempts,
-            });
-        }
-        latest = store.latest()?;
-    }
+    let report = append_parts(
+        Collection {
+            store: &store,
+            root,
+            part_path: &|id| parts_dir.join(id),
+        },
+        latest,
+        fields,
+        &placed,
+        &|fields| given.iter().try_for_each(|g| check_schema(fields, g, None)),
+        &step,
+    )?;
+    Ok(CommitReport { ids, ..report })
 }
 
 /// Creates the collection's directories if missing (fsyncing what it creates); refuses a root
@@ -417,10 +301,14 @@ fn place(
         let target = parts_dir.join(&id);
         let may_be_ours = !committed.contains(&id) && !placed_now.contains(&id);
         match move_part(src, parts_dir, &target)? {
-            Placed::Moved => return Ok(id),
+            Placed::Moved => {
+                touch(&target)?;
+                return Ok(id);
+            }
             // A copy that a killed committer placed and did not get to remove the original of.
             Placed::Taken if may_be_ours && same_files(src, &target)? => {
                 remove_part(src)?;
+                touch(&target)?;
                 return Ok(id);
             }
             Placed::Taken => {
@@ -437,7 +325,7 @@ fn place(
 
 /// A part id from a directory's name: characters outside `[A-Za-z0-9_.-]` become `_`, a
 /// leading `.` too, cut to leave room for a unique suffix.
-fn id_of(src: &Path) -> String {
+pub(crate) fn id_of(src: &Path) -> String {
     let name = src
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

@@ -9,8 +9,10 @@
 //! ```text
 //! manifests.rs  the ManifestStore seam (create-new of a numbered manifest, list, read) and the
 //!               local directory behind it; an object store is one more implementation
-//! committer.rs  commit(): check the parts, move them under parts/, create manifest N+1 on top
-//!               of N, rebase and retry when another committer took N+1
+//! committer.rs  commit(): check the parts, move them under parts/, then append them
+//! append.rs     create manifest N+1 on top of N, rebase and retry when another committer took
+//!               N+1 (for any ManifestStore: the remote committer uses it too)
+//! gc.rs         gc(): remove the parts no manifest names once they are older than a limit
 //! place.rs      moving a part under parts/ (rename, or copy + fsync + remove across file
 //!               systems)
 //! open.rs       CollectionDir, the Location whose snapshot is the latest manifest's parts
@@ -19,13 +21,20 @@
 //! The format is in `docs/FORMAT.md`, "Collections"; how a batch over many parts stays one
 //! batch through the read engine is in `docs/ARCHITECTURE.md`.
 
+pub(crate) mod append;
 mod committer;
-mod manifests;
-mod open;
-mod place;
+pub(crate) mod gc;
+pub(crate) mod manifests;
+pub(crate) mod open;
+pub(crate) mod options;
+pub(crate) mod place;
 
-pub use committer::{commit, CommitOptions, CommitReport, CommitStep};
+pub use committer::commit;
+#[cfg(feature = "remote")]
+pub(crate) use committer::id_of;
+pub use gc::GcReport;
 pub use open::CollectionDir;
+pub use options::{CommitOptions, CommitReport, CommitStep};
 
 use crate::format::collection::ManifestField;
 use crate::format::meta::FieldMeta;

@@ -5,7 +5,7 @@
 use super::manifests::{LocalManifests, ManifestStore};
 use super::schema_difference;
 use crate::error::{Error, Result};
-use crate::format::collection::Manifest;
+use crate::format::collection::{Manifest, PartMeta};
 use crate::format::meta::{FieldMeta, Meta, TableMeta};
 use crate::format::FORMAT_VERSION;
 use crate::io::job::FileId;
@@ -46,11 +46,18 @@ impl Location for CollectionDir {
             reason: "a collection with no manifest yet (commit parts to it first)".to_string(),
         })?;
         let id = FileId::at(&self.manifests.name_of(manifest.number)).ok();
+        let root = &self.root;
         snapshot_of(
-            &self.root,
+            root,
             &self.manifests.name_of(manifest.number),
             &manifest,
             id,
+            &|p| {
+                let dir = root.join(&p.path);
+                let snap =
+                    Snapshot::load(&dir).map_err(|e| part_error(&dir, &p.id, &manifest, e))?;
+                Ok((dir, snap))
+            },
         )
     }
 
@@ -63,19 +70,20 @@ impl Location for CollectionDir {
 }
 
 /// The snapshot of `manifest` (read from `file`) of the collection at `root`: each part opened
-/// and checked to be the dataset the manifest pinned.
+/// by `open_part` (which returns what names it, and its snapshot) and checked to be the dataset
+/// the manifest pinned.
 pub(crate) fn snapshot_of(
     root: &Path,
     file: &Path,
     manifest: &Manifest,
     meta_id: Option<FileId>,
+    open_part: &dyn Fn(&PartMeta) -> Result<(PathBuf, Snapshot)>,
 ) -> Result<Snapshot> {
     let mut parts = Vec::with_capacity(manifest.parts.len());
     let mut version = 1;
     let mut chunk_size_bytes = None;
     for p in &manifest.parts {
-        let dir = root.join(&p.path);
-        let snap = Snapshot::load(&dir).map_err(|e| part_error(&dir, &p.id, manifest, e))?;
+        let (dir, snap) = open_part(p)?;
         if snap.generation() != p.generation {
             return Err(Error::PartChanged {
                 part: p.id.clone(),
@@ -138,7 +146,7 @@ pub(crate) fn snapshot_of(
 
 /// The error of opening part `id` at `dir`: a missing or non-dataset part is
 /// [`Error::NotADataset`] naming the part and the manifest; others pass unchanged.
-fn part_error(dir: &Path, id: &str, manifest: &Manifest, e: Error) -> Error {
+pub(crate) fn part_error(dir: &Path, id: &str, manifest: &Manifest, e: Error) -> Error {
     match e {
         Error::Io {
             ref path,

@@ -57,6 +57,22 @@ fn copy_part(src: &Path, parts: &Path, target: &Path) -> Result<Placed> {
     Ok(Placed::Moved)
 }
 
+/// The writer lock of the part dataset at `dir`, held: a part is committed only while no
+/// writer has it open ([`Error::WriterBusy`] naming its lock file otherwise), and none can open
+/// it until the lock is dropped.
+pub(crate) fn hold_writer_lock(dir: &Path) -> Result<Box<dyn crate::io::vfs::VfsLock>> {
+    crate::io::vfs::StdFs::shared().lock(&dir.join(crate::store::layout::LOCK))
+}
+
+/// Sets the modification time of the part directory `dir` to now: a part moved under `parts/`
+/// keeps its files' times, and `gc` counts a part's age from its newest time, so a part written
+/// long ago and being committed now is young while its commit runs.
+pub(crate) fn touch(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|f| f.set_modified(std::time::SystemTime::now()))
+        .map_err(|e| Error::io(dir, "set mtime", e))
+}
+
 /// Removes the dataset directory `src` (a part copied into place): its `meta.json` first, so a
 /// removal cut short leaves a directory that is no dataset (a retry of the commit takes the
 /// copy), never a dataset missing some of its files.

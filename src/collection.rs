@@ -1,0 +1,76 @@
+//! The public face of collections: local ones (`store/collection/`) and those on object stores
+//! (`remote/collection/`, feature `remote`), and the entries that take either.
+
+use std::time::{Duration, SystemTime};
+
+use crate::error::Result;
+
+#[cfg(feature = "remote")]
+pub use crate::remote::collection::commit_url;
+pub use crate::store::collection::{
+    commit, CollectionDir, CommitOptions, CommitReport, CommitStep, GcReport,
+};
+
+/// Options of [`gc`]. `Default`: ages measured from the system clock; the environment's
+/// object-store settings.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct GcOptions {
+    /// The time ages are measured from. Default: `None`, the system clock when `gc` starts.
+    pub now: Option<SystemTime>,
+    /// The object-store client's options, for a collection at a URL. Default: the
+    /// environment's.
+    #[cfg(feature = "remote")]
+    pub store: crate::remote::StoreOptions,
+}
+
+impl GcOptions {
+    /// The default options.
+    pub fn new() -> GcOptions {
+        GcOptions::default()
+    }
+
+    /// Measures ages from `now` instead of the system clock.
+    #[must_use]
+    pub fn now(mut self, now: SystemTime) -> GcOptions {
+        self.now = Some(now);
+        self
+    }
+
+    /// Sets the object-store client's options.
+    #[cfg(feature = "remote")]
+    #[must_use]
+    pub fn store(mut self, store: crate::remote::StoreOptions) -> GcOptions {
+        self.store = store;
+        self
+    }
+}
+
+/// Removes from the collection at `root_or_url` (a directory, or with the `remote` feature an
+/// `s3://`/`gs://`/`az://` URL) every part under `parts/` that **no manifest names** (any
+/// manifest, not only the latest: a reader may still be on an older one) and that is **older
+/// than `older_than`**: locally, the newest modification time of the part's directory and
+/// everything in it (placing a part under `parts/` sets its directory's time to the time it
+/// was placed); on an object store, the newest last-modified time of its objects. Leftovers of
+/// failed commits older than the limit go too (temporary manifests and incomplete copies
+/// locally, probe objects on a store). A part a manifest names is never removed, nor one
+/// younger than the limit.
+///
+/// A part placed (moved under `parts/`, or pushed there) but not committed yet is protected by
+/// the age limit only: `older_than` must exceed the longest commit, and, for parts pushed
+/// under `parts/` by writers that commit them later, the longest time from a part's push to
+/// its commit.
+///
+/// # Errors
+/// [`crate::Error::NotADataset`] if there is no collection there; a damaged manifest's
+/// [`crate::Error::MetaCorrupt`] (nothing is removed then); I/O and remote errors naming the
+/// file or object.
+pub fn gc(root_or_url: &str, older_than: Duration, options: &GcOptions) -> Result<GcReport> {
+    let now = options.now.unwrap_or_else(SystemTime::now);
+    #[cfg(feature = "remote")]
+    if crate::remote::is_url(root_or_url) {
+        return crate::remote::collection::gc_url(root_or_url, older_than, now, &options.store);
+    }
+    let local = root_or_url.strip_prefix("file://").unwrap_or(root_or_url);
+    crate::store::collection::gc::gc_dir(std::path::Path::new(local), older_than, now)
+}

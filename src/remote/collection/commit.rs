@@ -1,0 +1,299 @@
+//! Committing parts to a collection on an object store: each part is either a dataset already
+//! pushed under `<url>/parts/<id>` (a distributed writer's task pushed it there itself), taken
+//! in place, or a local dataset directory, pushed there first. Then the next manifest is
+//! created with a conditional `PUT`, rebasing on the latest when another committer took the
+//! number (`store/collection/append.rs`, shared with local collections).
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::RemoteManifests;
+use crate::error::{Error, Result};
+use crate::format::collection::{valid_part_id, ManifestField, PartMeta, MAX_PART_ID_BYTES};
+use crate::format::meta::Meta;
+use crate::remote::manifest::{latest, slot_key, Manifest};
+use crate::remote::push::{honours_conditional_create, push, TransferOptions};
+use crate::remote::store::{block_on, Store};
+use crate::store::collection::append::{append_parts, Collection};
+use crate::store::collection::manifests::ManifestStore;
+use crate::store::collection::options::stepper;
+use crate::store::collection::place::hold_writer_lock;
+use crate::store::collection::{
+    id_of, manifest_fields, schema_difference, unique_word, CommitOptions, CommitReport, CommitStep,
+};
+use crate::store::snapshot::read_meta;
+
+/// Where a given part is.
+enum Source {
+    /// Pushed under `parts/<id>` already.
+    Pushed { id: String },
+    /// A local dataset directory, with the exact text of its `meta.json` and its writer lock,
+    /// held until the commit returns.
+    Local {
+        dir: PathBuf,
+        meta_text: Vec<u8>,
+        _lock: Box<dyn crate::io::vfs::VfsLock>,
+    },
+}
+
+/// A part as given, checked.
+struct Given {
+    /// What names it in errors: its URL or directory.
+    name: PathBuf,
+    source: Source,
+    meta: Meta,
+}
+
+/// Commits `parts` to the collection at `url` (`s3://bucket/prefix`, `gs://…`, `az://…`),
+/// creating it if there is none: their records follow the collection's in the order given.
+///
+/// A part is the URL of a dataset pushed under `<url>/parts/<id>` (taken in place, pinned at its
+/// latest commit's generation and length), or a local dataset directory, pushed to
+/// `<url>/parts/<id>` first (`id` from the directory's name as locally; a different dataset
+/// there already makes the id take a unique suffix; the same commit there already, from an
+/// earlier attempt, is taken as it is). Every part is checked first (a dataset with the
+/// collection's schema: the first commit's first part sets it). Then manifest N+1 is created
+/// with the latest manifest's parts followed by the given ones with a conditional `PUT`
+/// (`If-None-Match: *`); if another committer took N+1, the commit rebases on it and tries
+/// N+2, and so on. A part already listed at the same generation is not added twice: a retried
+/// commit adds nothing and creates no manifest.
+///
+/// The store is probed first, as [`push`] does: one that ignores conditional creates (Garage
+/// 2.5.0) is refused unless [`TransferOptions::single_writer`] says one committer writes to
+/// this collection. `options.on_step` is told [`CommitStep::PartsChecked`], each
+/// [`CommitStep::PartPlaced`] and [`CommitStep::ManifestLinked`] (a manifest is created in one
+/// request: there is no `ManifestWritten` step).
+///
+/// # Errors
+/// [`Error::PartOutsideCollection`] for a part URL elsewhere than `<url>/parts/<id>`;
+/// [`Error::NotADataset`] for a part that holds no (committed) dataset; [`Error::WriterBusy`]
+/// for a local part a writer has open (its lock is held from the check to the end of the
+/// commit);
+/// [`Error::PartMismatch`] naming the part and the first differing field; [`Error::PartChanged`]
+/// for a part listed at another generation; [`Error::ConditionalCreateIgnored`] as above;
+/// [`Error::MetaCorrupt`] naming a damaged manifest's URL; [`Error::InvalidConfig`] for a first
+/// commit without parts, or a URL or options that do not work; [`Error::Remote`] for requests
+/// that failed after their retries.
+pub fn commit_url(
+    url: &str,
+    parts: &[impl AsRef<str>],
+    options: CommitOptions,
+    transfer: &TransferOptions,
+) -> Result<CommitReport> {
+    transfer.check()?;
+    let step = stepper(&options);
+    let store = Store::open(url, &transfer.store)?;
+    let root = PathBuf::from(store.url());
+    if !transfer.single_writer {
+        let s = Arc::clone(&store);
+        if !block_on(async move { honours_conditional_create(&s).await })?? {
+            return Err(Error::ConditionalCreateIgnored {
+                url: store.url().to_string(),
+                reason: "this object store ignores conditional creates (a probe created one \
+                         key twice with If-None-Match: *; Garage 2.5.0 does), so two \
+                         committers racing to one collection could both create a manifest \
+                         and one commit would be lost without an error. If only one committer \
+                         ever writes to this collection, commit with --single-writer \
+                         (TransferOptions::single_writer)"
+                    .into(),
+            });
+        }
+    }
+    let manifests = RemoteManifests::new(Arc::clone(&store));
+    let latest_manifest = manifests.latest()?;
+
+    // 1. Check every part before pushing any.
+    let mut given = Vec::with_capacity(parts.len());
+    for p in parts {
+        given.push(check_part(&store, p.as_ref())?);
+    }
+    let fields = match &latest_manifest {
+        Some(m) => m.fields.clone(),
+        None => match given.first() {
+            Some(g) => manifest_fields(&g.meta.fields),
+            None => {
+                return Err(Error::InvalidConfig {
+                    reason: format!(
+                        "{}: the first commit of a collection needs at least one part",
+                        root.display()
+                    ),
+                })
+            }
+        },
+    };
+    let check = |fields: &[ManifestField]| -> Result<()> {
+        given.iter().try_for_each(|g| check_schema(fields, g))
+    };
+    check(&fields)?;
+    step(CommitStep::PartsChecked);
+
+    // 2. Push the local parts under parts/.
+    let mut placed: Vec<PartMeta> = Vec::with_capacity(given.len());
+    // Ids this call placed: a second local part with the same commit is another part.
+    let mut placed_now: HashSet<String> = HashSet::new();
+    for (index, g) in given.iter().enumerate() {
+        let part = match &g.source {
+            Source::Pushed { id } => PartMeta {
+                path: crate::format::collection::part_path(id),
+                id: id.clone(),
+                len: g.meta.len,
+                generation: g.meta.generation,
+            },
+            Source::Local { dir, meta_text, .. } => {
+                place(&store, dir, meta_text, &placed_now, transfer)?
+            }
+        };
+        placed_now.insert(part.id.clone());
+        if !placed.iter().any(|p| p.id == part.id) {
+            placed.push(part);
+        }
+        step(CommitStep::PartPlaced { index });
+    }
+
+    // 3. Manifest N+1 on top of the latest; rebase and retry when it is taken.
+    let parts_url = |id: &str| PathBuf::from(store.object_url(&format!("parts/{id}")));
+    append_parts(
+        Collection {
+            store: &manifests,
+            root: &root,
+            part_path: &parts_url,
+        },
+        latest_manifest,
+        fields,
+        &placed,
+        &check,
+        &step,
+    )
+}
+
+/// Reads part `part` (a URL under `<store>/parts/<id>`, or a local dataset directory).
+fn check_part(store: &Arc<Store>, part: &str) -> Result<Given> {
+    if crate::remote::is_url(part) {
+        let id = id_in(store.url(), part).ok_or_else(|| Error::PartOutsideCollection {
+            part: part.to_string(),
+            collection: store.url().to_string(),
+        })?;
+        let meta = pushed_meta(store, &id)?.ok_or_else(|| Error::NotADataset {
+            path: PathBuf::from(part),
+            reason: "no commit under it: push the part there before committing it".into(),
+        })?;
+        return Ok(Given {
+            name: PathBuf::from(part.trim_end_matches('/')),
+            source: Source::Pushed { id },
+            meta,
+        });
+    }
+    let dir = Path::new(part.strip_prefix("file://").unwrap_or(part));
+    let not_a_dataset = || Error::NotADataset {
+        path: dir.to_path_buf(),
+        reason: "a part must be a zrecord dataset (it holds no meta.json)".to_string(),
+    };
+    if !crate::store::layout::meta(dir).exists() {
+        return Err(not_a_dataset());
+    }
+    // No writer may have the part open while it is pushed and committed.
+    let lock = hold_writer_lock(dir)?;
+    let (meta_text, meta) = read_meta(dir).map_err(|e| match e {
+        Error::Io { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            not_a_dataset()
+        }
+        e => e,
+    })?;
+    Ok(Given {
+        name: dir.to_path_buf(),
+        source: Source::Local {
+            dir: dir.to_path_buf(),
+            meta_text,
+            _lock: lock,
+        },
+        meta,
+    })
+}
+
+/// The part id of `part` if it is `<root>/parts/<id>` (a trailing `/` aside) with a valid id.
+fn id_in(root: &str, part: &str) -> Option<String> {
+    let rest = part
+        .trim_end_matches('/')
+        .strip_prefix(root)?
+        .strip_prefix("/parts/")?;
+    valid_part_id(rest).then(|| rest.to_string())
+}
+
+/// The latest commit's text and meta of the dataset pushed under `parts/<id>`; `None` if none.
+fn pushed(store: &Arc<Store>, id: &str) -> Result<Option<(String, Meta)>> {
+    let child = store.child(&format!("parts/{id}"))?;
+    let c = Arc::clone(&child);
+    let Some((slot, bytes)) = block_on(async move { latest(&c).await })?? else {
+        return Ok(None);
+    };
+    let (m, meta) = Manifest::decode(&child.object_url(&slot_key(slot)), &bytes)?;
+    Ok(Some((m.meta, meta)))
+}
+
+/// The meta of the latest commit of the dataset pushed under `parts/<id>`; `None` if none.
+fn pushed_meta(store: &Arc<Store>, id: &str) -> Result<Option<Meta>> {
+    Ok(pushed(store, id)?.map(|(_, meta)| meta))
+}
+
+/// Checks a part's schema against the collection's.
+fn check_schema(fields: &[ManifestField], g: &Given) -> Result<()> {
+    match schema_difference(fields, &g.meta.fields) {
+        None => Ok(()),
+        Some((field, reason)) => Err(Error::PartMismatch {
+            part: g.name.display().to_string(),
+            path: g.name.clone(),
+            field,
+            reason,
+        }),
+    }
+}
+
+/// Pushes the local dataset `dir` (whose `meta.json` read `meta_text`) under `parts/<id>`: `id`
+/// from its name, or with a unique suffix if a different dataset (or another part of this call,
+/// `placed_now`) is there. The same commit there already (an earlier attempt pushed it) is
+/// taken as it is. Returns the part as the store has it.
+fn place(
+    store: &Arc<Store>,
+    dir: &Path,
+    meta_text: &[u8],
+    placed_now: &HashSet<String>,
+    transfer: &TransferOptions,
+) -> Result<PartMeta> {
+    let base = id_of(dir);
+    let mut id = base.clone();
+    // The store was probed (or declared single-writer) once for the whole commit.
+    let options = transfer.clone().single_writer(true);
+    for _ in 0..64 {
+        let ours = match pushed(store, &id)? {
+            Some((text, _)) => !placed_now.contains(&id) && text.as_bytes() == meta_text,
+            None if placed_now.contains(&id) => false,
+            None => match push(dir, &store.object_url(&format!("parts/{id}")), &options) {
+                Ok(_) => true,
+                // Another committer pushed to this id at the same moment.
+                Err(Error::PublishConflict { .. }) => false,
+                Err(e) => return Err(e),
+            },
+        };
+        if ours {
+            // What the store holds now: the commit pushed (a local writer may have committed
+            // again since `meta_text` was read; the part is what was pushed).
+            let meta = pushed_meta(store, &id)?.ok_or_else(|| {
+                Error::internal(format!("part {id} has no commit right after its push"))
+            })?;
+            return Ok(PartMeta {
+                path: crate::format::collection::part_path(&id),
+                id,
+                len: meta.len,
+                generation: meta.generation,
+            });
+        }
+        id = format!("{base}-{:016x}", unique_word());
+        debug_assert!(id.len() <= MAX_PART_ID_BYTES);
+    }
+    Err(Error::internal(format!(
+        "no free part id for {} under {}/parts",
+        dir.display(),
+        store.url()
+    )))
+}

@@ -1,0 +1,194 @@
+//! Removing what no manifest names from a local collection: each directory under `parts/` that
+//! no manifest lists (any manifest, not only the latest: a reader may still be on an older one)
+//! and whose newest file is older than a limit, and the leftovers of failed commits (hidden
+//! temporaries in `_collection/` and `parts/`) older than it.
+//!
+//! A part placed under `parts/` but not committed yet is protected by the age limit only: the
+//! limit must exceed the longest commit. (Placing a part sets its directory's modification time
+//! to the time it was placed, so the limit counts from there.)
+
+use super::manifests::{parse_manifest_name, LocalManifests, ManifestStore, MANIFEST_DIR};
+use crate::error::{Error, Result};
+use crate::format::collection::{Manifest, COLLECTION_VERSION};
+use crate::format::meta::MetaError;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+/// What a garbage collection of a collection did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GcReport {
+    /// The parts removed (no manifest names them, and they were older than the limit), by id.
+    pub removed: Vec<String>,
+    /// The parts kept (a manifest names them, or they are younger than the limit), by id.
+    pub kept: Vec<String>,
+    /// Bytes of the files (objects) removed, parts and leftovers.
+    pub bytes_freed: u64,
+    /// Leftovers of failed commits removed (temporary manifests, incomplete copies, probes).
+    pub leftovers: u64,
+    /// Manifests read: every one the collection has.
+    pub manifests: usize,
+}
+
+/// Every part id some manifest of `store` names, and the number of manifests. A damaged
+/// manifest is an error (nothing is removed then: a part it names might be removed).
+pub(crate) fn referenced(store: &dyn ManifestStore) -> Result<(HashSet<String>, usize)> {
+    let numbers = store.list()?;
+    let mut ids = HashSet::new();
+    for &n in &numbers {
+        let m = decode(store, n, &store.read(n)?)?;
+        ids.extend(m.parts.into_iter().map(|p| p.id));
+    }
+    Ok((ids, numbers.len()))
+}
+
+/// Decodes manifest `number`'s bytes, naming it in errors.
+pub(crate) fn decode(store: &dyn ManifestStore, number: u64, bytes: &[u8]) -> Result<Manifest> {
+    Manifest::decode(bytes).map_err(|e| match e {
+        MetaError::Corrupt(reason) => Error::MetaCorrupt {
+            path: store.name_of(number),
+            reason,
+        },
+        MetaError::Version(found) => Error::UnsupportedVersion {
+            path: store.name_of(number),
+            found,
+            supported: COLLECTION_VERSION,
+        },
+    })
+}
+
+/// Whether something last modified at `modified` is older than `limit` at `now` (strictly; a
+/// time in the future is young).
+pub(crate) fn is_older(now: SystemTime, modified: SystemTime, limit: Duration) -> bool {
+    now.duration_since(modified).is_ok_and(|age| age > limit)
+}
+
+/// Garbage-collects the local collection at `root` (see the module's documentation), ages
+/// measured at `now`.
+///
+/// # Errors
+/// [`Error::NotADataset`] if `root` is no collection; a damaged manifest's
+/// [`Error::MetaCorrupt`] (nothing is removed then); I/O errors naming the file.
+pub(crate) fn gc_dir(root: &Path, older_than: Duration, now: SystemTime) -> Result<GcReport> {
+    if !super::is_collection(root) {
+        return Err(Error::NotADataset {
+            path: root.to_path_buf(),
+            reason: format!("not a collection (it holds no {MANIFEST_DIR}/)"),
+        });
+    }
+    let store = LocalManifests::new(root);
+    let parts_dir = root.join("parts");
+    // The parts first, the manifests next: a part committed meanwhile is named by a manifest
+    // read below; one committed after that was placed after the listing, or is young.
+    let mut entries = Vec::new();
+    match std::fs::read_dir(&parts_dir) {
+        Ok(list) => {
+            for e in list {
+                let e = e.map_err(|e| Error::io(&parts_dir, "list", e))?;
+                entries.push(e.file_name().to_string_lossy().into_owned());
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io(&parts_dir, "list", e)),
+    }
+    entries.sort();
+    let (named, manifests) = referenced(&store)?;
+    let mut report = GcReport {
+        manifests,
+        ..GcReport::default()
+    };
+    for name in entries {
+        let dir = parts_dir.join(&name);
+        if name.starts_with('.') {
+            // An incomplete copy (`.incoming-…`) of a commit that failed.
+            let (newest, bytes) = newest_and_bytes(&dir)?;
+            if newest.is_some_and(|t| is_older(now, t, older_than)) {
+                remove_any(&dir)?;
+                report.leftovers = report.leftovers.saturating_add(1);
+                report.bytes_freed = report.bytes_freed.saturating_add(bytes);
+            }
+            continue;
+        }
+        if named.contains(&name) {
+            report.kept.push(name);
+            continue;
+        }
+        let (newest, bytes) = newest_and_bytes(&dir)?;
+        if newest.is_some_and(|t| is_older(now, t, older_than)) {
+            if dir.is_dir() {
+                super::place::remove_part(&dir)?;
+            } else {
+                remove_any(&dir)?;
+            }
+            report.removed.push(name);
+            report.bytes_freed = report.bytes_freed.saturating_add(bytes);
+        } else {
+            report.kept.push(name);
+        }
+    }
+    // Temporary manifests of committers that died before removing them.
+    let mdir = store.dir();
+    for e in std::fs::read_dir(mdir).map_err(|e| Error::io(mdir, "list", e))? {
+        let e = e.map_err(|e| Error::io(mdir, "list", e))?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with('.') || parse_manifest_name(&name).is_some() {
+            continue;
+        }
+        let path = e.path();
+        let (newest, bytes) = newest_and_bytes(&path)?;
+        if newest.is_some_and(|t| is_older(now, t, older_than)) {
+            remove_any(&path)?;
+            report.leftovers = report.leftovers.saturating_add(1);
+            report.bytes_freed = report.bytes_freed.saturating_add(bytes);
+        }
+    }
+    crate::io::fs::sync_dir(&parts_dir)?;
+    crate::io::fs::sync_dir(mdir)?;
+    Ok(report)
+}
+
+/// The newest modification time of `path` and of everything under it, and the bytes of its
+/// files; `None` if it is gone.
+fn newest_and_bytes(path: &Path) -> Result<(Option<SystemTime>, u64)> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((None, 0)),
+        Err(e) => return Err(Error::io(path, "stat", e)),
+    };
+    let mut newest = meta.modified().ok();
+    let mut bytes = 0u64;
+    if meta.is_dir() {
+        let mut stack: Vec<PathBuf> = vec![path.to_path_buf()];
+        while let Some(dir) = stack.pop() {
+            for e in std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, "list", e))? {
+                let e = e.map_err(|e| Error::io(&dir, "list", e))?;
+                let p = e.path();
+                let m = std::fs::symlink_metadata(&p).map_err(|e| Error::io(&p, "stat", e))?;
+                newest = newest.max(m.modified().ok());
+                if m.is_dir() {
+                    stack.push(p);
+                } else {
+                    bytes = bytes.saturating_add(m.len());
+                }
+            }
+        }
+    } else {
+        bytes = meta.len();
+    }
+    Ok((newest, bytes))
+}
+
+/// Removes the file or directory tree `path`.
+fn remove_any(path: &Path) -> Result<()> {
+    let r = if path.is_dir() {
+        std::fs::remove_dir_all(path)
+    } else {
+        std::fs::remove_file(path)
+    };
+    match r {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(path, "remove", e)),
+    }
+}
