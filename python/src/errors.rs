@@ -278,6 +278,14 @@ pub(crate) fn to_py(e: CoreError) -> PyErr {
                     attr(py, "reason", reason.as_str()),
                 ],
             ),
+            CoreError::PartOutsideCollection { part, collection } => (
+                py.get_type::<ConfigError>(),
+                vec![
+                    attr(py, "part", part.as_str()),
+                    attr(py, "collection", collection.as_str()),
+                    attr(py, "reason", message.as_str()),
+                ],
+            ),
             CoreError::PartChanged {
                 part,
                 path: p,

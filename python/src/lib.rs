@@ -66,6 +66,7 @@ fn _zrecord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(transfer::pull, m)?)?;
     m.add_function(wrap_pyfunction!(transfer::convert_npy, m)?)?;
     m.add_function(wrap_pyfunction!(collection::commit_collection, m)?)?;
+    m.add_function(wrap_pyfunction!(collection::gc_collection, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

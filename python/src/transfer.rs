@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use zrecord::remote::{StoreOptions, TransferOptions, TransferReport};
 
-fn options(
+pub(crate) fn options(
     storage_options: Option<Bound<'_, PyDict>>,
     concurrency: Option<usize>,
     single_writer: bool,

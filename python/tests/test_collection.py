@@ -1,7 +1,8 @@
 """zrecord.commit_collection from Python: parts committed by two processes at once all land,
 each exactly once, and read as one dataset in commit order; a retried commit adds nothing; a
 part of another schema raises SchemaError naming the part and the field, and nothing committed
-is lost."""
+is lost; on s3s-fs a part is pushed or referenced in place; gc removes only parts no
+manifest names."""
 
 from __future__ import annotations
 
@@ -61,6 +62,28 @@ def test_a_part_of_another_schema_is_refused(tmp_path):
     assert len(zrecord.open(root)) == 10
 
 
-def test_a_url_root_needs_the_remote_commit(tmp_path):
-    with pytest.raises(zrecord.Error):
-        zrecord.commit_collection("s3://bucket/none", [str(tmp_path / "a")])
+def test_an_s3_collection_from_local_and_pushed_parts(s3, tmp_path):
+    url = s3.url("py/coll")
+    a = _part(tmp_path / "a", 0, 50)
+    b = _part(tmp_path / "b", 50, 30)
+    zrecord.push(b, f"{url}/parts/b", storage_options=s3.options)
+    r = zrecord.commit_collection(url, [a, f"{url}/parts/b"], storage_options=s3.options)
+    assert r["ids"] == ["a", "b"] and r["len"] == 80
+    ds = zrecord.open(url, storage_options=s3.options)
+    assert np.array_equal(ds.take(np.arange(80))["x"][:, 0], np.arange(80, dtype=np.uint64))
+    with pytest.raises(zrecord.ConfigError) as e:
+        zrecord.commit_collection(url, [s3.url("py/elsewhere")], storage_options=s3.options)
+    assert e.value.part == s3.url("py/elsewhere") and e.value.collection.startswith("s3://")
+
+
+def test_gc_removes_only_parts_no_manifest_names(tmp_path):
+    root = tmp_path / "coll"
+    zrecord.commit_collection(root, [_part(tmp_path / "kept", 0, 10)])
+    _part(root / "parts" / "orphan", 10, 10)  # placed, never committed
+    young = zrecord.gc_collection(root, 3600)
+    assert young["removed"] == [] and "orphan" in young["kept"]
+    r = zrecord.gc_collection(root, 0)
+    assert r["removed"] == ["orphan"] and r["kept"] == ["kept"] and r["bytes_freed"] > 0
+    assert len(zrecord.open(root)) == 10
+    with pytest.raises(zrecord.ConfigError):
+        zrecord.gc_collection(root, -1)

@@ -65,15 +65,19 @@ def _write(cluster, url: str, n: int, tasks: int, marker: Path, **options: Any) 
 
 
 def _read_shard(args: tuple[str, dict[str, Any] | None, int, int]) -> list[int]:
-    """One reader process: its shard of one epoch, every record checked against its id."""
+    """One reader process: its shard of one epoch, every record checked against its id. Local:
+    shuffled, interleaved shards; on the store: in order, contiguous shards (each batch a few
+    coalesced range requests instead of one per record)."""
     url, storage_options, rank, world = args
     import ray_support
 
     kw = {"storage_options": storage_options} if storage_options else {}
     ds = zrecord.open(url, **kw)
     seen: list[int] = []
-    loader = zrecord.Loader(ds, batch_size=4096, shuffle=True, seed=5, epochs=1,
-                            shard=(rank, world), workers=2)
+    remote = storage_options is not None
+    loader = zrecord.Loader(ds, batch_size=4096, shuffle=not remote, seed=5, epochs=1,
+                            shard=(rank, world),
+                            shard_mode="contiguous" if remote else "interleaved", workers=2)
     for b in loader:
         idx = b.indices
         ids = b["id"]

@@ -35,6 +35,7 @@ __all__ = [
     "_reopen",
     "commit_collection",
     "convert_npy",
+    "gc_collection",
     "mix",
     "open",
     "pull",
@@ -310,6 +311,16 @@ def commit_collection(
     """Commits ``parts`` into the collection at ``root`` (a directory or an object-store URL)
     in the order given; returns ``number``, ``ids``, ``added``, ``parts``, ``len``,
     ``attempts``."""
+    ...
+def gc_collection(
+    root: _Path,
+    older_than: float,
+    *,
+    storage_options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Removes the parts of the collection at ``root`` that no manifest names and that are older
+    than ``older_than`` seconds; returns ``removed``, ``kept``, ``bytes_freed``, ``leftovers``,
+    ``manifests``."""
     ...
 def convert_npy(
     inputs: Sequence[_Path],
