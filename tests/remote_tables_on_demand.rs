@@ -110,6 +110,23 @@ fn check(ds: &Dataset, indices: &[u64]) {
     }
 }
 
+/// Bytes of disk the files under `dir` take (allocated blocks: a sparse file counts what it
+/// holds).
+fn disk_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => disk_bytes(&e.path()),
+            Ok(m) => m.blocks() * 512,
+            Err(_) => 0,
+        })
+        .sum()
+}
+
 /// The page files under a cache directory.
 fn page_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -131,7 +148,7 @@ fn page_files(dir: &Path) -> Vec<PathBuf> {
 #[test]
 fn reads_equal_the_model_and_fetch_only_the_pages_batches_need() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let fx = fixture(30_000);
+    let fx = fixture(200_000);
     let table_bytes = fx.n * 24;
     let before = stats();
     let ds = fx.open(fx.config("cache"));
@@ -140,6 +157,11 @@ fn reads_equal_the_model_and_fetch_only_the_pages_batches_need() {
         stats().table_bytes_fetched,
         before.table_bytes_fetched,
         "opening read table bytes"
+    );
+    let cached = disk_bytes(&fx.tmp.path().join("cache"));
+    assert!(
+        cached * 10 < table_bytes,
+        "opening put {cached} bytes in the cache directory for a table of {table_bytes}"
     );
 
     let mut x = 0x9e37_79b9_7f4a_7c15_u64;
@@ -175,7 +197,7 @@ fn reads_equal_the_model_and_fetch_only_the_pages_batches_need() {
 
     // Lengths from the table alone, and a scan of every entry, as `info` and `verify` make.
     let snap = ds.snapshot();
-    for i in [3u64, 29_999, 17_001] {
+    for i in [3u64, 199_999, 17_001] {
         assert_eq!(snap.record_len(0, i).unwrap(), record(i)[0].len() as u64);
     }
     let mut lens = Vec::new();
