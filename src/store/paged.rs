@@ -4,14 +4,17 @@
 //!
 //! - Page `p` holds entries `[p·P, (p+1)·P)` (the last one shorter): bytes
 //!   `[24·p·P, 24·(p+1)·P)` of the table.
-//! - Every page is checked when it enters memory: each entry's `entry_crc`, which covers the
-//!   index it stands for. A page of the local file that fails is fetched again from the source
-//!   and rewritten; a page of the source that fails is kept in memory only, so its intact
-//!   entries serve their records and each damaged one is `OffsetCorrupt` on use, as a damaged
-//!   local table's. docs/ARCHITECTURE.md ("Offset tables on demand") says why no other check is
-//!   needed for "never wrong bytes".
+//! - An entry is read from memory (pages fetched recently), else from the local page file
+//!   (a sparse file the table's size) with one positioned read, and used only if its own
+//!   `entry_crc`, which covers the index it stands for, checks. An entry the file lacks (a hole
+//!   reads as zeros, which no entry's CRC accepts) or holds damaged has its page fetched from
+//!   the source. A fetched page whose every entry checks is written to the file (repairing
+//!   it); one that does not is kept in memory only, so its intact entries serve their records
+//!   and each damaged one is `OffsetCorrupt` on use, as a damaged local table's.
+//!   docs/ARCHITECTURE.md ("Offset tables on demand") says why no other check is needed for
+//!   "never wrong bytes".
 //! - At most [`RESIDENT_PAGES`] pages of a table stay in memory beyond those of the load in
-//!   progress; a dropped page is read back from the page file.
+//!   progress; a dropped page is read from the page file, or fetched again without one.
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
@@ -22,7 +25,8 @@ use std::sync::{Arc, RwLock};
 use crate::error::{Error, Result};
 use crate::format::entry::{Entry, ENTRY_BYTES};
 
-/// Pages of one table kept in memory after a load, at most (64 MiB at 64 KiB pages).
+/// Pages of one table kept in memory after a load, at most (64 MiB at 64 KiB pages). A table
+/// with a page file keeps them there too.
 pub(crate) const RESIDENT_PAGES: usize = 1024;
 
 /// One byte range of a table object to read.
@@ -113,6 +117,11 @@ impl PagedTable {
         &self.path
     }
 
+    /// Committed entries.
+    pub(crate) fn len(&self) -> u64 {
+        self.table_len
+    }
+
     /// The page holding entry `index`.
     pub(crate) fn page_of(&self, index: u64) -> u64 {
         index / self.page_entries
@@ -136,8 +145,14 @@ impl PagedTable {
             .is_ok_and(|r| r.pages.contains_key(&page))
     }
 
-    /// The 24 bytes of entry `index` (< table_len), its page loaded first if it is not in
-    /// memory.
+    /// True if reading entry `index` needs its page fetched: the page is not in memory, and
+    /// the page file does not hold the entry intact.
+    pub(crate) fn needs_fetch(&self, index: u64) -> bool {
+        !self.is_resident(self.page_of(index)) && self.from_file(index).is_none()
+    }
+
+    /// The 24 bytes of entry `index` (< table_len): from memory, else from the page file if it
+    /// holds the entry intact, else its page is fetched first.
     pub(crate) fn entry_bytes(&self, index: u64) -> Result<[u8; ENTRY_BYTES]> {
         let page = self.page_of(index);
         for _ in 0..2 {
@@ -148,10 +163,10 @@ impl PagedTable {
                 let raw = bytes.get(at..at.checked_add(ENTRY_BYTES)?)?;
                 <[u8; ENTRY_BYTES]>::try_from(raw).ok()
             });
-            if let Some(raw) = found {
+            if let Some(raw) = found.or_else(|| self.from_file(index)) {
                 return Ok(raw);
             }
-            load(&[(self, page)])?;
+            load(&[(self, index)])?;
         }
         Err(Error::internal(format!(
             "page {page} of {} was loaded and is not in memory",
@@ -167,18 +182,19 @@ impl PagedTable {
                 .all(|(index, raw)| Entry::decode(index, raw).is_ok())
     }
 
-    /// Page `page` from the page file, if it is there and intact.
-    fn from_file(&self, page: u64) -> Option<Vec<u8>> {
+    /// Entry `index` from the page file, if it is there and intact (its own CRC, with its
+    /// index: a hole of the sparse file reads as zeros, which no entry's CRC accepts).
+    fn from_file(&self, index: u64) -> Option<[u8; ENTRY_BYTES]> {
         let (file, path) = self.file.as_ref()?;
-        let r = Self::bytes(&self.entries(page));
-        let mut buf = vec![0u8; usize::try_from(r.end - r.start).ok()?];
-        crate::io::fs::read_exact_at(file, path, &mut buf, r.start).ok()?;
-        self.intact(page, &buf).then_some(buf)
+        let mut raw = [0u8; ENTRY_BYTES];
+        let at = index.checked_mul(ENTRY_BYTES as u64)?;
+        crate::io::fs::read_exact_at(file, path, &mut raw, at).ok()?;
+        Entry::decode(index, &raw).is_ok().then_some(raw)
     }
 
     /// Keeps `bytes` as page `page` (and in the page file if it is intact).
-    fn keep(&self, page: u64, bytes: Vec<u8>, fetched: bool) {
-        if fetched && self.intact(page, &bytes) {
+    fn keep(&self, page: u64, bytes: Vec<u8>) {
+        if self.intact(page, &bytes) {
             if let Some((file, path)) = &self.file {
                 let at = Self::bytes(&self.entries(page)).start;
                 // The file is a cache: a failed write costs a later fetch, never a result.
@@ -243,17 +259,19 @@ impl PagedTable {
     }
 }
 
-/// Loads the pages `wanted` names that are not in memory (`(table, page)`, any order,
-/// duplicates allowed): each from its table's page file if it is there and intact, the rest
-/// through their sources, adjacent pages of one table sharing a read, every read of a source
-/// issued together. Blocking: one round trip for all of them.
+/// Fetches the pages of the entries `wanted` names (`(table, entry index)`, any order,
+/// duplicates allowed) whose page is not in memory and whose entry the page file does not hold
+/// intact: through their sources, adjacent pages of one table sharing a read, every read of a
+/// source issued together. Blocking: one round trip for all of them. Each intact page fetched
+/// is written to its table's page file, which repairs a damaged one.
 pub(crate) fn load(wanted: &[(&PagedTable, u64)]) -> Result<()> {
-    // Per table (by address), its missing pages, sorted.
+    // Per table (by address), its pages to fetch, sorted.
     let mut by_table: Vec<(&PagedTable, Vec<u64>)> = Vec::new();
-    for &(t, page) in wanted {
-        if t.is_resident(page) {
+    for &(t, index) in wanted {
+        if !t.needs_fetch(index) {
             continue;
         }
+        let page = t.page_of(index);
         match by_table.iter_mut().find(|(x, _)| std::ptr::eq(*x, t)) {
             Some((_, pages)) => pages.push(page),
             None => by_table.push((t, vec![page])),
@@ -266,19 +284,7 @@ pub(crate) fn load(wanted: &[(&PagedTable, u64)]) -> Result<()> {
         pages.sort_unstable();
         pages.dedup();
         t.make_room(pages.len());
-        let missing: Vec<u64> = pages
-            .into_iter()
-            .filter(|&p| match t.from_file(p) {
-                Some(bytes) => {
-                    t.keep(p, bytes, false);
-                    false
-                }
-                None => true,
-            })
-            .collect();
-        if missing.is_empty() {
-            continue;
-        }
+        let missing = pages;
         let key = Arc::as_ptr(&t.source).cast::<()>();
         let at = match by_source.iter().position(|(k, _)| *k == key) {
             Some(i) => i,
@@ -328,7 +334,7 @@ pub(crate) fn load(wanted: &[(&PagedTable, u64)]) -> Result<()> {
                 let bytes = body
                     .get(at..at.saturating_add(len))
                     .ok_or_else(|| Error::internal(format!("page {p} past its read")))?;
-                t.keep(p, bytes.to_vec(), true);
+                t.keep(p, bytes.to_vec());
                 at = at.saturating_add(len);
             }
         }
@@ -394,14 +400,11 @@ mod tests {
         let src = Arc::new(Mem::default());
         *src.bytes.lock().unwrap() = table(105);
         let t = paged(&src, 105, None);
-        let want: Vec<_> = [0u64, 3, 11, 12, 27, 104]
-            .iter()
-            .map(|&i| (&t, t.page_of(i)))
-            .collect();
+        let want: Vec<_> = [0u64, 3, 11, 12, 27, 104].iter().map(|&i| (&t, i)).collect();
         load(&want).unwrap();
         assert_eq!(src.fetches.load(Ordering::Relaxed), 1);
-        // Pages 0 and 1 are adjacent: one read; 2; 10 (the last, 5 entries).
-        assert_eq!(src.reads.load(Ordering::Relaxed), 3);
+        // Pages 0, 1 and 2 are adjacent: one read; then 10 (the last, 5 entries).
+        assert_eq!(src.reads.load(Ordering::Relaxed), 2);
         for i in [0u64, 3, 11, 12, 27, 104] {
             let e = Entry::decode(i, &t.entry_bytes(i).unwrap()).unwrap();
             assert_eq!(e.offset, i * 10);

@@ -859,8 +859,8 @@ impl Snapshot {
         })
     }
 
-    /// The pages of paged tables that reading `fields` of `indices` needs and memory lacks
-    /// (indices out of range are left to resolving).
+    /// The entries of paged tables that reading `fields` of `indices` needs and whose pages
+    /// must be fetched: `(table, index in it)` (indices out of range are left to resolving).
     fn missing_pages<'a>(&'a self, indices: &[u64], fields: &[usize]) -> Vec<(&'a PagedTable, u64)> {
         let mut out = Vec::new();
         if !self.any_paged {
@@ -872,9 +872,9 @@ impl Snapshot {
             };
             for &f in fields {
                 if let Some(p) = part.tables.get(f).and_then(|t| t.paged.as_deref()) {
-                    let page = p.page_of(local);
-                    if !p.is_resident(page) {
-                        out.push((p, page));
+                    // An index past the table is left to resolving, which reports it.
+                    if local < p.len() && p.needs_fetch(local) {
+                        out.push((p, local));
                     }
                 }
             }
