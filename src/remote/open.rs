@@ -349,10 +349,13 @@ fn page_file_name(key: &str) -> String {
 /// objects of earlier commits, the per-commit directories of earlier versions, and leftovers
 /// of killed processes an hour old.
 fn prune(root: &Path, objects: &Path, tables: &[&ObjectEntry], paged: &[&ObjectEntry]) {
+    // An offset table keeps both its mirror and its page file, whichever this open used:
+    // readers of one cache directory may differ in `mirror_tables`, and neither should wipe
+    // the other's copy.
     let live: std::collections::HashSet<String> = tables
         .iter()
-        .map(|o| object_name(&o.object))
-        .chain(paged.iter().map(|o| page_file_name(&o.object)))
+        .chain(paged)
+        .flat_map(|o| [object_name(&o.object), page_file_name(&o.object)])
         .collect();
     let old = |p: &Path| {
         std::fs::symlink_metadata(p)
