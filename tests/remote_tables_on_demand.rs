@@ -335,3 +335,24 @@ fn a_page_damaged_in_the_cache_is_fetched_again_and_the_cache_repaired() {
     check(&fx.open(fx.config("cache")), &all);
     assert_eq!(std::fs::read(file).unwrap(), good, "the cache is refilled");
 }
+
+#[test]
+fn readers_with_and_without_mirrors_keep_each_others_copies() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let fx = fixture(500);
+    let all: Vec<u64> = (0..fx.n).collect();
+    let cache = fx.tmp.path().join("shared");
+    check(&fx.open(fx.config("shared")), &all);
+    let pages = page_files(&cache);
+    assert_eq!(pages.len(), 2);
+    check(&fx.open(fx.config("shared").mirror_tables(true)), &all);
+    assert!(pages.iter().all(|p| p.exists()), "a mirrored open removed the page files");
+    let before = stats();
+    check(&fx.open(fx.config("shared")), &all);
+    assert_eq!(stats().table_requests, before.table_requests, "pages fetched again");
+    let mirrors: Vec<PathBuf> = pages
+        .iter()
+        .map(|p| PathBuf::from(p.to_string_lossy().trim_end_matches(".pages")))
+        .collect();
+    assert!(mirrors.iter().all(|m| m.exists()), "an open on demand removed the mirrors");
+}
