@@ -59,7 +59,12 @@ fn fixture(n: u64) -> Fixture {
         &TransferOptions::default().store(server.options()),
     )
     .unwrap();
-    Fixture { server, tmp, url, n }
+    Fixture {
+        server,
+        tmp,
+        url,
+        n,
+    }
 }
 
 impl Fixture {
@@ -243,7 +248,10 @@ fn a_loader_with_lookahead_delivers_every_record_exactly() {
             seen[i as usize] += 1;
         }
     }
-    assert!(seen.iter().all(|&c| c == 1), "an epoch delivers every index once");
+    assert!(
+        seen.iter().all(|&c| c == 1),
+        "an epoch delivers every index once"
+    );
 }
 
 #[test]
@@ -319,7 +327,10 @@ fn a_page_damaged_in_the_cache_is_fetched_again_and_the_cache_repaired() {
     let before = stats();
     check(&fx.open(fx.config("cache")), &all);
     let after = stats();
-    assert!(after.table_requests > before.table_requests, "not refetched");
+    assert!(
+        after.table_requests > before.table_requests,
+        "not refetched"
+    );
     assert!(
         after.table_bytes_fetched - before.table_bytes_fetched <= 2 * PAGE_BYTES,
         "only the two damaged pages are fetched again"
@@ -346,13 +357,23 @@ fn readers_with_and_without_mirrors_keep_each_others_copies() {
     let pages = page_files(&cache);
     assert_eq!(pages.len(), 2);
     check(&fx.open(fx.config("shared").mirror_tables(true)), &all);
-    assert!(pages.iter().all(|p| p.exists()), "a mirrored open removed the page files");
+    assert!(
+        pages.iter().all(|p| p.exists()),
+        "a mirrored open removed the page files"
+    );
     let before = stats();
     check(&fx.open(fx.config("shared")), &all);
-    assert_eq!(stats().table_requests, before.table_requests, "pages fetched again");
+    assert_eq!(
+        stats().table_requests,
+        before.table_requests,
+        "pages fetched again"
+    );
     let mirrors: Vec<PathBuf> = pages
         .iter()
         .map(|p| PathBuf::from(p.to_string_lossy().trim_end_matches(".pages")))
         .collect();
-    assert!(mirrors.iter().all(|m| m.exists()), "an open on demand removed the mirrors");
+    assert!(
+        mirrors.iter().all(|m| m.exists()),
+        "an open on demand removed the mirrors"
+    );
 }

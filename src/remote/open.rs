@@ -217,29 +217,30 @@ impl Remote {
             self.config.max_request,
         ));
         // A table read on demand: its object, checked to hold the committed entries.
-        let pages = |f: &crate::format::meta::FieldMeta, file: &str| -> Result<Option<PagedTable>> {
-            let Some(o) = paged.iter().find(|o| o.file == file) else {
-                return Ok(None);
-            };
-            let want = f.table.table_len.saturating_mul(ENTRY_BYTES as u64);
-            let path = PathBuf::from(store.object_url(&o.object));
-            if o.size < want {
-                return Err(Error::Truncated {
+        let pages =
+            |f: &crate::format::meta::FieldMeta, file: &str| -> Result<Option<PagedTable>> {
+                let Some(o) = paged.iter().find(|o| o.file == file) else {
+                    return Ok(None);
+                };
+                let want = f.table.table_len.saturating_mul(ENTRY_BYTES as u64);
+                let path = PathBuf::from(store.object_url(&o.object));
+                if o.size < want {
+                    return Err(Error::Truncated {
+                        path,
+                        expected: want,
+                        actual: o.size,
+                    });
+                }
+                let file = objects.join(page_file_name(&o.object));
+                Ok(Some(PagedTable::new(
                     path,
-                    expected: want,
-                    actual: o.size,
-                });
-            }
-            let file = objects.join(page_file_name(&o.object));
-            Ok(Some(PagedTable::new(
-                path,
-                o.object.clone(),
-                f.table.table_len,
-                self.config.table_page_bytes,
-                Arc::clone(&source),
-                Some(&file),
-            )))
-        };
+                    o.object.clone(),
+                    f.table.table_len,
+                    self.config.table_page_bytes,
+                    Arc::clone(&source),
+                    Some(&file),
+                )))
+            };
         let native: Arc<dyn ReadBackend> = self.backend();
         Snapshot::assemble_paged(
             store.url(),

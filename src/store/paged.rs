@@ -299,11 +299,14 @@ pub(crate) fn load(wanted: &[(&PagedTable, u64)]) -> Result<()> {
         let max = t.source.max_read().max(ENTRY_BYTES as u64);
         for p in missing {
             let r = PagedTable::bytes(&t.entries(p));
-            let joins = covers.last().zip(reads.last()).is_some_and(|((lt, lp), lr)| {
-                std::ptr::eq(*lt, t)
-                    && lp.last().is_some_and(|&q| q.checked_add(1) == Some(p))
-                    && r.end.saturating_sub(lr.range.start) <= max
-            });
+            let joins = covers
+                .last()
+                .zip(reads.last())
+                .is_some_and(|((lt, lp), lr)| {
+                    std::ptr::eq(*lt, t)
+                        && lp.last().is_some_and(|&q| q.checked_add(1) == Some(p))
+                        && r.end.saturating_sub(lr.range.start) <= max
+                });
             match (joins, reads.last_mut(), covers.last_mut()) {
                 (true, Some(lr), Some((_, lp))) => {
                     lr.range.end = r.end;
@@ -400,7 +403,10 @@ mod tests {
         let src = Arc::new(Mem::default());
         *src.bytes.lock().unwrap() = table(105);
         let t = paged(&src, 105, None);
-        let want: Vec<_> = [0u64, 3, 11, 12, 27, 104].iter().map(|&i| (&t, i)).collect();
+        let want: Vec<_> = [0u64, 3, 11, 12, 27, 104]
+            .iter()
+            .map(|&i| (&t, i))
+            .collect();
         load(&want).unwrap();
         assert_eq!(src.fetches.load(Ordering::Relaxed), 1);
         // Pages 0, 1 and 2 are adjacent: one read; then 10 (the last, 5 entries).
@@ -468,7 +474,10 @@ mod tests {
         }
         assert!(t.resident.read().unwrap().pages.len() <= RESIDENT_PAGES);
         // Dropped pages are fetched again.
-        assert_eq!(Entry::decode(0, &t.entry_bytes(0).unwrap()).unwrap().offset, 0);
+        assert_eq!(
+            Entry::decode(0, &t.entry_bytes(0).unwrap()).unwrap().offset,
+            0
+        );
     }
 
     #[test]

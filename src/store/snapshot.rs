@@ -861,7 +861,11 @@ impl Snapshot {
 
     /// The entries of paged tables that reading `fields` of `indices` needs and whose pages
     /// must be fetched: `(table, index in it)` (indices out of range are left to resolving).
-    fn missing_pages<'a>(&'a self, indices: &[u64], fields: &[usize]) -> Vec<(&'a PagedTable, u64)> {
+    fn missing_pages<'a>(
+        &'a self,
+        indices: &[u64],
+        fields: &[usize],
+    ) -> Vec<(&'a PagedTable, u64)> {
         let mut out = Vec::new();
         if !self.any_paged {
             return out;
