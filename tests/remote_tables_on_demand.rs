@@ -109,8 +109,8 @@ fn check(ds: &Dataset, indices: &[u64]) {
     let batch = ds.gather_blocking(indices).unwrap();
     for (r, &i) in indices.iter().enumerate() {
         let want = record(i);
-        for f in 0..2 {
-            assert_eq!(batch.get(r, f).unwrap(), want[f].as_slice(), "record {i}");
+        for (f, value) in want.iter().enumerate() {
+            assert_eq!(batch.get(r, f).unwrap(), value.as_slice(), "record {i}");
         }
     }
 }

@@ -148,7 +148,7 @@ impl PagedTable {
     /// True if reading entry `index` needs its page fetched: the page is not in memory, and
     /// the page file does not hold the entry intact.
     pub(crate) fn needs_fetch(&self, index: u64) -> bool {
-        !self.is_resident(self.page_of(index)) && self.from_file(index).is_none()
+        !self.is_resident(self.page_of(index)) && self.entry_in_file(index).is_none()
     }
 
     /// The 24 bytes of entry `index` (< table_len): from memory, else from the page file if it
@@ -163,7 +163,7 @@ impl PagedTable {
                 let raw = bytes.get(at..at.checked_add(ENTRY_BYTES)?)?;
                 <[u8; ENTRY_BYTES]>::try_from(raw).ok()
             });
-            if let Some(raw) = found.or_else(|| self.from_file(index)) {
+            if let Some(raw) = found.or_else(|| self.entry_in_file(index)) {
                 return Ok(raw);
             }
             load(&[(self, index)])?;
@@ -184,7 +184,7 @@ impl PagedTable {
 
     /// Entry `index` from the page file, if it is there and intact (its own CRC, with its
     /// index: a hole of the sparse file reads as zeros, which no entry's CRC accepts).
-    fn from_file(&self, index: u64) -> Option<[u8; ENTRY_BYTES]> {
+    fn entry_in_file(&self, index: u64) -> Option<[u8; ENTRY_BYTES]> {
         let (file, path) = self.file.as_ref()?;
         let mut raw = [0u8; ENTRY_BYTES];
         let at = index.checked_mul(ENTRY_BYTES as u64)?;
