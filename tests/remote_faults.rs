@@ -87,7 +87,8 @@ fn published(name: &str) -> (s3::S3Server, tempfile::TempDir, String) {
     (server, tmp, url)
 }
 
-/// The object and range of a remote error, after checking it names a chunk of `url`.
+/// The object and range of a remote error, after checking it names a chunk of `url` or one of
+/// its offset tables (read on demand, in pages, by the gathers).
 fn remote_error(e: &Error, url: &str) -> (Option<u16>, std::ops::Range<u64>) {
     match e {
         Error::Remote {
@@ -96,9 +97,10 @@ fn remote_error(e: &Error, url: &str) -> (Option<u16>, std::ops::Range<u64>) {
             status,
             ..
         } => {
+            let table = object.starts_with(&format!("{url}/data/")) && object.contains(".offsets.");
             assert!(
-                object.starts_with(&format!("{url}/data/chunk/")),
-                "the error names {object}, not a chunk of {url}: {e}"
+                object.starts_with(&format!("{url}/data/chunk/")) || table,
+                "the error names {object}, not a chunk or table of {url}: {e}"
             );
             assert!(range.start < range.end, "{e}");
             let text = e.to_string();
@@ -124,7 +126,7 @@ fn retries_hide_transient_faults() {
         .seed(11);
     let proxy = FaultProxy::start(&server.endpoint, faults).unwrap();
     let local = Dataset::open(tmp.path().join("ds")).unwrap();
-    // Opening (the commit listing, the manifest, the offset tables) goes through the 503s and
+    // Opening (the commit listing, the manifest, the patch logs) goes through the 503s and
     // resets; truncated bodies come after, as a cut listing body is not retried yet (see
     // `a_cut_listing_is_retried`).
     let remote = open(&url, through(&proxy, 10), &tmp.path().join("cache")).unwrap();

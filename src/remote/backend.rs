@@ -24,6 +24,9 @@ static USEFUL: AtomicU64 = AtomicU64::new(0);
 static ISSUED: AtomicU64 = AtomicU64::new(0);
 static HITS: AtomicU64 = AtomicU64::new(0);
 static CANCELED: AtomicU64 = AtomicU64::new(0);
+/// Range requests for offset-table pages and the bytes they brought (`remote/pages.rs`).
+pub(crate) static TABLE_REQUESTS: AtomicU64 = AtomicU64::new(0);
+pub(crate) static TABLE_FETCHED: AtomicU64 = AtomicU64::new(0);
 
 /// What the remote backend has done in this process so far.
 #[cfg_attr(
@@ -45,6 +48,10 @@ pub struct RemoteStats {
     pub lookahead_hits: u64,
     /// Lookahead requests dropped unused (their loader went away, or they went stale).
     pub lookahead_canceled: u64,
+    /// Range requests for offset-table pages (tables read on demand), not counted above.
+    pub table_requests: u64,
+    /// Bytes those requests transferred.
+    pub table_bytes_fetched: u64,
 }
 
 /// The remote backend's counters so far, process-wide.
@@ -60,6 +67,8 @@ pub fn stats() -> RemoteStats {
         lookahead_issued: ISSUED.load(Ordering::Relaxed),
         lookahead_hits: HITS.load(Ordering::Relaxed),
         lookahead_canceled: CANCELED.load(Ordering::Relaxed),
+        table_requests: TABLE_REQUESTS.load(Ordering::Relaxed),
+        table_bytes_fetched: TABLE_FETCHED.load(Ordering::Relaxed),
     }
 }
 

@@ -6,9 +6,10 @@
 //! - [`push`] publishes a local dataset's latest commit to a URL; [`pull`] fetches one back
 //!   into a local directory.
 //! - [`open`] opens a dataset at a URL with [`RemoteConfig`]; [`crate::Dataset::open`]
-//!   takes such a URL too, with the default options. The offset tables are fetched into a
-//!   local cache directory and records are read with batched, coalesced range requests, every
-//!   record checked against its CRC32C as on local disk.
+//!   takes such a URL too, with the default options. Offset-table entries are read on demand
+//!   in pages (kept in a local cache directory; or whole tables mirrored there at open, with
+//!   [`RemoteConfig::mirror_tables`]) and records with batched, coalesced range requests, every
+//!   entry and record checked against its CRC32C as on local disk.
 //!
 //! A dataset here is a [`crate::Location`] like a local directory (`open.rs`): `store/` knows
 //! nothing of object stores, and the crate root lists `s3://`, `gs://` and `az://` among the URL
@@ -30,6 +31,7 @@ pub(crate) mod cache;
 pub(crate) mod collection;
 mod manifest;
 pub(crate) mod open;
+mod pages;
 mod pull;
 mod push;
 mod store;
@@ -59,14 +61,14 @@ pub struct RemoteConfig {
     pub coalesce_gap: u64,
     /// The largest range request; larger reads are split. Default: 8 MiB.
     pub max_request: u64,
-    /// The local cache directory (mirrored offset tables, cached chunks). Default:
+    /// The local cache directory (offset-table pages or mirrored tables, cached chunks). Default:
     /// `$ZRECORD_CACHE_DIR`, else `$XDG_CACHE_HOME/zrecord`, else `~/.cache/zrecord`, else the
     /// temporary directory's `zrecord-cache`.
     pub cache_dir: Option<PathBuf>,
-    /// Bytes of disk the cache may take for this dataset: whole chunks, and the mirrored
-    /// offset tables, which count against it too. The least recently used chunks are evicted
+    /// Bytes of disk the cache may take for this dataset: whole chunks, and the offset-table
+    /// pages (or mirrored tables), which count against it too. The least recently used chunks are evicted
     /// first (recency is a cached file's modification time, set on use by every reader sharing
-    /// the directory). 0 turns chunk caching off (the tables are mirrored all the same).
+    /// the directory). 0 turns chunk caching off (table pages are kept all the same).
     /// Default: `$ZRECORD_CACHE_BYTES`, else 0.
     pub cache_bytes: u64,
     /// Bytes of range requests lookahead may have started ahead of the reads that will take
@@ -79,6 +81,13 @@ pub struct RemoteConfig {
     /// latency L at a rate of R requests per second needs R × L of them (Little's law: 256
     /// hide 20 ms up to 12,800 requests per second). Default: 256.
     pub lookahead_requests: usize,
+    /// Mirror every offset table whole into the cache directory at open, as before issue #24,
+    /// instead of reading table entries on demand in pages. Default: false (on demand: open
+    /// reads no table; docs/ARCHITECTURE.md, "Offset tables on demand").
+    pub mirror_tables: bool,
+    /// Bytes of an offset-table page read on demand, rounded down to whole 24-byte entries.
+    /// Default: 64 KiB (2,730 entries: a random batch of 256 needs at most 256 pages).
+    pub table_page_bytes: u64,
 }
 
 impl Default for RemoteConfig {
@@ -98,6 +107,8 @@ impl Default for RemoteConfig {
                 .unwrap_or(0),
             lookahead_bytes: 0,
             lookahead_requests: 256,
+            mirror_tables: false,
+            table_page_bytes: 64 << 10,
         }
     }
 }
@@ -156,6 +167,22 @@ impl RemoteConfig {
     #[must_use]
     pub fn lookahead_requests(mut self, n: usize) -> Self {
         self.lookahead_requests = n.max(1);
+        self
+    }
+
+    /// Mirrors whole offset tables at open (true) or reads their entries on demand in pages
+    /// (false, the default).
+    #[must_use]
+    pub fn mirror_tables(mut self, mirror: bool) -> Self {
+        self.mirror_tables = mirror;
+        self
+    }
+
+    /// Sets the bytes of an offset-table page read on demand, at least one 24-byte entry.
+    /// Default 64 KiB.
+    #[must_use]
+    pub fn table_page_bytes(mut self, bytes: u64) -> Self {
+        self.table_page_bytes = bytes.max(24);
         self
     }
 

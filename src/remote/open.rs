@@ -1,7 +1,12 @@
-//! Opening a dataset on an object store: its latest commit's manifest, its offset tables
-//! mirrored into the local cache directory, and its chunks read through the remote backend.
+//! Opening a dataset on an object store: its latest commit's manifest, its offset tables read
+//! on demand in pages (or mirrored whole into the local cache directory, with
+//! [`RemoteConfig::mirror_tables`]), its patch logs and dictionaries mirrored, and its chunks
+//! read through the remote backend.
 //!
-//! Mirrored tables live in `<cache root>/mirrors/<url hash>/objects/`, one file per object key
+//! A table read on demand keeps its pages in `<object name>.pages` beside the mirrors, a sparse
+//! file the size of the table (`store/paged.rs`); no byte of it is read at open.
+//!
+//! Mirrored files live in `<cache root>/mirrors/<url hash>/objects/`, one file per object key
 //! (a key names its content), so a table that several commits share is fetched and stored once.
 //! A snapshot opens them through a directory of hard links made for that open only and removed
 //! right after (the snapshot maps its tables and reads its patch logs at open). After a
@@ -17,10 +22,13 @@ use std::time::{Duration, SystemTime};
 use super::backend::RemoteBackend;
 use super::cache::Cache;
 use super::manifest::{latest, slot_key, Manifest, ObjectEntry};
+use super::pages::StorePages;
 use super::store::{block_on, Store};
 use super::RemoteConfig;
 use crate::checksum::crc32c_append;
 use crate::error::{Error, Result};
+use crate::format::entry::ENTRY_BYTES;
+use crate::store::paged::{PageSource, PagedTable};
 use crate::{ChunkAt, Location, ReadBackend, ReadConfig, Snapshot, TableAt, Writer};
 
 /// A dataset URL's store, and what opening it needs again on refresh: the [`Location`] of a
@@ -111,10 +119,14 @@ impl Remote {
         let root = mirror_root(&self.config, self.store.url());
         let objects = root.join("objects");
         std::fs::create_dir_all(&objects).map_err(|e| Error::io(&objects, "mkdir", e))?;
-        let (chunks, tables): (Vec<&ObjectEntry>, Vec<&ObjectEntry>) = manifest
+        let (chunks, files): (Vec<&ObjectEntry>, Vec<&ObjectEntry>) = manifest
             .objects
             .iter()
             .partition(|o| o.file.starts_with("chunk/"));
+        // Offset tables read on demand are not mirrored: their pages go to page files.
+        let (paged, tables): (Vec<&ObjectEntry>, Vec<&ObjectEntry>) = files
+            .into_iter()
+            .partition(|o| !self.config.mirror_tables && o.file.ends_with(".offsets"));
         for o in &tables {
             self.fetch(&objects.join(object_name(&o.object)), o)?;
         }
@@ -125,11 +137,11 @@ impl Remote {
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
         std::fs::create_dir(&links).map_err(|e| Error::io(&links, "mkdir", e))?;
-        let opened = self.open_linked(&links, &objects, &tables, &chunks, &manifest);
+        let opened = self.open_linked(&links, &objects, &tables, &paged, &chunks, &manifest);
         let _ = std::fs::remove_dir_all(&links);
         let mut snap = opened?;
         snap.origin = Some(slot);
-        prune(&root, &objects, &tables);
+        prune(&root, &objects, &tables, &paged);
         Ok(snap)
     }
 
@@ -139,6 +151,7 @@ impl Remote {
         links: &Path,
         objects: &Path,
         tables: &[&ObjectEntry],
+        paged: &[&ObjectEntry],
         chunks: &[&ObjectEntry],
         manifest: &Manifest,
     ) -> Result<Snapshot> {
@@ -185,11 +198,42 @@ impl Remote {
             })
         };
         let table = |file: &str| -> Result<TableAt> { Ok(TableAt::File(links.join(file))) };
+        let source: Arc<dyn PageSource> = Arc::new(StorePages::new(
+            Arc::clone(store),
+            self.config.requests_in_flight,
+            self.config.max_request,
+        ));
+        // A table read on demand: its object, checked to hold the committed entries.
+        let pages =
+            |f: &crate::format::meta::FieldMeta, file: &str| -> Result<Option<PagedTable>> {
+                let Some(o) = paged.iter().find(|o| o.file == file) else {
+                    return Ok(None);
+                };
+                let want = f.table.table_len.saturating_mul(ENTRY_BYTES as u64);
+                let path = PathBuf::from(store.object_url(&o.object));
+                if o.size < want {
+                    return Err(Error::Truncated {
+                        path,
+                        expected: want,
+                        actual: o.size,
+                    });
+                }
+                let file = objects.join(page_file_name(&o.object));
+                Ok(Some(PagedTable::new(
+                    path,
+                    o.object.clone(),
+                    f.table.table_len,
+                    self.config.table_page_bytes,
+                    Arc::clone(&source),
+                    Some(&file),
+                )))
+            };
         let native: Arc<dyn ReadBackend> = self.backend();
-        Snapshot::assemble(
+        Snapshot::assemble_paged(
             store.url(),
             manifest.meta.as_bytes(),
             table,
+            pages,
             chunk,
             Some(native),
         )
@@ -283,12 +327,24 @@ fn object_name(key: &str) -> String {
     key.replace('/', "__")
 }
 
-/// Removes from the mirror of a dataset what its latest commit (`tables`) does not use:
+/// The page file name of table object `key` (read on demand).
+fn page_file_name(key: &str) -> String {
+    format!("{}.pages", object_name(key))
+}
+
+/// Removes from the mirror of a dataset what its latest commit (`tables` mirrored, `paged` read
+/// on demand) does not use:
 /// objects of earlier commits, the per-commit directories of earlier versions, and leftovers
 /// of killed processes an hour old.
-fn prune(root: &Path, objects: &Path, tables: &[&ObjectEntry]) {
-    let live: std::collections::HashSet<String> =
-        tables.iter().map(|o| object_name(&o.object)).collect();
+fn prune(root: &Path, objects: &Path, tables: &[&ObjectEntry], paged: &[&ObjectEntry]) {
+    // An offset table keeps both its mirror and its page file, whichever this open used:
+    // readers of one cache directory may differ in `mirror_tables`, and neither should wipe
+    // the other's copy.
+    let live: std::collections::HashSet<String> = tables
+        .iter()
+        .chain(paged)
+        .flat_map(|o| [object_name(&o.object), page_file_name(&o.object)])
+        .collect();
     let old = |p: &Path| {
         std::fs::symlink_metadata(p)
             .and_then(|m| m.modified())

@@ -419,15 +419,28 @@ impl Snapshot {
     }
 
     /// Announces to `reader`'s backend the reads a gather of `indices` × `fields` will make
-    /// (lookahead: nothing unless the backend wants it). `session` groups one loader's.
+    /// (lookahead: nothing unless the backend wants it). `session` groups one loader's. A batch
+    /// whose table pages are not all in memory (tables read on demand) is handed to the
+    /// engine's workers: they load its pages, then announce its reads; the caller never waits.
     pub(crate) fn lookahead_by(
-        &self,
+        self: &Arc<Self>,
         reader: &Reader,
         session: u64,
         indices: &[u64],
         fields: &[usize],
     ) -> Result<()> {
         if !reader.wants_lookahead() {
+            return Ok(());
+        }
+        if !self.pages_resident(indices, fields) {
+            let (snap, engine) = (Arc::clone(self), Arc::clone(&reader.engine));
+            let (indices, fields) = (indices.to_vec(), fields.to_vec());
+            reader.engine.pools().workers.spawn(move || {
+                // Lookahead is an optimisation: a failure here is the gather's to report.
+                if snap.load_pages(&indices, &fields).is_ok() {
+                    let _ = read::lookahead(&snap, &indices, &fields, &engine, session);
+                }
+            });
             return Ok(());
         }
         read::lookahead(self, indices, fields, &reader.engine, session)

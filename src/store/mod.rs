@@ -6,6 +6,7 @@ pub mod collection;
 pub mod dataset;
 pub(crate) mod layout;
 pub mod location;
+pub(crate) mod paged;
 pub mod read;
 pub mod scan;
 pub mod schema;

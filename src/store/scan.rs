@@ -10,7 +10,9 @@
 //!
 //! The table file is reopened by path: committed bytes of a table are never rewritten, and a
 //! table generation's file name is never reused. If a later commit has already removed the
-//! file, the scan reads the snapshot's own mapping instead (correct, only slower).
+//! file, the scan reads the snapshot's own mapping instead (correct, only slower). A table on
+//! an object store read on demand (`store/paged.rs`) is read from the store in blocks of the
+//! same size, each split into reads of the largest request size issued together.
 
 use crate::error::{Error, Result};
 use crate::format::entry::{Entry, ENTRY_BYTES};
@@ -86,8 +88,10 @@ impl Snapshot {
         let readable = self.len().min(table.meta.table.table_len);
         let want = readable.saturating_mul(ENTRY_BYTES as u64);
         // The file only if it still holds the committed prefix; otherwise the mapping.
-        let file = fs::open_read(&table.table_path)
-            .ok()
+        // A paged table (on an object store) is read from its source in blocks.
+        let file = (table.paged.is_none())
+            .then(|| fs::open_read(&table.table_path).ok())
+            .flatten()
             .filter(|f| fs::file_len(f, &table.table_path).is_ok_and(|n| n >= want));
         if let Some(f) = &file {
             fs::advise_sequential(f, 0, SCAN_BLOCK_BYTES as u64);
@@ -119,6 +123,11 @@ impl Scan<'_> {
                 fs::read_exact_at(f, &self.table.table_path, &mut self.buf, start)?;
                 // The kernel reads the next block while this one is decoded.
                 fs::advise_sequential(f, start + n as u64, SCAN_BLOCK_BYTES as u64);
+            }
+            None if self.table.paged.is_some() => {
+                if let Some(p) = &self.table.paged {
+                    self.buf = p.read_entries(first, entries)?;
+                }
             }
             None => {
                 let from = usize::try_from(start).ok();

@@ -19,6 +19,7 @@ use crate::format::FORMAT_VERSION;
 use crate::io::job::FileId;
 use crate::io::vfs::{Prefix, StdFs, Vfs, VfsFile};
 use crate::store::layout;
+use crate::store::paged::{self, PagedTable};
 use crate::store::read::chunks::{ChunkAt, ChunkHandle, ChunkSet};
 use crate::store::schema::{Field, Schema};
 use crate::ReadBackend;
@@ -31,7 +32,11 @@ use std::sync::Arc;
 pub(crate) struct FieldTable {
     pub(crate) meta: FieldMeta,
     pub(crate) table_path: PathBuf,
+    /// The committed entries, mapped or held (empty for a paged table).
     pub(crate) map: Prefix,
+    /// The committed entries read on demand in pages (a table on an object store), in place
+    /// of `map`.
+    pub(crate) paged: Option<Arc<PagedTable>>,
     pub(crate) patches: HashMap<u64, Entry>,
     /// The field's zstd dictionaries, prepared for decoding, in the meta's order.
     pub(crate) dictionaries: Vec<Arc<Dictionary>>,
@@ -57,6 +62,22 @@ impl FieldTable {
             .map(|d| load_dictionary(vfs, dir, meta, d))
             .collect::<Result<Vec<_>>>()?;
         FieldTable::with_parts(meta, table_path, map, &patch_path, &buf, dictionaries)
+    }
+
+    /// The table of `meta` read in pages through `paged`, with its patch log and dictionaries.
+    fn assemble_paged(
+        meta: &FieldMeta,
+        paged: PagedTable,
+        patches: TableAt,
+        dictionaries: Vec<Arc<Dictionary>>,
+    ) -> Result<FieldTable> {
+        let pwant = meta.table.patch_len.saturating_mul(PATCH_BYTES as u64);
+        let (patch_path, buf) = committed_bytes(patches, pwant)?;
+        let path = paged.path().to_path_buf();
+        let empty = Prefix::Owned(Box::default());
+        let mut t = FieldTable::with_parts(meta, path, empty, &patch_path, &buf, dictionaries)?;
+        t.paged = Some(Arc::new(paged));
+        Ok(t)
     }
 
     /// The table of `meta` from the parts a [`Location`](crate::Location) handed over: each a
@@ -132,6 +153,7 @@ impl FieldTable {
             meta: meta.clone(),
             table_path,
             map,
+            paged: None,
             patches,
         })
     }
@@ -141,6 +163,9 @@ impl FieldTable {
     /// its own.
     #[inline]
     pub(crate) fn prefetch(&self, index: u64) {
+        if self.paged.is_some() {
+            return;
+        }
         let at = self
             .map
             .bytes()
@@ -157,6 +182,13 @@ impl FieldTable {
             if let Some(e) = self.patches.get(&index) {
                 return Ok(*e);
             }
+        }
+        if let Some(p) = &self.paged {
+            if index >= self.meta.table.table_len {
+                return Err(self.corrupt(index, "index past the committed table".to_string()));
+            }
+            let raw = p.entry_bytes(index)?;
+            return Entry::decode(index, &raw).map_err(|reason| self.corrupt(index, reason));
         }
         let start = index.saturating_mul(ENTRY_BYTES as u64);
         let raw = usize::try_from(start)
@@ -229,6 +261,9 @@ pub struct Snapshot {
     /// snapshot has no tables and no chunks of its own: its `meta` is made from the manifest
     /// (generation = the manifest's number, len = the parts' total, the schema's fields).
     pub(crate) parts: Option<Parts>,
+    /// Whether a table of this snapshot (or of one of its parts) is read in pages: a gather
+    /// loads the pages it needs first ([`Snapshot::load_pages`]).
+    pub(crate) any_paged: bool,
 }
 
 /// The parts of a collection's snapshot: each an ordinary snapshot, with the global index of
@@ -426,7 +461,20 @@ impl Snapshot {
     pub fn assemble(
         path: impl Into<PathBuf>,
         meta_json: &[u8],
+        table: impl FnMut(&str) -> Result<TableAt>,
+        chunk: impl FnMut(&str) -> Result<ChunkAt>,
+        backend: Option<Arc<dyn ReadBackend>>,
+    ) -> Result<Snapshot> {
+        Snapshot::assemble_paged(path, meta_json, table, |_, _| Ok(None), chunk, backend)
+    }
+
+    /// [`Snapshot::assemble`], where `paged(field, name)` may hand over the offset table `name`
+    /// of `field` as a [`PagedTable`] (read on demand) instead of `table(name)`'s bytes.
+    pub(crate) fn assemble_paged(
+        path: impl Into<PathBuf>,
+        meta_json: &[u8],
         mut table: impl FnMut(&str) -> Result<TableAt>,
+        mut paged: impl FnMut(&FieldMeta, &str) -> Result<Option<PagedTable>>,
         chunk: impl FnMut(&str) -> Result<ChunkAt>,
         backend: Option<Arc<dyn ReadBackend>>,
     ) -> Result<Snapshot> {
@@ -437,7 +485,11 @@ impl Snapshot {
             .iter()
             .map(|f| {
                 let g = f.table.generation;
-                let offsets = table(&layout::table_name(&f.name, g))?;
+                let name = layout::table_name(&f.name, g);
+                let offsets = match paged(f, &name)? {
+                    Some(p) => Ok(p),
+                    None => Err(table(&name)?),
+                };
                 let patches = table(&layout::patches_name(&f.name, g))?;
                 let dictionaries = f
                     .dictionaries
@@ -447,10 +499,14 @@ impl Snapshot {
                         dictionary_at(table(&name)?, f, d)
                     })
                     .collect::<Result<Vec<_>>>()?;
-                FieldTable::assemble(f, offsets, patches, dictionaries)
+                match offsets {
+                    Ok(p) => FieldTable::assemble_paged(f, p, patches, dictionaries),
+                    Err(at) => FieldTable::assemble(f, at, patches, dictionaries),
+                }
             })
             .collect::<Result<Vec<_>>>()?;
         let chunks = ChunkSet::assemble(&meta, chunk)?;
+        let any_paged = tables.iter().any(|t| t.paged.is_some());
         Ok(Snapshot {
             dir,
             meta,
@@ -460,6 +516,7 @@ impl Snapshot {
             meta_id: None,
             origin: None,
             parts: None,
+            any_paged,
         })
     }
 
@@ -479,6 +536,7 @@ impl Snapshot {
             meta_id,
             origin: None,
             parts: None,
+            any_paged: false,
         })
     }
 
@@ -643,6 +701,7 @@ impl Snapshot {
             });
         }
         for (window, lens) in indices.chunks(WINDOW).zip(lens.chunks_mut(WINDOW)) {
+            self.load_pages(window, &[field])?;
             for &index in window {
                 self.prefetch_entry(field, index);
             }
@@ -785,7 +844,8 @@ impl Snapshot {
                 meta.len
             )));
         }
-        let (ids, snaps) = parts.into_iter().unzip();
+        let (ids, snaps): (Vec<String>, Vec<Arc<Snapshot>>) = parts.into_iter().unzip();
+        let any_paged = snaps.iter().any(|s| s.any_paged);
         Ok(Snapshot {
             dir,
             meta,
@@ -795,7 +855,50 @@ impl Snapshot {
             meta_id,
             origin: None,
             parts: Some(Parts { snaps, ids, starts }),
+            any_paged,
         })
+    }
+
+    /// The entries of paged tables that reading `fields` of `indices` needs and whose pages
+    /// must be fetched: `(table, index in it)` (indices out of range are left to resolving).
+    fn missing_pages<'a>(
+        &'a self,
+        indices: &[u64],
+        fields: &[usize],
+    ) -> Vec<(&'a PagedTable, u64)> {
+        let mut out = Vec::new();
+        if !self.any_paged {
+            return out;
+        }
+        for &index in indices {
+            let Ok((_, part, local)) = self.part_of(index) else {
+                continue;
+            };
+            for &f in fields {
+                if let Some(p) = part.tables.get(f).and_then(|t| t.paged.as_deref()) {
+                    // An index past the table is left to resolving, which reports it.
+                    if local < p.len() && p.needs_fetch(local) {
+                        out.push((p, local));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Loads the table pages a read of `fields` (snapshot field numbers) of `indices` needs,
+    /// all in one step (one round trip to a store): nothing for tables held whole. Blocking.
+    pub(crate) fn load_pages(&self, indices: &[u64], fields: &[usize]) -> Result<()> {
+        let missing = self.missing_pages(indices, fields);
+        if missing.is_empty() {
+            return Ok(());
+        }
+        paged::load(&missing)
+    }
+
+    /// True if a read of `fields` of `indices` finds every table entry it needs in memory.
+    pub(crate) fn pages_resident(&self, indices: &[u64], fields: &[usize]) -> bool {
+        self.missing_pages(indices, fields).is_empty()
     }
 
     pub(crate) fn table(&self, field: usize) -> Result<&FieldTable> {

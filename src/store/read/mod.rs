@@ -121,6 +121,8 @@ fn gather_part_once(
 ) -> Result<(Values, FieldNames)> {
     let res = {
         let _span = tracing::trace_span!("zrecord.resolve", records = indices.len()).entered();
+        // Tables read on demand: the batch's missing pages in one step, before resolving.
+        snap.load_pages(indices, fields)?;
         resolve::resolve(snap, indices, fields)?
     };
     let verify = engine.verify_checksums;

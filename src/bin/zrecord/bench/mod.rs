@@ -3,12 +3,14 @@
 mod gather;
 mod loader;
 mod make;
+mod open;
 
 use crate::Res;
 use clap::Subcommand;
 use gather::{gather, GatherArgs};
 use loader::{loader, LoaderArgs};
 use make::{make, MakeArgs};
+use open::{open, OpenArgs};
 use std::path::{Path, PathBuf};
 
 #[derive(Subcommand)]
@@ -20,6 +22,9 @@ pub enum BenchCmd {
     /// The full loader (shuffled sampler → shard 1/1 → optional bucket → batch → prefetch) over
     /// an existing dataset, compared with raw gathers on as many threads as it has workers.
     Loader(LoaderArgs),
+    /// Opening a dataset (time, resident memory), its first random batch and random batches
+    /// after it, and a full shuffled-sampler epoch over its length, as one JSON object.
+    Open(OpenArgs),
 }
 
 /// Runs one bench subcommand.
@@ -28,6 +33,7 @@ pub fn run(cmd: &BenchCmd) -> Res {
         BenchCmd::Make(a) => make(a),
         BenchCmd::Gather(a) => gather(a),
         BenchCmd::Loader(a) => loader(a),
+        BenchCmd::Open(a) => open(a),
     }
 }
 
