@@ -83,8 +83,17 @@ pub fn commit(
     // Each part's writer lock, held to the end: no writer may have a part open while it is
     // moved and committed (a part given twice is locked once).
     let mut locks: Vec<(PathBuf, Box<dyn crate::io::vfs::VfsLock>)> = Vec::new();
+    // A part given twice is one part, taken where it is first given: the second mention would
+    // find it moved already.
+    let mut seen: Vec<PathBuf> = Vec::with_capacity(parts.len());
     for p in parts {
-        let g = check_part(&parts_dir, p.as_ref(), &committed)?;
+        let p = p.as_ref();
+        let key = p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        if seen.contains(&key) {
+            continue;
+        }
+        seen.push(key);
+        let g = check_part(&parts_dir, p, &committed)?;
         let at = g.src.canonicalize().unwrap_or_else(|_| g.src.clone());
         if !locks.iter().any(|(p, _)| *p == at) {
             let lock = hold_writer_lock(&g.src)?;
