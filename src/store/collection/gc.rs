@@ -3,9 +3,11 @@
 //! and whose newest file is older than a limit, and the leftovers of failed commits (hidden
 //! temporaries in `_collection/` and `parts/`) older than it.
 //!
-//! A part placed under `parts/` but not committed yet is protected by the age limit only: the
-//! limit must exceed the longest commit. (Placing a part sets its directory's modification time
-//! to the time it was placed, so the limit counts from there.)
+//! A part a commit in progress holds (its writer lock, held from the commit's check of the part
+//! to its manifest) is kept however old, and the manifests created meanwhile are read before a
+//! part is removed. A part under `parts/` that no commit holds yet is protected by the age
+//! limit only. (Placing a part sets its directory's modification time to the time it was
+//! placed, so the limit counts from there.)
 
 use super::manifests::{parse_manifest_name, LocalManifests, ManifestStore, MANIFEST_DIR};
 use crate::error::{Error, Result};
