@@ -56,10 +56,13 @@ impl GcOptions {
 /// locally, probe objects on a store). A part a manifest names is never removed, nor one
 /// younger than the limit.
 ///
-/// A part placed (moved under `parts/`, or pushed there) but not committed yet is protected by
-/// the age limit only: `older_than` must exceed the longest commit, and, for parts pushed
-/// under `parts/` by writers that commit them later, the longest time from a part's push to
-/// its commit.
+/// Locally, a part whose writer lock is held (a commit in progress holds each part's from its
+/// check to its manifest; a writer holds it while it writes) is kept however old, and a
+/// symlink under `parts/` is removed itself, never its target. On an object store a part
+/// pushed but not committed yet is protected by the age limit only: `older_than` must exceed
+/// the longest commit, and, for parts pushed under `parts/` by writers that commit them later
+/// (or written under a local `parts/` and not yet given to a commit), the longest time from a
+/// part's push to its commit.
 ///
 /// # Errors
 /// [`crate::Error::NotADataset`] if there is no collection there; a damaged manifest's

@@ -127,6 +127,26 @@ fn a_bad_commit_is_one_line_naming_the_part() {
     assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
 }
 
+#[test]
+fn commit_to_a_file_url_commits_to_its_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = |name: &str| tmp.path().join(name).display().to_string();
+    zrecord_ok(&[
+        "bench",
+        "make",
+        &p("a"),
+        "--records",
+        "3",
+        "--record-bytes",
+        "8",
+    ]);
+    let url = format!("file://{}", p("coll"));
+    zrecord_ok(&["collection", "commit", &url, &p("a")]);
+    assert!(tmp.path().join("coll/_collection").is_dir());
+    assert!(tmp.path().join("coll/parts/a/meta.json").exists());
+    zrecord_ok(&["gc", &url, "--older-than", "1h"]);
+}
+
 /// Sets the modification time of `path` and everything under it to `t`.
 fn set_times(path: &std::path::Path, t: std::time::SystemTime) {
     if path.is_dir() {

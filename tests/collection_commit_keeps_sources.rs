@@ -62,3 +62,27 @@ fn parts_with_equal_bytes_are_separate_parts() {
     let r = commit(&root, &[&x1, &x2, &x3, &x4], CommitOptions::default()).unwrap();
     assert_eq!((r.parts, r.len), (4, 4), "{r:?}");
 }
+
+#[test]
+fn parts_with_equal_bytes_committed_at_the_same_time_are_separate_parts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("c");
+    commit(
+        &root,
+        &[part(&tmp.path().join("first/f"), 1)],
+        CommitOptions::default(),
+    )
+    .unwrap();
+    let d1 = part(&tmp.path().join("d1/p"), 6);
+    let d2 = part(&tmp.path().join("d2/p"), 6);
+    // A second committer takes an equal part of the same name while the first has placed its
+    // own under parts/p and not written its manifest yet.
+    let (root2, d2c) = (root.clone(), d2.clone());
+    let options = CommitOptions::default().on_step(move |s| {
+        if matches!(s, zrecord::collection::CommitStep::PartPlaced { .. }) {
+            commit(&root2, &[&d2c], CommitOptions::default()).unwrap();
+        }
+    });
+    commit(&root, &[&d1], options).unwrap();
+    assert_eq!(Dataset::open(&root).unwrap().len(), 13);
+}

@@ -296,3 +296,47 @@ fn a_part_written_long_ago_is_young_while_its_commit_runs() {
     let ds = Dataset::open(&root).unwrap();
     assert_eq!(&ds.get(3).unwrap()[0][..], b"old/1");
 }
+
+#[test]
+fn a_part_written_under_parts_long_ago_is_kept_while_its_commit_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("c");
+    make(tmp.path(), "first");
+    commit(&root, &[tmp.path().join("first")], CommitOptions::default()).unwrap();
+    // A task wrote its part straight under parts/ ten days ago; it is committed now, by its
+    // path there (nothing is moved, so nothing sets its time), while gc with a limit of a week
+    // runs between the commit's check of the part and the manifest that names it.
+    make(&root.join("parts"), "task");
+    set_times(&root.join("parts/task"), SystemTime::now() - 240 * HOUR);
+    let root_text = root.display().to_string();
+    let options = CommitOptions::default().on_step(move |s| {
+        if matches!(s, zrecord::collection::CommitStep::PartPlaced { .. }) {
+            let r = gc(&root_text, 168 * HOUR, &GcOptions::default()).unwrap();
+            assert!(
+                r.removed.is_empty(),
+                "gc removed a part being committed: {r:?}"
+            );
+        }
+    });
+    let r = commit(&root, &[root.join("parts/task")], options).unwrap();
+    assert_eq!(r.added, ["task"]);
+    let ds = Dataset::open(&root).unwrap();
+    assert_eq!(&ds.get(3).unwrap()[0][..], b"task/1");
+}
+
+#[test]
+fn gc_removes_a_symlink_under_parts_never_what_it_points_to() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("c");
+    make(tmp.path(), "first");
+    commit(&root, &[tmp.path().join("first")], CommitOptions::default()).unwrap();
+    // Someone linked a dataset of theirs under parts/ and never committed it.
+    make(tmp.path(), "theirs");
+    std::os::unix::fs::symlink(tmp.path().join("theirs"), root.join("parts/theirs")).unwrap();
+    let later = GcOptions::default().now(SystemTime::now() + 2 * HOUR);
+    let r = gc(&root.display().to_string(), HOUR, &later).unwrap();
+    assert_eq!(r.removed, ["theirs"]);
+    assert!(std::fs::symlink_metadata(root.join("parts/theirs")).is_err());
+    let ds = Dataset::open(tmp.path().join("theirs")).unwrap();
+    assert_eq!(&ds.get(1).unwrap()[0][..], b"theirs/1");
+}

@@ -236,3 +236,29 @@ fn bad_parts_and_damaged_manifests_are_typed_errors() {
         other => panic!("{other:?}"),
     }
 }
+
+// Known bug, not fixed yet: a local part whose meta.json text equals that of a dataset already
+// pushed under parts/<its name> is taken for that dataset (remote/collection/commit.rs, place():
+// `text.as_bytes() == meta_text`), so the second commit adds nothing and reports success. The
+// bytes alone cannot tell it from a retry of a commit whose answer was lost (which must add
+// nothing): the commit needs to record which local directory it pushed where.
+#[test]
+#[ignore = "known bug: an equal local part is taken for one already pushed (see above)"]
+fn parts_with_equal_bytes_are_separate_parts_on_a_store() {
+    let server = s3::S3Server::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let url = server.url("colls/equal");
+    let t = TransferOptions::default().store(server.options());
+    // Two tasks wrote equal records into directories of the same name.
+    let (d1, d2) = (tmp.path().join("d1/p"), tmp.path().join("d2/p"));
+    let mut model = make(&d1, 1, 6, DType::U32);
+    model.extend(make(&d2, 1, 6, DType::U32));
+    let text = |d: &Path| d.display().to_string();
+    commit_url(&url, &[text(&d1)], CommitOptions::default(), &t).unwrap();
+    let r = commit_url(&url, &[text(&d2)], CommitOptions::default(), &t).unwrap();
+    assert_eq!((r.parts, r.len), (2, 12), "{r:?}");
+    check(
+        &open(&server, &url, &tmp.path().join("cache")).unwrap(),
+        &model,
+    );
+}

@@ -130,7 +130,9 @@ pub fn run(c: &CollectionCmd) -> Res {
                 let t = TransferOptions::default().single_writer(a.single_writer);
                 commit_url(&a.root, &a.parts, CommitOptions::default(), &t)?
             } else {
-                commit(&a.root, &a.parts, CommitOptions::default())?
+                // `file://` names the directory (as for gc, info and open).
+                let root = a.root.strip_prefix("file://").unwrap_or(&a.root);
+                commit(root, &a.parts, CommitOptions::default())?
             };
             if a.json {
                 let out = serde_json::json!({

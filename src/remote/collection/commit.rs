@@ -105,8 +105,23 @@ pub fn commit_url(
 
     // 1. Check every part before pushing any.
     let mut given = Vec::with_capacity(parts.len());
+    // A part given twice is one part, taken where it is first given (a local one's writer lock
+    // is held once: a second lock on it would be refused as busy).
+    let mut seen: Vec<String> = Vec::with_capacity(parts.len());
     for p in parts {
-        given.push(check_part(&store, p.as_ref())?);
+        let p = p.as_ref();
+        let key = if crate::remote::is_url(p) {
+            p.trim_end_matches('/').to_string()
+        } else {
+            let dir = Path::new(p.strip_prefix("file://").unwrap_or(p));
+            let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+            dir.display().to_string()
+        };
+        if seen.contains(&key) {
+            continue;
+        }
+        seen.push(key);
+        given.push(check_part(&store, p)?);
     }
     let fields = match &latest_manifest {
         Some(m) => m.fields.clone(),

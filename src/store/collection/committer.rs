@@ -83,8 +83,17 @@ pub fn commit(
     // Each part's writer lock, held to the end: no writer may have a part open while it is
     // moved and committed (a part given twice is locked once).
     let mut locks: Vec<(PathBuf, Box<dyn crate::io::vfs::VfsLock>)> = Vec::new();
+    // A part given twice is one part, taken where it is first given: the second mention would
+    // find it moved already.
+    let mut seen: Vec<PathBuf> = Vec::with_capacity(parts.len());
     for p in parts {
-        let g = check_part(&parts_dir, p.as_ref(), &committed)?;
+        let p = p.as_ref();
+        let key = p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        if seen.contains(&key) {
+            continue;
+        }
+        seen.push(key);
+        let g = check_part(&parts_dir, p, &committed)?;
         let at = g.src.canonicalize().unwrap_or_else(|_| g.src.clone());
         if !locks.iter().any(|(p, _)| *p == at) {
             let lock = hold_writer_lock(&g.src)?;
@@ -119,7 +128,10 @@ pub fn commit(
         let id = match &g.inside {
             Some(id) => id.clone(),
             None => {
-                let id = place(&g.src, &parts_dir, &committed, &placed_now)?;
+                let (id, lock) = place(&g.src, &parts_dir, &committed, &placed_now)?;
+                if let Some(lock) = lock {
+                    locks.push((parts_dir.join(&id), lock));
+                }
                 placed_now.insert(id.clone());
                 id
             }
@@ -288,13 +300,15 @@ fn is_rest_of_a_dataset(dir: &Path) -> bool {
 /// under its name with a unique suffix. Returns its id. A target with the same files as `src`
 /// is taken as this part's own copy, placed by an earlier attempt cut short before it removed
 /// the original, only if no manifest names it (`committed`) and this attempt did not place it
-/// (`placed_now`): otherwise it is another part that happens to hold the same bytes.
+/// (`placed_now`) and no other commit holds it (its writer lock is free; it is then held until
+/// the commit returns, and returned): otherwise it is another part that happens to hold the
+/// same bytes.
 fn place(
     src: &Path,
     parts_dir: &Path,
     committed: &HashSet<String>,
     placed_now: &HashSet<String>,
-) -> Result<String> {
+) -> Result<(String, Option<Box<dyn crate::io::vfs::VfsLock>>)> {
     let base = id_of(src);
     let mut id = base.clone();
     for _ in 0..64 {
@@ -303,13 +317,22 @@ fn place(
         match move_part(src, parts_dir, &target)? {
             Placed::Moved => {
                 touch(&target)?;
-                return Ok(id);
+                return Ok((id, None));
             }
-            // A copy that a killed committer placed and did not get to remove the original of.
-            Placed::Taken if may_be_ours && same_files(src, &target)? => {
-                remove_part(src)?;
-                touch(&target)?;
-                return Ok(id);
+            // A copy that a killed committer placed and did not get to remove the original of
+            // (a part another commit is placing right now holds its writer lock).
+            Placed::Taken if may_be_ours => {
+                let lock = match hold_writer_lock(&target) {
+                    Ok(lock) => Some(lock),
+                    Err(Error::WriterBusy { .. }) => None,
+                    Err(e) => return Err(e),
+                };
+                if lock.is_some() && same_files(src, &target)? {
+                    remove_part(src)?;
+                    touch(&target)?;
+                    return Ok((id, lock));
+                }
+                id = format!("{base}-{:016x}", super::unique_word());
             }
             Placed::Taken => {
                 id = format!("{base}-{:016x}", super::unique_word());

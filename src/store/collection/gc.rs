@@ -3,9 +3,11 @@
 //! and whose newest file is older than a limit, and the leftovers of failed commits (hidden
 //! temporaries in `_collection/` and `parts/`) older than it.
 //!
-//! A part placed under `parts/` but not committed yet is protected by the age limit only: the
-//! limit must exceed the longest commit. (Placing a part sets its directory's modification time
-//! to the time it was placed, so the limit counts from there.)
+//! A part a commit in progress holds (its writer lock, held from the commit's check of the part
+//! to its manifest) is kept however old, and the manifests created meanwhile are read before a
+//! part is removed. A part under `parts/` that no commit holds yet is protected by the age
+//! limit only. (Placing a part sets its directory's modification time to the time it was
+//! placed, so the limit counts from there.)
 
 use super::manifests::{parse_manifest_name, LocalManifests, ManifestStore, MANIFEST_DIR};
 use crate::error::{Error, Result};
@@ -41,6 +43,23 @@ pub(crate) fn referenced(store: &dyn ManifestStore) -> Result<(HashSet<String>, 
         ids.extend(m.parts.into_iter().map(|p| p.id));
     }
     Ok((ids, numbers.len()))
+}
+
+/// Reads the manifests of `store` not in `read` yet, adding their numbers to `read` and the
+/// part ids they name to `named`. A damaged manifest is an error (nothing more is removed
+/// then).
+fn read_new_manifests(
+    store: &dyn ManifestStore,
+    read: &mut HashSet<u64>,
+    named: &mut HashSet<String>,
+) -> Result<()> {
+    for n in store.list()? {
+        if read.insert(n) {
+            let m = decode(store, n, &store.read(n)?)?;
+            named.extend(m.parts.into_iter().map(|p| p.id));
+        }
+    }
+    Ok(())
 }
 
 /// Decodes manifest `number`'s bytes, naming it in errors.
@@ -93,11 +112,9 @@ pub(crate) fn gc_dir(root: &Path, older_than: Duration, now: SystemTime) -> Resu
         Err(e) => return Err(Error::io(&parts_dir, "list", e)),
     }
     entries.sort();
-    let (named, manifests) = referenced(&store)?;
-    let mut report = GcReport {
-        manifests,
-        ..GcReport::default()
-    };
+    let (mut read, mut named) = (HashSet::new(), HashSet::new());
+    read_new_manifests(&store, &mut read, &mut named)?;
+    let mut report = GcReport::default();
     for name in entries {
         let dir = parts_dir.join(&name);
         if name.starts_with('.') {
@@ -115,18 +132,41 @@ pub(crate) fn gc_dir(root: &Path, older_than: Duration, now: SystemTime) -> Resu
             continue;
         }
         let (newest, bytes) = newest_and_bytes(&dir)?;
-        if newest.is_some_and(|t| is_older(now, t, older_than)) {
-            if dir.is_dir() {
-                super::place::remove_part(&dir)?;
-            } else {
-                remove_any(&dir)?;
-            }
+        if !newest.is_some_and(|t| is_older(now, t, older_than)) {
+            report.kept.push(name);
+            continue;
+        }
+        // A symlink (or a file) is removed itself, never what it points to.
+        let real_dir = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir());
+        if !real_dir {
+            remove_any(&dir)?;
             report.removed.push(name);
             report.bytes_freed = report.bytes_freed.saturating_add(bytes);
-        } else {
-            report.kept.push(name);
+            continue;
         }
+        // A commit in progress holds the writer lock of each part it takes from before it
+        // places it until its manifest is written (and a writer holds it while it writes a
+        // part under parts/): such a part is kept, however old its files. Holding the lock
+        // also keeps a commit from taking the part while it is removed.
+        let _lock = match super::place::hold_writer_lock(&dir) {
+            Ok(lock) => lock,
+            Err(Error::WriterBusy { .. }) => {
+                report.kept.push(name);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        // A commit that finished after the manifests were read names the part in a newer one.
+        read_new_manifests(&store, &mut read, &mut named)?;
+        if named.contains(&name) {
+            report.kept.push(name);
+            continue;
+        }
+        super::place::remove_part(&dir)?;
+        report.removed.push(name);
+        report.bytes_freed = report.bytes_freed.saturating_add(bytes);
     }
+    report.manifests = read.len();
     // Temporary manifests of committers that died before removing them.
     let mdir = store.dir();
     for e in std::fs::read_dir(mdir).map_err(|e| Error::io(mdir, "list", e))? {
@@ -181,7 +221,8 @@ fn newest_and_bytes(path: &Path) -> Result<(Option<SystemTime>, u64)> {
 
 /// Removes the file or directory tree `path`.
 fn remove_any(path: &Path) -> Result<()> {
-    let r = if path.is_dir() {
+    let dir = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir());
+    let r = if dir {
         std::fs::remove_dir_all(path)
     } else {
         std::fs::remove_file(path)
