@@ -75,7 +75,9 @@ struct Resident {
 impl PagedTable {
     /// The table of `table_len` entries in object `object` (named `path` in errors), read
     /// through `source` in pages of `page_bytes` (rounded down to whole entries, at least one),
-    /// kept in the page file `file` if it can be opened or created there.
+    /// kept in the page file `file` if it can be opened or created there. Made by the
+    /// object-store backend only (feature `remote`).
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
     pub(crate) fn new(
         path: PathBuf,
         object: String,

@@ -35,6 +35,8 @@ pub struct GcReport {
 
 /// Every part id some manifest of `store` names, and the number of manifests. A damaged
 /// manifest is an error (nothing is removed then: a part it names might be removed).
+/// Used by the object-store gc (feature `remote`); the local gc re-reads as it removes.
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
 pub(crate) fn referenced(store: &dyn ManifestStore) -> Result<(HashSet<String>, usize)> {
     let numbers = store.list()?;
     let mut ids = HashSet::new();
