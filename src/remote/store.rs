@@ -560,37 +560,18 @@ impl Store {
             .map_err(|e| self.error(key, None, &e))
     }
 
-    /// The keys under `dir` (relative to the dataset prefix). A listing that fails (a cut
-    /// body, a reset) is started again, like a failed request.
+    /// The keys under `dir` (relative to the dataset prefix), each `dir/<its last segment>`. A
+    /// listing that fails (a cut body, a reset) is started again, like a failed request.
     pub(crate) async fn list(&self, dir: &str) -> Result<Vec<String>> {
-        let base = self.path(dir);
-        let base = &base;
-        retry(
-            self.retry_policy(self.retries),
-            &mut (),
-            |_, _| async move {
-                let mut out = Vec::new();
-                let mut stream = self.inner()?.list(Some(base));
-                while let Some(item) = stream.next().await {
-                    match item {
-                        Ok(meta) => {
-                            if let Some(name) = meta.location.filename() {
-                                out.push(format!("{dir}/{name}"));
-                            }
-                        }
-                        Err(e) => return Err(Failure::Retry(self.error(dir, None, &e))),
-                    }
-                }
-                Ok(out)
-            },
-            |_, error: &Error, _, delay| {
-                self.wait_to_retry(
-                    format!("the listing of {}: {error}", self.object_url(dir)),
-                    delay,
-                )
-            },
-        )
-        .await
+        Ok(self
+            .list_objects(dir)
+            .await?
+            .into_iter()
+            .map(|(key, _, _)| {
+                let name = key.rsplit('/').next().unwrap_or("");
+                format!("{dir}/{name}")
+            })
+            .collect())
     }
 
     /// The store at `sub` under this one's prefix (`parts/<id>`), sharing this one's client

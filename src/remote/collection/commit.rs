@@ -20,7 +20,7 @@ use crate::store::collection::manifests::ManifestStore;
 use crate::store::collection::options::stepper;
 use crate::store::collection::place::hold_writer_lock;
 use crate::store::collection::{
-    id_of, manifest_fields, schema_difference, unique_word, CommitOptions, CommitReport, CommitStep,
+    id_of, schema_difference, unique_word, CommitOptions, CommitReport, CommitStep,
 };
 use crate::store::snapshot::read_meta;
 
@@ -123,20 +123,11 @@ pub fn commit_url(
         seen.push(key);
         given.push(check_part(&store, p)?);
     }
-    let fields = match &latest_manifest {
-        Some(m) => m.fields.clone(),
-        None => match given.first() {
-            Some(g) => manifest_fields(&g.meta.fields),
-            None => {
-                return Err(Error::InvalidConfig {
-                    reason: format!(
-                        "{}: the first commit of a collection needs at least one part",
-                        root.display()
-                    ),
-                })
-            }
-        },
-    };
+    let fields = crate::store::collection::collection_fields(
+        &root,
+        latest_manifest.as_ref().map(|m| m.fields.as_slice()),
+        given.first().map(|g| g.meta.fields.as_slice()),
+    )?;
     let check = |fields: &[ManifestField]| -> Result<()> {
         given.iter().try_for_each(|g| check_schema(fields, g))
     };

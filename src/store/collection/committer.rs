@@ -13,7 +13,7 @@ use super::append::{append_parts, Collection};
 use super::manifests::{LocalManifests, ManifestStore};
 use super::options::{stepper, CommitOptions, CommitReport, CommitStep};
 use super::place::{hold_writer_lock, move_part, remove_part, same_files, touch, Placed};
-use super::{manifest_fields, schema_difference};
+use super::schema_difference;
 use crate::error::{Error, Result};
 use crate::format::collection::{
     part_path, valid_part_id, ManifestField, PartMeta, MAX_PART_ID_BYTES,
@@ -101,20 +101,11 @@ pub fn commit(
         }
         given.push(g);
     }
-    let fields = match &latest {
-        Some(m) => m.fields.clone(),
-        None => match given.first() {
-            Some(g) => manifest_fields(&g.meta.fields),
-            None => {
-                return Err(Error::InvalidConfig {
-                    reason: format!(
-                        "{}: the first commit of a collection needs at least one part",
-                        root.display()
-                    ),
-                })
-            }
-        },
-    };
+    let fields = super::collection_fields(
+        &root,
+        latest.as_ref().map(|m| m.fields.as_slice()),
+        given.first().map(|g| g.meta.fields.as_slice()),
+    )?;
     for g in &given {
         check_schema(&fields, g, g.inside.as_deref())?;
     }

@@ -93,6 +93,28 @@ pub(crate) fn schema_difference(
     })
 }
 
+/// The fields a commit checks its parts against: the latest manifest's, or, for the first
+/// commit, those of its first part.
+///
+/// # Errors
+/// [`crate::Error::InvalidConfig`] for a first commit without a part.
+pub(crate) fn collection_fields(
+    root: &Path,
+    latest: Option<&[ManifestField]>,
+    first_part: Option<&[FieldMeta]>,
+) -> crate::Result<Vec<ManifestField>> {
+    match (latest, first_part) {
+        (Some(fields), _) => Ok(fields.to_vec()),
+        (None, Some(part)) => Ok(manifest_fields(part)),
+        (None, None) => Err(crate::Error::InvalidConfig {
+            reason: format!(
+                "{}: the first commit of a collection needs at least one part",
+                root.display()
+            ),
+        }),
+    }
+}
+
 /// The fields of a collection whose parts have `fields`.
 pub(crate) fn manifest_fields(fields: &[FieldMeta]) -> Vec<ManifestField> {
     fields
