@@ -102,7 +102,7 @@ pub fn commit(
         given.push(g);
     }
     let fields = super::collection_fields(
-        &root,
+        root,
         latest.as_ref().map(|m| m.fields.as_slice()),
         given.first().map(|g| g.meta.fields.as_slice()),
     )?;
