@@ -20,11 +20,11 @@ use super::prefetch::{
 };
 use super::residual::ElasticState;
 use super::root::Root;
-use super::sampler::{Sampler, SamplerConfig};
+use super::sampler::{Network, Sampler, SamplerConfig};
 use super::shard::{Shard, ShardConfig};
 use super::source::Source;
 use super::stage::describe;
-use super::state::{LoaderState, LOADER_STATE_VERSION};
+use super::state::{balanced_network_in, LoaderState, LOADER_STATE_VERSION};
 use super::stats::LoaderStats;
 use crate::{Error, Result};
 
@@ -108,6 +108,9 @@ pub struct LoaderBuilder<S: Source, T = <S as Source>::Batch> {
     /// The seed given to [`LoaderBuilder::seed`], applied to a bucket or mix configuration set
     /// later.
     seed: Option<u64>,
+    /// The shuffled permutation: this version's, or an earlier one's while resuming a checkpoint
+    /// an earlier version took (set by [`LoaderBuilder::resume`], never by a user).
+    network: Network,
     transform: Transform<S::Batch, T>,
 }
 
@@ -120,6 +123,7 @@ impl<S: Source, T> Clone for LoaderBuilder<S, T> {
             key: self.key.clone(),
             mix: self.mix.clone(),
             seed: self.seed,
+            network: self.network,
             transform: Arc::clone(&self.transform),
         }
     }
@@ -144,6 +148,7 @@ impl<S: Source> LoaderBuilder<S> {
             key: None,
             mix: None,
             seed: None,
+            network: Network::default(),
             transform: identity(),
         }
     }
@@ -370,6 +375,7 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
             key: self.key,
             mix: self.mix,
             seed: self.seed,
+            network: self.network,
             transform: Arc::new(transform),
         }
     }
@@ -396,10 +402,9 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     /// The root of every full epoch: the sampler, or the mix over the source's parts.
     fn base_root(&self) -> Result<Root> {
         let Some(mix) = &self.mix else {
-            return Ok(Root::Sampler(Sampler::new(
-                self.source.len(),
-                self.config.sampler,
-            )?));
+            let mut sampler = Sampler::new(self.source.len(), self.config.sampler)?;
+            sampler.set_network(self.network);
+            return Ok(Root::Sampler(sampler));
         };
         let parts = self.source.part_lens();
         if mix.weights.len() != parts.len() {
@@ -411,7 +416,11 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
                 ),
             });
         }
-        Ok(Root::Mix(Mix::new(&parts, mix.clone())?))
+        Ok(Root::Mix(Mix::with_network(
+            &parts,
+            mix.clone(),
+            self.network,
+        )?))
     }
 
     /// Shard, bucket and batch over `root`, for `shard`.
@@ -472,6 +481,9 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     /// with a configuration that differs from this builder's in anything but the shard
     /// settings (seed, epochs, bucketing, batch size, …), or is damaged.
     pub fn merge_checkpoints(&self, states: &[LoaderState]) -> Result<LoaderState> {
+        if let Some(earlier) = self.for_checkpoint(states.first()) {
+            return earlier.merge_checkpoints(states);
+        }
         let header = Header::new(
             self.source.generation(),
             self.source.len(),
@@ -525,7 +537,21 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
         self.start(Some(state))
     }
 
+    /// This builder set to run the shuffled permutation `state` was taken with, if that is an
+    /// earlier version's (see [`Network`]); `None` if it is this version's already.
+    fn for_checkpoint(&self, state: Option<&LoaderState>) -> Option<Self> {
+        let earlier = state.is_some_and(|s| balanced_network_in(&s.config));
+        (earlier && self.network != Network::Balanced).then(|| {
+            let mut b = self.clone();
+            b.network = Network::Balanced;
+            b
+        })
+    }
+
     fn start(self, resume: Option<&LoaderState>) -> Result<Loader<S, T>> {
+        if let Some(earlier) = self.for_checkpoint(resume) {
+            return earlier.start(resume);
+        }
         let elastic = resume.and_then(|s| s.elastic.clone());
         let chain =
             self.with_spec(|spec| ElasticChain::new(spec, elastic.as_ref(), self.config.shard))?;

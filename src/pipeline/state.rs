@@ -98,6 +98,19 @@ pub const LOADER_STATE_VERSION: u32 = 1;
 /// One stage of a configuration description: its name and its `key=value` settings, in order.
 type DescribedStage<'a> = (&'a str, Vec<(&'a str, &'a str)>);
 
+/// True if `description` (a checkpoint's [`LoaderState::config`]) has a shuffled sampler or mix
+/// without a `permutation` setting: it was taken by a version whose shuffled order was
+/// [`super::sampler::Network::Balanced`]'s, and resumes with it.
+pub(crate) fn balanced_network_in(description: &str) -> bool {
+    parse_description(description).is_some_and(|stages| {
+        stages.iter().any(|(name, settings)| {
+            matches!(*name, "sampler" | "mix")
+                && setting(settings, "mode") == Some("Shuffled")
+                && setting(settings, "permutation").is_none()
+        })
+    })
+}
+
 /// Splits `s` at every top-level occurrence of `sep` (outside brackets and quoted strings).
 fn split_top<'a>(s: &'a str, sep: &str) -> Vec<&'a str> {
     let mut parts = Vec::new();

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::sampler::{Sampler, SamplerConfig, SamplerMode};
+use super::sampler::{permutation_setting, Network, Sampler, SamplerConfig, SamplerMode};
 use super::stage::{Sample, Stage};
 use crate::hash::hash;
 use crate::{Error, Result};
@@ -213,6 +213,8 @@ pub struct Mix(Arc<Inner>);
 #[derive(Debug)]
 struct Inner {
     config: MixConfig,
+    /// The permutation of the parts' shuffled samplers.
+    network: Network,
     part_lens: Vec<u64>,
     offsets: Vec<u64>,
     total_len: u64,
@@ -237,6 +239,16 @@ impl Mix {
     /// (a sequential window of 0), or the lengths overflow `u64` (the summed part lengths, or the
     /// summed budgets under drop).
     pub fn new(part_lens: &[u64], config: MixConfig) -> Result<Self> {
+        Self::with_network(part_lens, config, Network::default())
+    }
+
+    /// [`Mix::new`], the parts' shuffled samplers running the permutation of `network` (the
+    /// loader passes [`Network::Balanced`] to resume a checkpoint of an earlier version).
+    pub(crate) fn with_network(
+        part_lens: &[u64],
+        config: MixConfig,
+        network: Network,
+    ) -> Result<Self> {
         let invalid = |reason: String| Error::InvalidConfig {
             reason: format!("mix: {reason}"),
         };
@@ -277,7 +289,10 @@ impl Mix {
                     .mode(config.mode)
                     .seed(seed)
                     .epochs(None);
-                Sampler::new(len, c).map_err(|e| invalid(format!("part {s}: {e}")))
+                let mut sampler =
+                    Sampler::new(len, c).map_err(|e| invalid(format!("part {s}: {e}")))?;
+                sampler.set_network(network);
+                Ok(sampler)
             })
             .collect::<Result<Vec<_>>>()?;
         let draw_lens: Vec<u64> = samplers.iter().map(Stage::epoch_len).collect();
@@ -346,6 +361,7 @@ impl Mix {
         };
         Ok(Self(Arc::new(Inner {
             config,
+            network,
             part_lens: part_lens.to_vec(),
             offsets,
             total_len,
@@ -494,7 +510,7 @@ impl Stage for Mix {
         };
         out.push_str(&format!(
             "mix(parts={:?}, weights={:?}, exhausted={:?}, seed={}, mode={:?}, epochs={:?}, \
-             epoch_len={}, part_epochs={}{drop_weights})",
+             epoch_len={}, part_epochs={}{drop_weights}{})",
             self.0.part_lens,
             self.0.quantised,
             c.exhausted,
@@ -502,7 +518,8 @@ impl Stage for Mix {
             c.mode,
             self.0.epochs,
             self.0.epoch_len,
-            c.part_epochs
+            c.part_epochs,
+            permutation_setting(c.mode, self.0.network)
         ));
     }
 }
@@ -558,7 +575,7 @@ mod tests {
         assert_eq!(
             da,
             "mix(parts=[10, 20], weights=[1073741824, 3221225472], exhausted=Restart, seed=0, \
-             mode=Shuffled, epochs=Some(1), epoch_len=30, part_epochs=1)"
+             mode=Shuffled, epochs=Some(1), epoch_len=30, part_epochs=1, permutation=2)"
         );
         assert_eq!(
             super::super::state::describe_differences(&da, &db).unwrap(),
@@ -579,7 +596,7 @@ mod tests {
         assert_eq!(a.quantised_weights(), b.quantised_weights());
         let (da, db) = (super::super::describe(&a), super::super::describe(&b));
         assert!(
-            da.ends_with("part_epochs=1, drop_weights=[1.0, 1.5e-8, 1e-8])"),
+            da.ends_with("part_epochs=1, drop_weights=[1.0, 1.5e-8, 1e-8], permutation=2)"),
             "{da}"
         );
         assert_eq!(

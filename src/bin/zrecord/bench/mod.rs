@@ -4,6 +4,7 @@ mod gather;
 mod loader;
 mod make;
 mod open;
+mod sampler;
 
 use crate::Res;
 use clap::Subcommand;
@@ -11,6 +12,7 @@ use gather::{gather, GatherArgs};
 use loader::{loader, LoaderArgs};
 use make::{make, MakeArgs};
 use open::{open, OpenArgs};
+use sampler::{sampler, SamplerArgs};
 use std::path::{Path, PathBuf};
 
 #[derive(Subcommand)]
@@ -25,6 +27,8 @@ pub enum BenchCmd {
     /// Opening a dataset (time, resident memory), its first random batch and random batches
     /// after it, and a full shuffled-sampler epoch over its length, as one JSON object.
     Open(OpenArgs),
+    /// One full epoch of the shuffled sampler over `--len` indices on one thread, as JSON.
+    Sampler(SamplerArgs),
 }
 
 /// Runs one bench subcommand.
@@ -34,6 +38,7 @@ pub fn run(cmd: &BenchCmd) -> Res {
         BenchCmd::Gather(a) => gather(a),
         BenchCmd::Loader(a) => loader(a),
         BenchCmd::Open(a) => open(a),
+        BenchCmd::Sampler(a) => sampler(a),
     }
 }
 

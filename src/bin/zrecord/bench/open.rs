@@ -8,7 +8,6 @@ use crate::Res;
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Instant;
-use zrecord::pipeline::{Sampler, SamplerConfig, Stage};
 
 #[derive(Args, Clone)]
 pub struct OpenArgs {
@@ -86,30 +85,9 @@ pub(super) fn open(a: &OpenArgs) -> Res {
     let sampler = match a.sampler_epoch {
         false => serde_json::Value::Null,
         true => {
-            // The sampler's batch path (`Stage::get_strided`), as the loader's index chain
-            // calls it, in blocks of 4,096 positions.
-            const BLOCK: u64 = 4096;
-            let mut s = Sampler::new(n, SamplerConfig::default().seed(a.seed))?;
-            let (t, cpu) = (Instant::now(), cpu_seconds());
-            let mut sum = 0u64;
-            let mut out = Vec::with_capacity(BLOCK as usize);
-            let mut p = 0u64;
-            while p < n {
-                let count = BLOCK.min(n - p);
-                out.clear();
-                s.get_strided(0, p, 1, count as usize, &mut out)?;
-                sum = out.iter().fold(sum, |acc, x| acc.wrapping_add(x.index));
-                p += count;
-            }
-            let secs = t.elapsed().as_secs_f64();
-            sink ^= sum & 1;
-            serde_json::json!({
-                "indices": n,
-                "seconds": secs,
-                "cpu_seconds": cpu_seconds() - cpu,
-                "indices_per_s": n as f64 / secs,
-                "sum_is_total": sum == n.wrapping_mul(n.wrapping_sub(1)) / 2,
-            })
+            let v = super::sampler::shuffled_epoch(n, a.seed, 0)?;
+            sink ^= v["indices"].as_u64().unwrap_or(0) & 1;
+            v
         }
     };
     let out = serde_json::json!({
