@@ -1,7 +1,9 @@
-//! A stream prefetch's checkpoint keeps its JSON: a strict checkpoint is byte-identical to the
-//! one earlier versions wrote (and that golden resumes), and a best-effort checkpoint that
-//! records batches consumed ahead of an unfinished one has the shape of its golden, which
-//! resumes with exactly the batches not yet consumed.
+//! A stream prefetch's checkpoint keeps its JSON: over a sampler with zrecord 0.1's shuffled
+//! order (`Sampler::earlier_permutation`), a strict checkpoint is byte-identical to the one that
+//! version wrote (and that golden resumes), and a best-effort checkpoint that records batches
+//! consumed ahead of an unfinished one has the shape of its golden, which resumes with exactly
+//! the batches not yet consumed; over this version's order the checkpoint names the permutation,
+//! and a 0.1 golden is refused with a hint instead of resuming into another order.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use std::sync::{Arc, Condvar, Mutex};
@@ -29,25 +31,41 @@ fn item(b: zrecord::Result<LoaderBatch<Vec<Vec<u8>>>>) -> Item {
     (b.epoch(), b.position(), b.indices())
 }
 
-/// A shuffled sampler over 20 records, 2 epochs, in batches of 3, prefetched.
-fn chain(
+/// A shuffled sampler over 20 records (in 0.1's order if `earlier`), 2 epochs, in batches of 3,
+/// prefetched.
+fn chain_of(
+    earlier: bool,
     config: PrefetchConfig,
     transform: Transform<Vec<Vec<u8>>, Vec<Vec<u8>>>,
 ) -> PrefetchStream<impl Checkpoint<Item = zrecord::Result<IndexBatch>> + Unpin, Vec<Vec<u8>>> {
     let src = Arc::new(MemorySource::new((0..20u8).map(|i| vec![i]).collect()));
-    Sampler::new(
+    let sampler = Sampler::new(
         20,
         SamplerConfig::default()
             .mode(SamplerMode::Shuffled)
             .seed(5)
             .epochs(Some(2)),
     )
-    .unwrap()
-    .cursor()
-    .batch(BatchConfig::new(3))
-    .unwrap()
-    .prefetch_with(src, config, transform)
-    .unwrap()
+    .unwrap();
+    let sampler = if earlier {
+        sampler.earlier_permutation()
+    } else {
+        sampler
+    };
+    sampler
+        .cursor()
+        .batch(BatchConfig::new(3))
+        .unwrap()
+        .prefetch_with(src, config, transform)
+        .unwrap()
+}
+
+/// The chain with zrecord 0.1's order, which the goldens were taken on.
+fn chain(
+    config: PrefetchConfig,
+    transform: Transform<Vec<Vec<u8>>, Vec<Vec<u8>>>,
+) -> PrefetchStream<impl Checkpoint<Item = zrecord::Result<IndexBatch>> + Unpin, Vec<Vec<u8>>> {
+    chain_of(true, config, transform)
 }
 
 fn identity() -> Transform<Vec<Vec<u8>>, Vec<Vec<u8>>> {
@@ -130,4 +148,31 @@ fn a_best_effort_checkpoint_has_the_golden_shape_and_resumes_without_the_consume
         resume(GOLDEN_BEST_EFFORT, PrefetchConfig::default()),
         expected
     );
+}
+
+#[test]
+fn this_versions_order_names_its_permutation_and_refuses_a_0_1_golden() {
+    let mut stream = chain_of(true, PrefetchConfig::default(), identity());
+    let earlier: Vec<Item> = block_on((&mut stream).map(item).collect());
+    let mut stream = chain_of(false, PrefetchConfig::default().num_workers(2), identity());
+    for _ in 0..3 {
+        block_on(stream.next()).unwrap().unwrap();
+    }
+    let json = serde_json::to_string(&stream.checkpoint()).unwrap();
+    assert_eq!(
+        json,
+        GOLDEN_STRICT.replace("epochs=Some(2))", "epochs=Some(2), permutation=2)")
+    );
+    let now: Vec<Item> = block_on(
+        chain_of(false, PrefetchConfig::default(), identity())
+            .map(item)
+            .collect(),
+    );
+    assert_ne!(now, earlier);
+    let mut fresh = chain_of(false, PrefetchConfig::default(), identity());
+    let err = fresh
+        .restore(serde_json::from_str(GOLDEN_STRICT).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("Sampler::earlier_permutation"), "{err}");
 }

@@ -314,9 +314,19 @@ impl<S: Stage> Cursor<S> {
         let stage = &self.stage;
         let config = describe(stage);
         if config != state.config {
+            // A checkpoint of zrecord 0.1 names no shuffled permutation: say how to resume it.
+            let hint = if super::state::balanced_network_in(&state.config)
+                && !super::state::balanced_network_in(&config)
+            {
+                " (the checkpoint was taken by zrecord 0.1, whose shuffled order differs: \
+                 build the sampler with `Sampler::earlier_permutation` to resume it)"
+            } else {
+                ""
+            };
             return Err(Error::ResumeMismatch {
                 reason: format!(
-                    "stage configuration differs: checkpoint has `{}`, this stage is `{config}`",
+                    "stage configuration differs: checkpoint has `{}`, this stage is \
+                     `{config}`{hint}",
                     state.config
                 ),
             });

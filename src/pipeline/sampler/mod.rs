@@ -149,6 +149,16 @@ impl Sampler {
         })
     }
 
+    /// This sampler with the shuffled order of zrecord 0.1 (a balanced Feistel network of six
+    /// rounds, about half as fast; its descriptions have no `permutation` setting), to resume
+    /// in a hand-built stream chain a checkpoint that version took. [`crate::pipeline::Loader`]
+    /// needs no such call: it picks the order a checkpoint names. Other modes are unchanged.
+    #[must_use]
+    pub fn earlier_permutation(mut self) -> Self {
+        self.network = Network::Balanced;
+        self
+    }
+
     /// Runs the shuffled permutation of `network` (the loader sets [`Network::Balanced`] to
     /// resume a checkpoint of an earlier version exactly).
     pub(crate) fn set_network(&mut self, network: Network) {
