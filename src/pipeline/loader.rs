@@ -13,6 +13,7 @@ use super::batch::{BatchConfig, Batcher, IndexBatch};
 use super::bucket::{Bucket, BucketConfig, BucketKey};
 use super::chain::IndexChain;
 use super::checkpoints::{self, Header};
+use super::description::balanced_network_in;
 use super::elastic::{ChainSpec, ElasticChain};
 use super::mix::{Mix, MixConfig};
 use super::prefetch::{
@@ -24,7 +25,7 @@ use super::sampler::{Network, Sampler, SamplerConfig};
 use super::shard::{Shard, ShardConfig};
 use super::source::Source;
 use super::stage::describe;
-use super::state::{balanced_network_in, LoaderState, LOADER_STATE_VERSION};
+use super::state::{LoaderState, LOADER_STATE_VERSION};
 use super::stats::LoaderStats;
 use crate::{Error, Result};
 

@@ -144,6 +144,7 @@ mod chain;
 mod checkpoints;
 mod collate;
 mod concat;
+mod description;
 mod elastic;
 mod loader;
 mod mix;

@@ -315,8 +315,8 @@ impl<S: Stage> Cursor<S> {
         let config = describe(stage);
         if config != state.config {
             // A checkpoint of zrecord 0.1 names no shuffled permutation: say how to resume it.
-            let hint = if super::state::balanced_network_in(&state.config)
-                && !super::state::balanced_network_in(&config)
+            let hint = if super::description::balanced_network_in(&state.config)
+                && !super::description::balanced_network_in(&config)
             {
                 " (the checkpoint was taken by zrecord 0.1, whose shuffled order differs: \
                  build the sampler with `Sampler::earlier_permutation` to resume it)"

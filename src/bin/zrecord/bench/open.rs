@@ -86,7 +86,11 @@ pub(super) fn open(a: &OpenArgs) -> Res {
         false => serde_json::Value::Null,
         true => {
             let v = super::sampler::shuffled_epoch(n, a.seed, 0)?;
-            sink ^= v["indices"].as_u64().unwrap_or(0) & 1;
+            sink ^= v
+                .get("indices")
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0)
+                & 1;
             v
         }
     };
