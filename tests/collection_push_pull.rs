@@ -2,7 +2,8 @@
 //! record as the local one: the remote and the pulled collection list exactly the local parts,
 //! in order; a rerun transfers and commits nothing and says already done; a later local commit
 //! is pushed and pulled as an append; a remote (or a local copy) whose parts are not a prefix of
-//! the source's is refused with a typed error and left unchanged.
+//! the source's, or that holds another dataset under a part's id, is refused with a typed error
+//! and left unchanged.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 #[path = "support/s3.rs"]
@@ -200,6 +201,39 @@ fn a_diverged_remote_or_local_copy_is_refused_and_left_unchanged() {
     assert_eq!(local_ids(&two), ["a", "x"]);
     assert_eq!(all(&Dataset::open(&two).unwrap()), local_before);
     assert!(!two.join("parts/b").exists(), "nothing was pulled");
+
+    // Another dataset pushed under the id of a part the store lacks is not overwritten.
+    let three = tmp.path().join("three");
+    let src = tmp.path().join("src-three");
+    make(&src.join("a"), 1, 40);
+    make(&src.join("b"), 2, 40);
+    make(&src.join("c"), 3, 40);
+    commit(
+        &three,
+        &[src.join("a"), src.join("b"), src.join("c")],
+        CommitOptions::default(),
+    )
+    .unwrap();
+    push(
+        tmp.path().join("two/parts/x"),
+        &format!("{url}/parts/c"),
+        &t,
+    )
+    .unwrap();
+    match push(&three, &url, &t) {
+        Err(Error::PublishConflict { url: u, reason }) => {
+            assert_eq!(u, format!("{url}/parts/c"));
+            assert!(reason.contains("another dataset"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        open_url(&server, &url, &cache)
+            .unwrap()
+            .snapshot()
+            .generation(),
+        1
+    );
 
     // A dataset directory is no place for a collection, nor a collection for a dataset.
     let ds = tmp.path().join("ds");

@@ -1,9 +1,17 @@
 //! Two `zrecord push` processes of one local collection to one URL at once, on a store whose
 //! conditional create is atomic (moto's server), both succeed: one creates the manifest, the
 //! other reports that identical result as already done; the store ends with one manifest
-//! listing each part exactly once, in the local order, and reads as the local collection.
+//! listing each part exactly once, in the local order, and reads as the local collection. A
+//! store that ignores conditional creates (Garage) is refused unless the push declares it is
+//! the single writer.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+#![allow(
+    clippy::duplicate_mod,
+    reason = "support/moto.rs and support/garage.rs each include support/s3.rs"
+)]
 
+#[path = "support/garage.rs"]
+mod garage;
 #[path = "support/moto.rs"]
 mod moto;
 
@@ -11,8 +19,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use zrecord::collection::{commit, CommitOptions};
-use zrecord::remote::RemoteConfig;
-use zrecord::{DType, Dataset, Field, ReadConfig, Schema, Writer, WriterConfig};
+use zrecord::remote::{push, RemoteConfig, TransferOptions};
+use zrecord::{DType, Dataset, Error, Field, ReadConfig, Schema, Writer, WriterConfig};
 
 /// A part of `n` records at `dir`, whose bytes follow from `seed`.
 fn make(dir: &Path, seed: u8, n: u32) {
@@ -103,4 +111,40 @@ fn two_pushes_of_one_collection_at_once_both_succeed_with_one_result() {
         assert_eq!(ds.snapshot().part_ids(), names);
         assert!(records(&ds) == local, "round {round}: the records differ");
     }
+}
+
+#[test]
+fn a_store_that_ignores_conditional_creates_is_refused_without_single_writer() {
+    let cluster = garage::Garage::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("coll");
+    make(&tmp.path().join("p0"), 3, 20);
+    commit(&root, &[tmp.path().join("p0")], CommitOptions::default()).unwrap();
+    let url = cluster.url("colls/pushed");
+    let t = TransferOptions::default().store(cluster.options(0));
+    let open = |cache: &str| {
+        zrecord::remote::open(
+            &url,
+            ReadConfig::default(),
+            RemoteConfig::default()
+                .store(cluster.options(0))
+                .cache_dir(tmp.path().join(cache)),
+        )
+    };
+    match push(&root, &url, &t) {
+        Err(Error::ConditionalCreateIgnored { url: u, reason }) => {
+            assert_eq!(u, url);
+            assert!(reason.contains("single-writer"), "{reason}");
+            assert!(
+                matches!(open("cache0"), Err(Error::NotADataset { .. })),
+                "nothing was pushed"
+            );
+        }
+        Ok(r) => eprintln!("this garage honours conditional creates: {r:?}"),
+        Err(e) => panic!("refused otherwise: {e}"),
+    }
+    let r = push(&root, &url, &t.clone().single_writer(true)).unwrap();
+    assert_eq!((r.slot, r.parts), (1, Some(1)));
+    let ds = open("cache1").unwrap();
+    assert!(records(&ds) == records(&Dataset::open(&root).unwrap()));
 }
