@@ -119,17 +119,19 @@ fn push_part(
         });
     }
     let url = store.object_url(&format!("parts/{}", part.id));
-    let nothing = || TransferReport {
+    // The part committed there already (by an earlier attempt, or a push racing this one):
+    // every object of it counts as skipped.
+    let there = |objects: (u64, u64)| TransferReport {
         url: url.clone(),
         generation: part.generation,
         slot: 0,
         transferred: (0, 0),
-        skipped: (0, 0),
+        skipped: objects,
         already_done: true,
         parts: None,
     };
     match pushed_meta(store, &part.id)? {
-        Some(there) if there.as_bytes() == text => return Ok(nothing()),
+        Some((theirs, objects)) if theirs.as_bytes() == text => return Ok(there(objects)),
         Some(_) => return Err(another_dataset(&url)),
         None => {}
     }
@@ -142,12 +144,10 @@ fn push_part(
             found: r.generation,
         }),
         // Another push of this part committed first: the same commit is this one's.
-        Err(Error::PublishConflict { .. })
-            if pushed_meta(store, &part.id)?.is_some_and(|t| t.as_bytes() == text) =>
-        {
-            Ok(nothing())
-        }
-        Err(Error::PublishConflict { .. }) => Err(another_dataset(&url)),
+        Err(Error::PublishConflict { .. }) => match pushed_meta(store, &part.id)? {
+            Some((theirs, objects)) if theirs.as_bytes() == text => Ok(there(objects)),
+            _ => Err(another_dataset(&url)),
+        },
         Err(e) => Err(e),
     }
 }
@@ -162,15 +162,19 @@ fn another_dataset(url: &str) -> Error {
     }
 }
 
-/// The exact `meta.json` text of the latest commit pushed under `parts/<id>`; `None` if none.
-fn pushed_meta(store: &Arc<Store>, id: &str) -> Result<Option<String>> {
+/// The exact `meta.json` text of the latest commit pushed under `parts/<id>`, and the objects
+/// (files, bytes) it names; `None` if there is none.
+fn pushed_meta(store: &Arc<Store>, id: &str) -> Result<Option<(String, (u64, u64))>> {
     let child = store.child(&format!("parts/{id}"))?;
     let c = Arc::clone(&child);
     let Some((slot, bytes)) = block_on(async move { latest(&c).await })?? else {
         return Ok(None);
     };
     let (commit, _) = Commit::decode(&child.object_url(&slot_key(slot)), &bytes)?;
-    Ok(Some(commit.meta))
+    let objects = commit.objects.iter().fold((0u64, 0u64), |(n, b), o| {
+        (n.saturating_add(1), b.saturating_add(o.size))
+    });
+    Ok(Some((commit.meta, objects)))
 }
 
 /// Two (objects, bytes) counts added.
