@@ -17,7 +17,7 @@ use crate::store::read::chunks::descriptor_budget;
 use crate::store::snapshot::read_meta;
 use crate::{LocalDir, Location, Snapshot};
 
-/// Options of [`crate::remote::push`] and [`crate::remote::pull`].
+/// Options of `zrecord::remote::push` and `zrecord::remote::pull`.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct TransferOptions {
@@ -94,7 +94,7 @@ impl TransferOptions {
     }
 }
 
-/// What [`crate::remote::push`] or [`crate::remote::pull`] did.
+/// What `zrecord::remote::push` or `zrecord::remote::pull` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TransferReport {
