@@ -98,18 +98,19 @@ impl TransferOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TransferReport {
-    /// The dataset URL.
+    /// The dataset (or collection) URL.
     pub url: String,
-    /// The generation transferred.
+    /// The generation transferred; for a collection, the local manifest's number.
     pub generation: u64,
-    /// The commit slot on the store.
+    /// The commit slot on the store; for a collection, the store's manifest number.
     pub slot: u64,
-    /// Objects (files) transferred, and their bytes.
+    /// Objects (files) transferred, and their bytes (summed over a collection's parts).
     pub transferred: (u64, u64),
     /// Objects (files) already in place and skipped, and their bytes.
     pub skipped: (u64, u64),
     /// The store's latest commit already was this one (push), or the local copy already was
-    /// complete (pull): nothing was committed.
+    /// complete (pull): nothing was committed. For a collection: the target's latest manifest
+    /// already listed the source's parts (and, for a pull, every file of every part checked).
     pub already_done: bool,
     /// For a collection, its number of parts (each transferred as a dataset); `None` for a
     /// dataset.
