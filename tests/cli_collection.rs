@@ -3,7 +3,8 @@
 //! reports the manifest number, each part's id, records and generation, and the total; `info`,
 //! `verify` and `cat` work on the collection (a directory or a URL) as on a dataset;
 //! `zrecord gc ROOT --older-than D` removes only the parts no manifest names older than D; and
-//! `bench make --seed` makes parts whose bytes differ by seed.
+//! `bench make --seed` makes parts whose bytes differ by seed; `push` and `pull` copy a whole
+//! collection to a store and back, and `bench gather` and `bench loader` run on one.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 mod cli_support;
@@ -304,4 +305,137 @@ fn commit_info_verify_cat_and_gc_on_a_collection_url() {
         "{}",
         r.stdout_str()
     );
+}
+
+/// `zrecord bench gather|loader DIR_OR_URL --json` over a small collection: the JSON parses and
+/// counts the records asked for.
+fn bench_on(target: &str, env: &[(&str, &str)]) {
+    let ok = |args: &[&str]| {
+        let r = zrecord_env(args, env);
+        assert!(r.ok, "zrecord {args:?} failed: {}", r.stderr);
+        serde_json::from_slice::<serde_json::Value>(&r.stdout)
+            .unwrap_or_else(|e| panic!("zrecord {args:?}: {e}: {}", r.stdout_str()))
+    };
+    let g = ok(&[
+        "bench",
+        "gather",
+        target,
+        "--batch",
+        "4",
+        "--batches",
+        "5",
+        "--json",
+    ]);
+    assert_eq!(
+        (g["records"].as_u64(), g["batches"].as_u64()),
+        (Some(20), Some(5)),
+        "{g}"
+    );
+    assert!(g["bytes"].as_u64().unwrap() > 0, "{g}");
+    let l = ok(&[
+        "bench",
+        "loader",
+        target,
+        "--batch",
+        "4",
+        "--batches",
+        "6",
+        "--workers",
+        "2",
+        "--rounds",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(
+        (l["batch"].as_u64(), l["batches"].as_u64()),
+        (Some(4), Some(6)),
+        "{l}"
+    );
+    assert!(l["records_per_s"].as_f64().unwrap() > 0.0, "{l}");
+    assert!(l["gather_records_per_s"].as_f64().unwrap() > 0.0, "{l}");
+}
+
+#[test]
+fn push_pull_and_bench_of_a_collection() {
+    let server = s3::S3Server::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let env = [
+        ("AWS_ENDPOINT", server.endpoint.as_str()),
+        ("AWS_ACCESS_KEY_ID", "zrecord"),
+        ("AWS_SECRET_ACCESS_KEY", "zrecord-secret"),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ALLOW_HTTP", "true"),
+        ("ZRECORD_CACHE_DIR", cache.to_str().unwrap()),
+    ];
+    let ok = |args: &[&str]| {
+        let r = zrecord_env(args, &env);
+        assert!(r.ok, "zrecord {args:?} failed: {}", r.stderr);
+        r
+    };
+    let json =
+        |args: &[&str]| -> serde_json::Value { serde_json::from_slice(&ok(args).stdout).unwrap() };
+    let p = |name: &str| tmp.path().join(name).display().to_string();
+    for (name, seed, records) in [("a", "1", "9"), ("b", "2", "14")] {
+        ok(&[
+            "bench",
+            "make",
+            &p(name),
+            "--records",
+            records,
+            "--record-bytes",
+            "64",
+            "--seed",
+            seed,
+        ]);
+    }
+    let root = p("coll");
+    ok(&["collection", "commit", &root, &p("a")]);
+    ok(&["collection", "commit", &root, &p("b")]);
+    let url = server.url("cli/pushed");
+
+    let r = json(&["push", &root, &url, "--json"]);
+    assert_eq!(
+        (
+            r["generation"].as_u64(),
+            r["slot"].as_u64(),
+            r["parts"].as_u64()
+        ),
+        (Some(2), Some(1), Some(2)),
+        "{r}"
+    );
+    assert_eq!(r["already_done"], false, "{r}");
+    let text = ok(&["push", &root, &url]).stdout_str();
+    assert!(
+        text.contains("collection of 2 part(s)") && text.contains("(already done)"),
+        "{text}"
+    );
+    let v = json(&["info", &url, "--json"]);
+    assert_eq!(
+        (v["len"].as_u64(), v["parts"].as_u64()),
+        (Some(23), Some(2))
+    );
+
+    let back = p("back");
+    let r = json(&["pull", &url, &back, "--json"]);
+    assert_eq!(
+        (r["parts"].as_u64(), r["already_done"].as_bool()),
+        (Some(2), Some(false))
+    );
+    let r = json(&["pull", &url, &back, "--json"]);
+    assert_eq!(r["already_done"], true, "{r}");
+    let v = json(&["collection", "info", &back, "--json"]);
+    assert_eq!(
+        (v["manifest"].as_u64(), v["len"].as_u64()),
+        (Some(1), Some(23))
+    );
+    let cat = |at: &str, i: &str| ok(&["cat", at, "--index", i, "--format", "raw"]).stdout;
+    for i in ["0", "8", "9", "22"] {
+        assert_eq!(cat(&back, i), cat(&root, i), "record {i}");
+    }
+    ok(&["verify", &back]);
+
+    // bench gather and loader on the collection, locally and on the store.
+    bench_on(&root, &env);
+    bench_on(&url, &env);
 }

@@ -1,8 +1,8 @@
 //! A collection under an object-store prefix (s3s-fs) reads as one dataset with global indices
 //! equal to its parts' records in commit order, whether a part was pushed under `parts/` by its
-//! writer or pushed there by the commit from a local directory; `refresh` sees a newer
-//! manifest; a retried commit adds nothing; bad parts and damaged manifests are typed errors
-//! naming what is wrong.
+//! writer or pushed there by the commit from a local directory (and pulled, as the same local
+//! collection); `refresh` sees a newer manifest; a retried commit adds nothing; bad parts and
+//! damaged manifests are typed errors naming what is wrong.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 #[path = "support/s3.rs"]
@@ -165,13 +165,13 @@ fn a_remote_collection_round_trips_and_refreshes() {
     let model: Vec<Rec> = model.into_iter().chain(d).collect();
     check(&ds, &model);
 
-    // An older reader's error: a collection prefix is no single dataset.
-    match pull(&url, tmp.path().join("pulled"), &t) {
-        Err(Error::NotADataset { reason, .. }) => {
-            assert!(reason.contains("collection"), "{reason}");
-        }
-        other => panic!("{other:?}"),
-    }
+    // Pulled, the collection is a local collection of the same parts and records.
+    let pulled = tmp.path().join("pulled");
+    let r = pull(&url, &pulled, &t).unwrap();
+    assert_eq!((r.slot, r.parts), (3, Some(4)));
+    let local = Dataset::open(&pulled).unwrap();
+    assert_eq!(local.snapshot().part_ids(), ds.snapshot().part_ids());
+    check(&local, &model);
 }
 
 #[test]

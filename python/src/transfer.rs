@@ -33,11 +33,14 @@ fn report<'py>(py: Python<'py>, r: &TransferReport) -> PyResult<Bound<'py, PyDic
     d.set_item("files_skipped", r.skipped.0)?;
     d.set_item("bytes_skipped", r.skipped.1)?;
     d.set_item("already_done", r.already_done)?;
+    // A collection's number of parts; None for a dataset.
+    d.set_item("parts", r.parts)?;
     Ok(d)
 }
 
 /// Uploads the dataset at `path` to `url` (`s3://bucket/prefix`); the commit goes last, so
-/// readers never see a partial push. Returns a report dict.
+/// readers never see a partial push. A collection's root is pushed whole (its parts, then a
+/// manifest listing them). Returns a report dict (`parts`: a collection's number of parts).
 #[pyfunction]
 #[pyo3(signature = (path, url, *, storage_options=None, concurrency=None, single_writer=false))]
 pub(crate) fn push<'py>(
@@ -55,7 +58,8 @@ pub(crate) fn push<'py>(
 }
 
 /// Downloads the dataset at `url` into the directory `path`, every file checked; safe to run
-/// from several processes at once. Returns a report dict.
+/// from several processes at once. A collection is pulled whole, as a local collection.
+/// Returns a report dict (`parts`: a collection's number of parts).
 #[pyfunction]
 #[pyo3(signature = (url, path, *, storage_options=None, concurrency=None))]
 pub(crate) fn pull<'py>(

@@ -4,7 +4,8 @@
 //! `abfs[s]://container@account.dfs.core.windows.net/prefix`; feature `azure`).
 //!
 //! - [`push`] publishes a local dataset's latest commit to a URL; [`pull`] fetches one back
-//!   into a local directory.
+//!   into a local directory. Both take whole collections too (every part of the latest
+//!   manifest, then a manifest listing them).
 //! - [`open`] opens a dataset at a URL with [`RemoteConfig`]; [`crate::Dataset::open`]
 //!   takes such a URL too, with the default options. Offset-table entries are read on demand
 //!   in pages (kept in a local cache directory; or whole tables mirrored there at open, with
@@ -35,14 +36,15 @@ mod pages;
 mod pull;
 mod push;
 mod store;
+mod transfer;
 pub(crate) mod url;
 
 use std::path::PathBuf;
 
 pub use collection::open_collection;
-pub use pull::pull;
-pub use push::{push, TransferOptions, TransferReport};
+pub use push::{TransferOptions, TransferReport};
 pub use store::StoreOptions;
+pub use transfer::{pull, push};
 pub use url::open;
 
 /// How a dataset on an object store is read: the client's options, how reads become range

@@ -135,25 +135,15 @@ fn lock_dir(dir: &Path) -> Result<File> {
     Ok(file)
 }
 
-/// Fetches the latest commit of the dataset at `url` into the local directory `local`, which
-/// becomes an ordinary local dataset.
-///
-/// The pull holds the directory's writer lock throughout: several processes pulling into one
-/// directory run one after the other, and the later ones find the files in place (a writer
-/// opened meanwhile gets [`Error::WriterBusy`]; a pull waits for a writer to close). Every file
-/// is downloaded under a temporary name of its own, synced, checked on disk against the size
-/// and CRC32C its manifest records, and renamed into place; `meta.json` comes last, so an
-/// interrupted pull leaves no dataset, and running it again downloads only the files that are
-/// missing or fail their check. A directory that already holds this commit is checked file by
-/// file the same way: [`TransferReport::already_done`] means every file checked; a damaged one
-/// is downloaded again.
+/// Fetches the latest commit of the dataset at `url` into the local directory `local`: every
+/// file under a temporary name, synced, checked and renamed, `meta.json` last, all under the
+/// directory's writer lock. The public entry, [`crate::remote::pull`] (`transfer.rs`),
+/// documents it; a collection's URL goes to `collection/pull.rs` instead.
 ///
 /// # Errors
-/// [`Error::NotADataset`] if `url` holds no commit; [`Error::RemoteCorrupt`] for an object that
-/// does not match its manifest; [`Error::InvalidConfig`] if `local` holds another dataset;
-/// [`Error::Remote`] for a request that failed after its retries; [`Error::Io`] for local file
-/// work that failed (a file that does not read back as written among them).
-pub fn pull(
+/// As [`crate::remote::pull`] says of a dataset; [`Error::InvalidConfig`] for a `local` that is
+/// a collection's root.
+pub(crate) fn pull(
     url: &str,
     local: impl AsRef<Path>,
     options: &TransferOptions,
@@ -161,6 +151,15 @@ pub fn pull(
     options.check()?;
     let dir = local.as_ref().to_path_buf();
     let store = Store::open(url, &options.store)?;
+    if crate::store::collection::is_collection(&dir) {
+        return Err(Error::InvalidConfig {
+            reason: format!(
+                "{} is a collection and {} a dataset: pull it into a new directory",
+                dir.display(),
+                store.url()
+            ),
+        });
+    }
     std::fs::create_dir_all(dir.join("chunk")).map_err(|e| Error::io(&dir, "mkdir", e))?;
     let _lock = lock_dir(&dir)?;
     remove_leftovers(&dir);
@@ -216,6 +215,7 @@ pub fn pull(
         transferred,
         skipped: count(false),
         already_done: committed && transferred.0 == 0,
+        parts: None,
     })
 }
 

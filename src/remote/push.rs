@@ -17,7 +17,7 @@ use crate::store::read::chunks::descriptor_budget;
 use crate::store::snapshot::read_meta;
 use crate::{LocalDir, Location, Snapshot};
 
-/// Options of [`push`] and `pull`.
+/// Options of `zrecord::remote::push` and `zrecord::remote::pull`.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct TransferOptions {
@@ -94,23 +94,27 @@ impl TransferOptions {
     }
 }
 
-/// What [`push`] or `pull` did.
+/// What `zrecord::remote::push` or `zrecord::remote::pull` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TransferReport {
-    /// The dataset URL.
+    /// The dataset (or collection) URL.
     pub url: String,
-    /// The generation transferred.
+    /// The generation transferred; for a collection, the local manifest's number.
     pub generation: u64,
-    /// The commit slot on the store.
+    /// The commit slot on the store; for a collection, the store's manifest number.
     pub slot: u64,
-    /// Objects (files) transferred, and their bytes.
+    /// Objects (files) transferred, and their bytes (summed over a collection's parts).
     pub transferred: (u64, u64),
     /// Objects (files) already in place and skipped, and their bytes.
     pub skipped: (u64, u64),
     /// The store's latest commit already was this one (push), or the local copy already was
-    /// complete (pull): nothing was committed.
+    /// complete (pull): nothing was committed. For a collection: the target's latest manifest
+    /// already listed the source's parts (and, for a pull, every file of every part checked).
     pub already_done: bool,
+    /// For a collection, its number of parts (each transferred as a dataset); `None` for a
+    /// dataset.
+    pub parts: Option<u64>,
 }
 
 /// Files and bytes of the `(flag, size)` results whose flag is `flag` (transferred, or not).
@@ -200,31 +204,14 @@ impl Source {
     }
 }
 
-/// Publishes the latest commit of the local dataset at `local` to `url` (`s3://bucket/prefix`,
-/// `gs://bucket/prefix`, `az://container/prefix`).
-///
-/// First the store is probed once: a conditional create (`If-None-Match: *`) of a fresh probe
-/// key, twice; the second must be refused. A store that accepts it (Garage 2.5.0 does) would let
-/// two racing pushes both commit and lose one update silently, so the push is refused there
-/// unless [`TransferOptions::single_writer`] says one writer publishes to this prefix.
-///
-/// Data objects are uploaded next (several at once, large ones in parts), each under a key
-/// that names its content (`data/<file>.<blake3>.<size>.<crc32c>`: a BLAKE3 hash of all its
-/// bytes): one already on the store holds the same bytes and is skipped, so a push that was
-/// killed and is run again uploads only what is missing and finishes the same generation. Each
-/// file is opened when its upload starts (the descriptors held are bounded by the uploads in
-/// flight, not by the number of chunks). The commit manifest is written last, into the next
-/// free commit slot, with a conditional create: readers never see a partial generation, and
-/// where the store's conditional create is atomic (AWS S3, GCS, Azure), of two pushes racing to
-/// the same prefix exactly one takes the slot.
+/// Publishes the latest commit of the local dataset at `local` to `url`: the store probed
+/// (unless `single_writer`), the data objects under content keys, the commit manifest last
+/// into the next free slot with a conditional create. The public entry, [`crate::remote::push`]
+/// (`transfer.rs`), documents it; a collection's root goes to `collection/push.rs` instead.
 ///
 /// # Errors
-/// [`Error::NotADataset`] if `local` holds no dataset; [`Error::ConditionalCreateIgnored`] if
-/// the store ignores conditional creates and `single_writer` is off;
-/// [`Error::PublishConflict`] if another push took the commit slot first (or the store
-/// overwrote this push's manifest); [`Error::Remote`] for a request that failed after its
-/// retries; [`Error::InvalidConfig`] for a URL or options that do not work.
-pub fn push(
+/// As [`crate::remote::push`] says of a dataset.
+pub(crate) fn push(
     local: impl AsRef<Path>,
     url: &str,
     options: &TransferOptions,
@@ -252,18 +239,7 @@ pub fn push(
         }
     };
     if !options.single_writer {
-        let s = Arc::clone(&store);
-        if !block_on(async move { honours_conditional_create(&s).await })?? {
-            return Err(Error::ConditionalCreateIgnored {
-                url: store.url().to_string(),
-                reason: "this object store ignores conditional creates (a probe created one \
-                         key twice with If-None-Match: *; Garage 2.5.0 does), so two pushes \
-                         racing to one prefix could both commit and one update would be lost \
-                         without an error. If only one writer ever publishes to this prefix, \
-                         push with --single-writer (TransferOptions::single_writer)"
-                    .into(),
-            });
-        }
+        require_conditional_create(&store, "pushes")?;
     }
     let piece = options.part_size;
     let mut files = Vec::new();
@@ -316,6 +292,7 @@ pub fn push(
             transferred: count(true),
             skipped: count(false),
             already_done,
+            parts: None,
         })
     })?
 }
@@ -331,6 +308,29 @@ fn probe_key() -> String {
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+/// Refuses `store` ([`Error::ConditionalCreateIgnored`]) if a probe finds it ignores
+/// conditional creates: there two racing `writers` (pushes) could both commit and one update
+/// would be lost.
+///
+/// # Errors
+/// As above; the probe's requests' errors.
+pub(crate) fn require_conditional_create(store: &Arc<Store>, writers: &str) -> Result<()> {
+    let s = Arc::clone(store);
+    if block_on(async move { honours_conditional_create(&s).await })?? {
+        return Ok(());
+    }
+    Err(Error::ConditionalCreateIgnored {
+        url: store.url().to_string(),
+        reason: format!(
+            "this object store ignores conditional creates (a probe created one key twice with \
+             If-None-Match: *; Garage 2.5.0 does), so two {writers} racing to one prefix could \
+             both commit and one update would be lost without an error. If only one writer \
+             ever publishes to this prefix, push with --single-writer \
+             (TransferOptions::single_writer)"
+        ),
+    })
 }
 
 /// True if `store` refuses a conditional create (`If-None-Match: *`) of a key that exists:

@@ -1,5 +1,5 @@
-//! `zrecord push` and `zrecord pull`: publish a local dataset to an object store, and fetch one
-//! back. Thin over `zrecord::remote::{push, pull}`; credentials, endpoint and region come from
+//! `zrecord push` and `zrecord pull`: publish a local dataset or collection to an object store,
+//! and fetch one back. Thin over `zrecord::remote::{push, pull}`; credentials, endpoint and region come from
 //! the environment (`AWS_ENDPOINT`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
 //! `AWS_ALLOW_HTTP`, …).
 
@@ -32,10 +32,14 @@ pub struct TransferFlags {
     two pushes racing to the same URL exactly one commits, the other fails. A push first probes \
     the store and refuses one that ignores conditional creates (Garage 2.5.0), where racing \
     pushes could both commit and one update be lost, unless --single-writer says only one \
-    writer publishes to the URL."
+    writer publishes to the URL. A collection's root is pushed as a collection: each part of \
+    its latest manifest to URL/parts/<id>, then a manifest listing exactly those parts, in \
+    order. If the store's collection lists the same parts, nothing is done; a prefix of them, \
+    the rest is appended; anything else is refused. Two pushes of one collection at once both \
+    succeed, one reporting the other's manifest as already done."
 )]
 pub struct PushArgs {
-    /// The local dataset directory.
+    /// The local dataset directory, or a collection's root.
     dir: PathBuf,
     /// Where to publish it: s3://bucket/prefix, gs://bucket/prefix or az://container/prefix.
     url: String,
@@ -53,12 +57,16 @@ pub struct PushArgs {
     meta.json is written last, so an interrupted pull leaves no dataset, and running it again \
     skips the files already in place and checked. Pulls into one directory run one at a time \
     (each holds its writer.lock); a pull into a complete copy checks every file and downloads \
-    a damaged one again."
+    a damaged one again. A collection's URL is pulled as a local collection: each part of its \
+    latest manifest into DIR/parts/<id> as above, then the local manifest naming exactly those \
+    parts, in order (a local collection listing a prefix of them is appended to; one listing \
+    anything else is refused)."
 )]
 pub struct PullArgs {
-    /// The dataset's URL: s3://bucket/prefix, gs://bucket/prefix or az://container/prefix.
+    /// The dataset's or collection's URL: s3://bucket/prefix, gs://bucket/prefix or
+    /// az://container/prefix.
     url: String,
-    /// The local directory to create it in.
+    /// The local directory to create it in (for a collection: its root).
     dir: PathBuf,
     #[command(flatten)]
     flags: TransferFlags,
@@ -81,6 +89,7 @@ fn print(verb: &str, r: &TransferReport, secs: f64, json: bool) {
             "skipped_objects": r.skipped.0,
             "skipped_bytes": r.skipped.1,
             "already_done": r.already_done,
+            "parts": r.parts,
             "seconds": secs,
         });
         println!("{out}");
@@ -91,10 +100,17 @@ fn print(verb: &str, r: &TransferReport, secs: f64, json: bool) {
     } else {
         ""
     };
+    let what = match r.parts {
+        Some(parts) => format!(
+            "collection of {parts} part(s), local manifest {}, manifest {} on the store",
+            r.generation, r.slot
+        ),
+        None => format!("generation {}, commit slot {}", r.generation, r.slot),
+    };
     println!(
-        "{verb} {}: generation {}, commit slot {}{state}; {} objects ({} bytes) transferred, {} \
-         ({} bytes) already there; {secs:.2} s",
-        r.url, r.generation, r.slot, r.transferred.0, r.transferred.1, r.skipped.0, r.skipped.1
+        "{verb} {}: {what}{state}; {} objects ({} bytes) transferred, {} ({} bytes) already \
+         there; {secs:.2} s",
+        r.url, r.transferred.0, r.transferred.1, r.skipped.0, r.skipped.1
     );
 }
 

@@ -75,6 +75,8 @@ struct Given {
 /// [`Error::MetaCorrupt`] naming a damaged manifest's URL; [`Error::InvalidConfig`] for a first
 /// commit without parts, or a URL or options that do not work; [`Error::Remote`] for requests
 /// that failed after their retries.
+///
+/// [`push`]: crate::remote::push
 pub fn commit_url(
     url: &str,
     parts: &[impl AsRef<str>],

@@ -10,6 +10,9 @@
 //!            RemoteCollection, the Location whose snapshot is the latest manifest's parts
 //! commit.rs  commit_url(): reference parts pushed under parts/, push local ones there, append
 //! gc.rs      gc of a prefix: remove parts no manifest names once older than a limit
+//! push.rs    push of a whole local collection: its parts, then a manifest listing them
+//! pull.rs    pull of a whole collection into a local one, through the local committer
+//! mirror.rs  what push and pull compare: does the target list a prefix of the source's parts
 //! ```
 //!
 //! Each part is opened as the remote dataset it is, on a store sharing the collection's client;
@@ -18,10 +21,15 @@
 
 mod commit;
 mod gc;
+mod mirror;
 pub(crate) mod probe;
+mod pull;
+mod push;
 
 pub use commit::commit_url;
 pub(crate) use gc::gc_url;
+pub(crate) use pull::pull_collection;
+pub(crate) use push::push_collection;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -19,12 +19,13 @@ pub(crate) fn is_collection(store: &Arc<Store>) -> Result<bool> {
 }
 
 /// The error for a prefix that holds no dataset commit: [`Error::NotADataset`], saying so if
-/// the prefix is a collection's (which `Dataset::open` opens, not a dataset's reader or `pull`).
+/// the prefix is a collection's (which `Dataset::open` and `pull` take whole, not a dataset's
+/// reader).
 pub(crate) fn no_commit(store: &Arc<Store>) -> Error {
     let reason = if is_collection(store).unwrap_or(false) {
         format!(
             "a collection (it holds {}/), not one dataset: open it with zrecord::Dataset::open \
-             or zrecord::remote::open_collection, or pull its parts one by one",
+             or zrecord::remote::open_collection, or pull it whole with zrecord::remote::pull",
             store.object_url(MANIFEST_DIR)
         )
     } else {

@@ -1,0 +1,107 @@
+//! Pulling a collection from an object store into a local directory: each part of the store's
+//! latest manifest into `<root>/parts/<id>` (the dataset pull: temporary names, fsync, CRC
+//! check, rename; resumable), then the local committer appends the parts the local collection
+//! lacks, so its manifest lists exactly the store's parts, in order. Pulls into one directory
+//! run one after the other: each holds a lock on the directory itself for its whole run.
+
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::mirror::{compare, Target};
+use super::push::add;
+use super::RemoteManifests;
+use crate::error::{Error, Result};
+use crate::remote::pull::pull;
+use crate::remote::push::{TransferOptions, TransferReport};
+use crate::remote::store::Store;
+use crate::store::collection::manifests::{LocalManifests, ManifestStore};
+use crate::store::collection::{commit, CommitOptions};
+
+/// Pulls the collection at `store` into `root` (see [`crate::remote::pull`], "Collections").
+pub(crate) fn pull_collection(
+    store: &Arc<Store>,
+    root: &Path,
+    options: &TransferOptions,
+) -> Result<TransferReport> {
+    options.check()?;
+    if crate::store::layout::meta(root).exists() {
+        return Err(Error::InvalidConfig {
+            reason: format!(
+                "{} holds a dataset and {} is a collection: pull it into a new directory",
+                root.display(),
+                store.url()
+            ),
+        });
+    }
+    let theirs = RemoteManifests::new(Arc::clone(store))
+        .latest()?
+        .ok_or_else(|| super::probe::no_commit(store))?;
+    std::fs::create_dir_all(root).map_err(|e| Error::io(root, "create directory", e))?;
+    let _lock = lock_root(root)?;
+    let local = LocalManifests::new(root);
+    let ours = if local.dir().is_dir() {
+        local.latest()?
+    } else {
+        None
+    };
+    if let Target::Diverged(why) = compare(&theirs, ours.as_ref()) {
+        return Err(Error::InvalidConfig {
+            reason: format!(
+                "{} holds another collection than {} ({why}): a pull only appends the parts a \
+                 collection lacks; pull into a new directory",
+                root.display(),
+                store.url()
+            ),
+        });
+    }
+    let mut report = TransferReport {
+        url: store.url().to_string(),
+        generation: theirs.number,
+        slot: theirs.number,
+        transferred: (0, 0),
+        skipped: (0, 0),
+        already_done: true,
+        parts: Some(theirs.parts.len() as u64),
+    };
+    // 1. Every part (each checked file by file, so "already done" means every file checks).
+    let mut dirs = Vec::with_capacity(theirs.parts.len());
+    for part in &theirs.parts {
+        let dir = root.join("parts").join(&part.id);
+        let url = store.object_url(&format!("parts/{}", part.id));
+        let r = pull(&url, &dir, options)?;
+        if r.generation != part.generation {
+            return Err(Error::PartChanged {
+                part: part.id.clone(),
+                path: url.into(),
+                expected: part.generation,
+                found: r.generation,
+            });
+        }
+        report.transferred = add(report.transferred, r.transferred);
+        report.skipped = add(report.skipped, r.skipped);
+        report.already_done &= r.already_done;
+        dirs.push(dir);
+    }
+    // 2. The local manifest, through the local committer (its part locks, numbering and crash
+    // rules): the parts are under parts/ already and stay there.
+    let committed = commit(root, &dirs, CommitOptions::default())?;
+    report.already_done &= committed.added.is_empty();
+    report.generation = committed.number;
+    Ok(report)
+}
+
+/// Takes a lock on the directory `root` itself (`flock` of its handle: no file is added to the
+/// collection), waiting while another pull holds it.
+fn lock_root(root: &Path) -> Result<File> {
+    let dir = File::open(root).map_err(|e| Error::io(root, "open", e))?;
+    match dir.try_lock() {
+        Ok(()) => return Ok(dir),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            tracing::info!(dir = %root.display(), "another pull holds the collection directory; waiting for it");
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(root, "lock", e)),
+    }
+    dir.lock().map_err(|e| Error::io(root, "lock", e))?;
+    Ok(dir)
+}
