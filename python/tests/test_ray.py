@@ -17,6 +17,7 @@ import ray
 import ray.data
 
 import zrecord
+import zrecord.ray
 
 TESTS = str(Path(__file__).resolve().parent)
 
@@ -121,3 +122,7 @@ def test_an_s3_collection_written_by_ray(cluster, s3, tmp_path):
     report = _write(cluster, url, n, tasks, tmp_path / "killed",
                     storage_options=s3.options, chunk_size_bytes=4 << 20)
     _check(url, n, tasks, report, s3.options)
+    # The killed attempt's scratch directory (and its lock) did not outlive the write.
+    parent = zrecord.ray.scratch_parent(url)
+    assert not os.path.isdir(parent) or os.listdir(parent) == [], os.listdir(parent)
+
