@@ -28,6 +28,10 @@ For an object-store collection each task writes its part into a local scratch di
 SIGKILL included) until the part is pushed and the directory removed. Each new write task, and
 ``on_write_complete``, removes the scratch directories of that collection whose lock is free: a
 killed attempt's scratch does not outlive the next write on the same host.
+
+A write of no rows at all into a new collection commits one empty part (a dataset of no records
+with the sink's schema): the collection exists and reads as an empty dataset. Into an existing
+collection it adds nothing and creates no manifest.
 """
 
 from __future__ import annotations
@@ -216,7 +220,11 @@ class Datasink(_RayDatasink):  # type: ignore[misc,valid-type]
             os.makedirs(os.path.join(self.url, "parts"), exist_ok=True)
 
     def write(self, blocks: Iterable[Any], ctx: Any) -> WrittenPart:
-        task = int(ctx.task_idx)
+        return self._write_part(int(ctx.task_idx), blocks, keep_empty=False)
+
+    def _write_part(self, task: int, blocks: Iterable[Any], *, keep_empty: bool) -> WrittenPart:
+        """Writes ``blocks`` as one new part (pushed, for an object store); a part of no records
+        is dropped unless ``keep_empty``."""
         # A new id per attempt: a retried task never collides with what its first attempt left.
         part_id = f"{task:06d}-{uuid.uuid4().hex[:16]}"
         scratch = None
@@ -241,7 +249,7 @@ class Datasink(_RayDatasink):  # type: ignore[misc,valid-type]
                         continue
                     start, stop = w.append_arrow(acc.to_arrow())
                     records += stop - start
-            if records == 0:
+            if records == 0 and not keep_empty:
                 shutil.rmtree(path, ignore_errors=True)
                 return WrittenPart(task, None, 0)
             if scratch is not None:
@@ -266,6 +274,18 @@ class Datasink(_RayDatasink):  # type: ignore[misc,valid-type]
             # Every write task has finished: what is left of this collection's scratch on this
             # host is a killed attempt's (a later write's live tasks hold their locks).
             clean_scratch(scratch_parent(self.url))
+        if not parts:
+            try:
+                # Into an existing collection: adds nothing, creates no manifest.
+                self.report = commit_parts(self.url, [], storage_options=self.storage_options)
+                return
+            except _zrecord.ConfigError as e:
+                if "at least one part" not in str(e):
+                    raise
+            # No rows at all, into a new collection (its schema comes from its first part):
+            # one empty part, so the collection exists and reads as an empty dataset.
+            empty = self._write_part(0, [], keep_empty=True).part
+            parts = [empty] if empty is not None else []
         self.report = commit_parts(self.url, parts, storage_options=self.storage_options)
 
 
