@@ -237,13 +237,10 @@ fn bad_parts_and_damaged_manifests_are_typed_errors() {
     }
 }
 
-// Known bug, not fixed yet: a local part whose meta.json text equals that of a dataset already
-// pushed under parts/<its name> is taken for that dataset (remote/collection/commit.rs, place():
-// `text.as_bytes() == meta_text`), so the second commit adds nothing and reports success. The
-// bytes alone cannot tell it from a retry of a commit whose answer was lost (which must add
-// nothing): the commit needs to record which local directory it pushed where.
+// Two local directories of the same name holding equal records are two parts: the record of
+// where a pushed part came from (`parts/<id>/_source`) tells them apart, where the bytes alone
+// cannot tell the second from a retry of the first (which must add nothing).
 #[test]
-#[ignore = "known bug: an equal local part is taken for one already pushed (see above)"]
 fn parts_with_equal_bytes_are_separate_parts_on_a_store() {
     let server = s3::S3Server::start();
     let tmp = tempfile::tempdir().unwrap();
@@ -261,4 +258,74 @@ fn parts_with_equal_bytes_are_separate_parts_on_a_store() {
         &open(&server, &url, &tmp.path().join("cache")).unwrap(),
         &model,
     );
+}
+
+// A commit cut short after pushing a part under a suffixed id (its name was taken) and run
+// again takes that push: the suffix comes from the part's provenance record, so the retry tries
+// the same id and finds its own record there; nothing is pushed twice. `gc` removes a part's
+// record with it, never a named part's.
+#[test]
+fn a_retry_takes_its_push_under_the_suffixed_id() {
+    let server = s3::S3Server::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let url = server.url("colls/suffixed");
+    let t = TransferOptions::default().store(server.options());
+    let (d1, d2) = (tmp.path().join("d1/p"), tmp.path().join("d2/p"));
+    let mut model = make(&d1, 1, 5, DType::U32);
+    model.extend(make(&d2, 2, 7, DType::U32));
+    let text = |d: &Path| d.display().to_string();
+    commit_url(&url, &[text(&d1)], CommitOptions::default(), &t).unwrap();
+    let cut = CommitOptions::new().on_step(|s| {
+        if matches!(s, zrecord::collection::CommitStep::PartPlaced { .. }) {
+            panic!("cut short");
+        }
+    });
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        commit_url(&url, &[text(&d2)], cut, &t)
+    }));
+    assert!(r.is_err(), "not cut short: {r:?}");
+    let parts_dir = server.object_file("colls/suffixed/parts");
+    let prefixes = || {
+        let mut v: Vec<String> = std::fs::read_dir(&parts_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| !n.starts_with('.'))
+            // s3s-fs keeps a folder whose objects were all deleted.
+            .filter(|n| std::fs::read_dir(parts_dir.join(n)).unwrap().count() > 0)
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(prefixes().len(), 2, "{:?}", prefixes());
+    let r = commit_url(&url, &[text(&d2)], CommitOptions::default(), &t).unwrap();
+    assert_eq!((r.number, r.parts, r.len), (2, 2, 12), "{r:?}");
+    assert!(r.ids[0].starts_with("p-"), "{r:?}");
+    assert_eq!(prefixes().len(), 2, "pushed twice: {:?}", prefixes());
+    for p in prefixes() {
+        assert!(parts_dir.join(&p).join("_source").is_file(), "{p}");
+    }
+    check(
+        &open(&server, &url, &tmp.path().join("cache")).unwrap(),
+        &model,
+    );
+
+    // A claim whose push never came (a committer killed between the two) is garbage with its
+    // part's id; named parts keep their records.
+    let orphan = parts_dir.join("orphan");
+    std::fs::create_dir_all(&orphan).unwrap();
+    std::fs::copy(parts_dir.join("p/_source"), orphan.join("_source")).unwrap();
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
+    let report = zrecord::collection::gc(
+        &url,
+        std::time::Duration::from_secs(60),
+        &zrecord::collection::GcOptions::new()
+            .now(later)
+            .store(server.options()),
+    )
+    .unwrap();
+    assert_eq!(report.removed, ["orphan"], "{report:?}");
+    assert_eq!(prefixes().len(), 2, "{:?}", prefixes());
+    for p in prefixes() {
+        assert!(parts_dir.join(&p).join("_source").is_file(), "{p}");
+    }
 }

@@ -17,6 +17,7 @@ import ray
 import ray.data
 
 import zrecord
+import zrecord.ray
 
 TESTS = str(Path(__file__).resolve().parent)
 
@@ -121,3 +122,34 @@ def test_an_s3_collection_written_by_ray(cluster, s3, tmp_path):
     report = _write(cluster, url, n, tasks, tmp_path / "killed",
                     storage_options=s3.options, chunk_size_bytes=4 << 20)
     _check(url, n, tasks, report, s3.options)
+    # The killed attempt's scratch directory (and its lock) did not outlive the write.
+    parent = zrecord.ray.scratch_parent(url)
+    assert not os.path.isdir(parent) or os.listdir(parent) == [], os.listdir(parent)
+
+
+def _read_all(args: tuple[str, dict[str, Any] | None]) -> tuple[int, int]:
+    """One reader process: the collection's length and the records a loader delivers."""
+    url, storage_options = args
+    kw = {"storage_options": storage_options} if storage_options else {}
+    ds = zrecord.open(url, **kw)
+    loader = zrecord.Loader(ds, batch_size=16, epochs=1)
+    return len(ds), sum(len(b.indices) for b in loader)
+
+
+def test_a_write_of_no_rows_leaves_an_empty_collection(cluster, s3, tmp_path):
+    """Filtering out every row is a legitimate result: the new collection reads as an empty
+    dataset (a reader neither fails nor hangs), and another empty write adds no manifest."""
+    import ray_support
+
+    for url, options in [(str(tmp_path / "empty"), None), (s3.url("ray/empty"), s3.options)]:
+        kw = {"storage_options": options} if options else {}
+        for attempt in range(2):
+            ds = ray.data.range(100, override_num_blocks=2).filter(lambda r: False)
+            sink = zrecord.ray.Datasink(url, ray_support.SCHEMA, **kw)
+            ds.write_datasink(sink)
+            assert sink.report is not None
+            assert (sink.report["number"], sink.report["len"]) == (1, 0), (attempt, sink.report)
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(1, initializer=sys.path.insert, initargs=(0, TESTS)) as pool:
+            got = pool.apply_async(_read_all, ((url, options),))
+            assert got.get(timeout=300) == (0, 0)

@@ -21,13 +21,27 @@ A task that dies and is retried by Ray writes a new part under a new id; the dea
 part is never committed (only parts a finished task returned are), so every input row is in the
 collection exactly once. What a dead attempt left under ``parts/`` is removed by
 ``zrecord gc ROOT --older-than DURATION``. A write that fails as a whole commits nothing.
+
+For an object-store collection each task writes its part into a local scratch directory,
+``<tempdir>/zrecord-ray-scratch/<hash of the url>/<part id>/``, beside a lock file
+``<part id>.lock`` that the task holds (an OS file lock: it is released when the process dies,
+SIGKILL included) until the part is pushed and the directory removed. Each new write task, and
+``on_write_complete``, removes the scratch directories of that collection whose lock is free: a
+killed attempt's scratch does not outlive the next write on the same host.
+
+A write of no rows at all into a new collection commits one empty part (a dataset of no records
+with the sink's schema): the collection exists and reads as an empty dataset. Into an existing
+collection it adds nothing and creates no manifest.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
@@ -46,6 +60,99 @@ _REMOTE_SCHEMES = ("s3://", "s3a://", "gs://", "az://", "azure://", "abfs://", "
 
 def _is_url(root: str) -> bool:
     return root.startswith(_REMOTE_SCHEMES)
+
+
+SCRATCH_DIR = "zrecord-ray-scratch"
+"""The folder under the temporary directory that holds every collection's scratch parts."""
+
+SCRATCH_GRACE_SECONDS = 300.0
+"""A scratch entry without a lock file (a writer killed between creating its lock under a
+temporary name and renaming it into place) is removed once it is this old."""
+
+
+def scratch_parent(url: str, tmpdir: str | None = None) -> str:
+    """The folder holding the scratch parts of the collection at ``url`` on this host."""
+    digest = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
+    return os.path.join(tmpdir or tempfile.gettempdir(), SCRATCH_DIR, digest)
+
+
+class _Scratch:
+    """One write task's scratch directory ``<parent>/<id>/``, and its lock ``<parent>/<id>.lock``
+    held from before the directory exists until after it is removed. The lock file is created
+    and locked under a temporary name, then renamed into place, so a visible lock file is
+    always locked while its writer lives."""
+
+    def __init__(self, parent: str, part_id: str) -> None:
+        os.makedirs(parent, exist_ok=True)
+        self.dir = os.path.join(parent, part_id)
+        self.lock_path = self.dir + ".lock"
+        tmp = f"{self.lock_path}.{os.getpid()}.tmp"
+        self._fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.rename(tmp, self.lock_path)
+            os.mkdir(self.dir)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Removes the directory, then the lock file, then releases the lock."""
+        shutil.rmtree(self.dir, ignore_errors=True)
+        try:
+            os.unlink(self.lock_path)
+        except FileNotFoundError:
+            pass
+        os.close(self._fd)
+
+
+def clean_scratch(parent: str, grace_seconds: float = SCRATCH_GRACE_SECONDS) -> list[str]:
+    """Removes the scratch parts under ``parent`` whose writer is gone (its lock file is not
+    locked), and entries without a lock file older than ``grace_seconds``. Returns the part ids
+    removed. A live writer's scratch is never removed: it holds its lock."""
+    removed: list[str] = []
+    try:
+        names = os.listdir(parent)
+    except FileNotFoundError:
+        return removed
+    now = time.time()
+    for name in sorted(names):
+        path = os.path.join(parent, name)
+        if name.endswith(".lock"):
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except FileNotFoundError:
+                continue  # its writer finished meanwhile
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a live writer
+                part = path[: -len(".lock")]
+                shutil.rmtree(part, ignore_errors=True)
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+                removed.append(os.path.basename(part))
+            finally:
+                os.close(fd)
+            continue
+        if name.endswith(".tmp") or not os.path.exists(path + ".lock"):
+            try:
+                age = now - os.lstat(path).st_mtime
+            except FileNotFoundError:
+                continue
+            if age > grace_seconds and not os.path.exists(path + ".lock"):
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    try:
+                        os.unlink(path)
+                    except FileNotFoundError:
+                        pass
+                removed.append(name)
+    return removed
 
 
 @dataclass(frozen=True)
@@ -113,13 +220,20 @@ class Datasink(_RayDatasink):  # type: ignore[misc,valid-type]
             os.makedirs(os.path.join(self.url, "parts"), exist_ok=True)
 
     def write(self, blocks: Iterable[Any], ctx: Any) -> WrittenPart:
-        task = int(ctx.task_idx)
+        return self._write_part(int(ctx.task_idx), blocks, keep_empty=False)
+
+    def _write_part(self, task: int, blocks: Iterable[Any], *, keep_empty: bool) -> WrittenPart:
+        """Writes ``blocks`` as one new part (pushed, for an object store); a part of no records
+        is dropped unless ``keep_empty``."""
         # A new id per attempt: a retried task never collides with what its first attempt left.
         part_id = f"{task:06d}-{uuid.uuid4().hex[:16]}"
-        remote = _is_url(self.url)
-        scratch = tempfile.mkdtemp(prefix="zrecord-part-") if remote else None
+        scratch = None
+        if _is_url(self.url):
+            parent = scratch_parent(self.url)
+            clean_scratch(parent)
+            scratch = _Scratch(parent, part_id)
         path = (
-            os.path.join(scratch, part_id)
+            os.path.join(scratch.dir, part_id)
             if scratch is not None
             else os.path.join(self.url, "parts", part_id)
         )
@@ -135,7 +249,7 @@ class Datasink(_RayDatasink):  # type: ignore[misc,valid-type]
                         continue
                     start, stop = w.append_arrow(acc.to_arrow())
                     records += stop - start
-            if records == 0:
+            if records == 0 and not keep_empty:
                 shutil.rmtree(path, ignore_errors=True)
                 return WrittenPart(task, None, 0)
             if scratch is not None:
@@ -145,7 +259,7 @@ class Datasink(_RayDatasink):  # type: ignore[misc,valid-type]
             return WrittenPart(task, path, records)
         finally:
             if scratch is not None:
-                shutil.rmtree(scratch, ignore_errors=True)
+                scratch.close()
 
     def on_write_complete(self, write_result: Any) -> None:
         # One part per task, in task order. Ray returns each finished task's value once; should
@@ -156,6 +270,22 @@ class Datasink(_RayDatasink):  # type: ignore[misc,valid-type]
             if isinstance(w, WrittenPart):
                 by_task.setdefault(w.task, w)
         parts = [by_task[t].part for t in sorted(by_task) if by_task[t].part is not None]
+        if _is_url(self.url):
+            # Every write task has finished: what is left of this collection's scratch on this
+            # host is a killed attempt's (a later write's live tasks hold their locks).
+            clean_scratch(scratch_parent(self.url))
+        if not parts:
+            try:
+                # Into an existing collection: adds nothing, creates no manifest.
+                self.report = commit_parts(self.url, [], storage_options=self.storage_options)
+                return
+            except _zrecord.ConfigError as e:
+                if "at least one part" not in str(e):
+                    raise
+            # No rows at all, into a new collection (its schema comes from its first part):
+            # one empty part, so the collection exists and reads as an empty dataset.
+            empty = self._write_part(0, [], keep_empty=True).part
+            parts = [empty] if empty is not None else []
         self.report = commit_parts(self.url, parts, storage_options=self.storage_options)
 
 

@@ -12,6 +12,7 @@ pub mod dtype;
 pub mod entry;
 pub mod meta;
 pub mod npy;
+pub mod source;
 
 /// The newest format version this build reads and writes. A dataset is written at the lowest
 /// version that holds it ([`meta::Meta::required_version`]): 1 unless a field uses zstd, so a

@@ -10,18 +10,18 @@ use std::sync::Arc;
 
 use super::RemoteManifests;
 use crate::error::{Error, Result};
-use crate::format::collection::{valid_part_id, ManifestField, PartMeta, MAX_PART_ID_BYTES};
+use crate::format::collection::{valid_part_id, ManifestField, PartMeta};
 use crate::format::meta::Meta;
+use crate::format::source::{candidate_id, PartSource, SOURCE_FILE};
 use crate::remote::manifest::{latest, slot_key, Manifest};
 use crate::remote::push::{honours_conditional_create, push, TransferOptions};
-use crate::remote::store::{block_on, Store};
+use crate::remote::store::{block_on, Create, Store};
 use crate::store::collection::append::{append_parts, Collection};
 use crate::store::collection::manifests::ManifestStore;
 use crate::store::collection::options::stepper;
 use crate::store::collection::place::hold_writer_lock;
-use crate::store::collection::{
-    id_of, schema_difference, unique_word, CommitOptions, CommitReport, CommitStep,
-};
+use crate::store::collection::source;
+use crate::store::collection::{id_of, schema_difference, CommitOptions, CommitReport, CommitStep};
 use crate::store::snapshot::read_meta;
 
 /// Where a given part is.
@@ -50,9 +50,9 @@ struct Given {
 ///
 /// A part is the URL of a dataset pushed under `<url>/parts/<id>` (taken in place, pinned at its
 /// latest commit's generation and length), or a local dataset directory, pushed to
-/// `<url>/parts/<id>` first (`id` from the directory's name as locally; a different dataset
-/// there already makes the id take a unique suffix; the same commit there already, from an
-/// earlier attempt, is taken as it is). Every part is checked first (a dataset with the
+/// `<url>/parts/<id>` first (`id` from the directory's name as locally; another part there
+/// already makes the id take a suffix; a part there with this directory's provenance record,
+/// `parts/<id>/_source`, and the same commit, from an earlier attempt, is taken as it is). Every part is checked first (a dataset with the
 /// collection's schema: the first commit's first part sets it). Then manifest N+1 is created
 /// with the latest manifest's parts followed by the given ones with a conditional `PUT`
 /// (`If-None-Match: *`); if another committer took N+1, the commit rebases on it and tries
@@ -258,9 +258,14 @@ fn check_schema(fields: &[ManifestField], g: &Given) -> Result<()> {
 }
 
 /// Pushes the local dataset `dir` (whose `meta.json` read `meta_text`) under `parts/<id>`: `id`
-/// from its name, or with a unique suffix if a different dataset (or another part of this call,
-/// `placed_now`) is there. The same commit there already (an earlier attempt pushed it) is
-/// taken as it is. Returns the part as the store has it.
+/// from its name, or with a suffix derived from its provenance record if another part (or
+/// another part of this call, `placed_now`) is there, the same suffixes in the same order on
+/// every attempt. Before it pushes, it claims the id by creating `parts/<id>/_source` (the
+/// record: this host, `dir`'s path, the nonce written once into `dir`) with a conditional
+/// create. A part found under an id is this part's earlier push only by the rule every commit
+/// uses ([`source::is_earlier_copy`]: the same record, the same `meta.json` text); a claim of
+/// ours without a dataset yet (a push cut short) is pushed again. Returns the part as the
+/// store has it.
 fn place(
     store: &Arc<Store>,
     dir: &Path,
@@ -268,24 +273,37 @@ fn place(
     placed_now: &HashSet<String>,
     transfer: &TransferOptions,
 ) -> Result<PartMeta> {
+    let mine = source::ensure(dir, false)?;
     let base = id_of(dir);
-    let mut id = base.clone();
     // The store was probed (or declared single-writer) once for the whole commit.
     let options = transfer.clone().single_writer(true);
-    for _ in 0..64 {
+    for attempt in 0..64 {
+        let id = candidate_id(&base, &mine, attempt);
+        if placed_now.contains(&id) {
+            continue;
+        }
         let ours = match pushed(store, &id)? {
-            Some((text, _)) => !placed_now.contains(&id) && text.as_bytes() == meta_text,
-            None if placed_now.contains(&id) => false,
+            Some((text, _)) => source::is_earlier_copy(
+                &mine,
+                meta_text,
+                remote_source(store, &id)?.as_ref(),
+                text.as_bytes(),
+            ),
+            None if !claim(store, &id, &mine)? => false,
             None => match push(dir, &store.object_url(&format!("parts/{id}")), &options) {
                 Ok(_) => true,
-                // Another committer pushed to this id at the same moment.
-                Err(Error::PublishConflict { .. }) => false,
+                // A dataset pushed there at the same moment by a writer that claims nothing
+                // (a task pushing its own part): not ours, and neither is the record we left.
+                Err(Error::PublishConflict { .. }) => {
+                    let (s, key) = (Arc::clone(store), source_key(&id));
+                    block_on(async move { s.delete(&key).await })??;
+                    false
+                }
                 Err(e) => return Err(e),
             },
         };
         if ours {
-            // What the store holds now: the commit pushed (a local writer may have committed
-            // again since `meta_text` was read; the part is what was pushed).
+            // What the store holds now: the commit pushed.
             let meta = pushed_meta(store, &id)?.ok_or_else(|| {
                 Error::internal(format!("part {id} has no commit right after its push"))
             })?;
@@ -296,12 +314,39 @@ fn place(
                 generation: meta.generation,
             });
         }
-        id = format!("{base}-{:016x}", unique_word());
-        debug_assert!(id.len() <= MAX_PART_ID_BYTES);
     }
     Err(Error::internal(format!(
         "no free part id for {} under {}/parts",
         dir.display(),
         store.url()
     )))
+}
+
+/// The key of part `id`'s provenance record.
+fn source_key(id: &str) -> String {
+    format!("parts/{id}/{SOURCE_FILE}")
+}
+
+/// Part `id`'s provenance record on the store; `None` if it has none (or an unreadable one).
+fn remote_source(store: &Arc<Store>, id: &str) -> Result<Option<PartSource>> {
+    let (s, key) = (Arc::clone(store), source_key(id));
+    let bytes = block_on(async move {
+        match s.head(&key).await? {
+            Some(_) => s.get(&key).await.map(Some),
+            None => Ok(None),
+        }
+    })??;
+    Ok(bytes.and_then(|b| PartSource::decode(&b).ok()))
+}
+
+/// Claims id `id` for a part from `mine`: creates `parts/<id>/_source` unless it exists. True if
+/// this call created it, or it holds `mine` already (an earlier attempt's claim).
+fn claim(store: &Arc<Store>, id: &str, mine: &PartSource) -> Result<bool> {
+    let (s, key) = (Arc::clone(store), source_key(id));
+    let body = bytes::Bytes::from(mine.encode());
+    let created = block_on(async move { s.create(&key, body).await })??;
+    Ok(match created {
+        Create::Created => true,
+        Create::Exists | Create::Maybe => remote_source(store, id)?.as_ref() == Some(mine),
+    })
 }

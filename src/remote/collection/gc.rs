@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use super::RemoteManifests;
 use crate::error::{Error, Result};
+use crate::format::source::SOURCE_FILE;
 use crate::remote::manifest::{COMMITS, PROBES};
 use crate::remote::store::{block_on, Store, StoreOptions};
 use crate::store::collection::gc::{is_older, referenced, GcReport};
@@ -71,9 +72,12 @@ pub(crate) fn gc_url(
             report.kept.push(id);
             continue;
         }
-        // Its commits first: what is left of a deletion cut short is no dataset.
+        // Its commits first: what is left of a deletion cut short is no dataset; its
+        // provenance record last: it is removed with the part, never before its data.
         let commits = format!("parts/{id}/{COMMITS}/");
-        p.keys.sort_by_key(|k| !k.starts_with(&commits));
+        let record = format!("parts/{id}/{SOURCE_FILE}");
+        p.keys
+            .sort_by_key(|k| (!k.starts_with(&commits), *k == record));
         delete_all(&store, p.keys)?;
         report.removed.push(id);
         report.bytes_freed = report.bytes_freed.saturating_add(p.bytes);

@@ -7,18 +7,21 @@
 //! before any manifest names it; a manifest is written and fsynced under a hidden name, then
 //! linked to its number (the only step a reader sees). A committer killed at any step leaves
 //! the last complete manifest, every part of which is present; a moved part no manifest names
-//! yet is taken by a retry of the same commit (or left for `gc`).
+//! yet is taken by a retry of the same commit, found by its provenance record (`source.rs`), or
+//! left for `gc`.
 
 use super::append::{append_parts, Collection};
 use super::manifests::{LocalManifests, ManifestStore};
 use super::options::{stepper, CommitOptions, CommitReport, CommitStep};
-use super::place::{hold_writer_lock, move_part, remove_part, same_files, touch, Placed};
+use super::place::{hold_writer_lock, move_part, remove_part, touch, Placed};
 use super::schema_difference;
+use super::source;
 use crate::error::{Error, Result};
 use crate::format::collection::{
     part_path, valid_part_id, ManifestField, PartMeta, MAX_PART_ID_BYTES,
 };
 use crate::format::meta::Meta;
+use crate::format::source::candidate_id;
 use crate::io::fs;
 use crate::store::snapshot::read_meta;
 use std::collections::HashSet;
@@ -48,13 +51,16 @@ struct Given {
 /// generation is [`Error::PartChanged`]. If another committer created N+1 first, the commit
 /// rebases on it and tries N+2, and so on.
 ///
-/// A part given by a path that is gone, whose id is a dataset under `<root>/parts/`, was moved
-/// there by an earlier attempt of this commit: it is taken from there. A path that holds only
-/// what is left of a zrecord dataset (no `meta.json`: an earlier attempt's copy was placed and
-/// the original's removal cut short) is taken from there too if no manifest names the part
-/// yet, and the rest removed. A directory holding anything else is never removed: it is
-/// [`Error::NotADataset`]. A part under `<root>/parts/` with the same bytes as a given part is
-/// taken as that part's copy only if no manifest names it and this attempt did not place it.
+/// Before a part is placed, a provenance record (`_source`: this host, the part's absolute
+/// path, a nonce drawn once for the dataset there) is written into it, so it goes wherever the
+/// part goes. A part given by a path that is gone was moved under `<root>/parts/` by an earlier
+/// attempt: it is taken from there, found by its record (the newest part whose record names
+/// this path, under its plain id or a suffixed one). A path that holds only what is left of a
+/// zrecord dataset (no `meta.json`: an earlier attempt's copy was placed and the original's
+/// removal cut short) is taken from there too if no manifest names the part yet, and the rest
+/// removed. A directory holding anything else is never removed: it is
+/// [`Error::NotADataset`]. A part under `<root>/parts/` is taken as a given part's copy only if
+/// it holds the given part's record and `meta.json` text, whatever else their bytes say.
 ///
 /// # Errors
 /// As above; [`Error::WriterBusy`] for a part a writer has open; [`Error::InvalidConfig`] for
@@ -113,13 +119,13 @@ pub fn commit(
 
     // 2. Place every part under parts/.
     let mut placed: Vec<PartMeta> = Vec::with_capacity(given.len());
-    // Ids placed by this attempt: a part with the same bytes as one of them is another part.
+    // Ids placed by this attempt: never taken again for another given part.
     let mut placed_now: HashSet<String> = HashSet::new();
     for (index, g) in given.iter().enumerate() {
         let id = match &g.inside {
             Some(id) => id.clone(),
             None => {
-                let (id, lock) = place(&g.src, &parts_dir, &committed, &placed_now)?;
+                let (id, lock) = place(&g.src, &parts_dir, &placed_now)?;
                 if let Some(lock) = lock {
                     locks.push((parts_dir.join(&id), lock));
                 }
@@ -196,26 +202,28 @@ fn check_part(parts_dir: &Path, path: &Path, committed: &HashSet<String>) -> Res
         _ => false,
     };
     // Moved (or copied, its original then partly removed, `meta.json` first) by an earlier
-    // attempt that did not finish: the part is the one under parts/ of the same id, and the
-    // path is gone, or holds only what is left of a zrecord dataset and no manifest names the
-    // part yet (never anything else: a directory that is not recognisably the rest of a copied
-    // part is not touched, and is `NotADataset`).
-    let id = if inside { raw.to_string() } else { id_of(path) };
-    let name = id.as_str();
-    let earlier = parts_dir.join(name);
-    let gone = std::fs::symlink_metadata(path).is_err();
-    let moved_before = !inside
-        && !crate::store::layout::meta(path).exists()
-        && crate::store::layout::meta(&earlier).exists()
-        && (gone || (!committed.contains(name) && is_rest_of_a_dataset(path)));
-    let (src, inside) = if moved_before {
-        if !gone {
-            remove_part(path)?;
+    // attempt that did not finish: the part is the one under parts/ whose record says it came
+    // from this path (under its plain id or a suffixed one), and the path is gone, or holds
+    // only what is left of a zrecord dataset and no manifest names the part yet (never anything
+    // else: a directory that is not recognisably the rest of a copied part is not touched, and
+    // is `NotADataset`).
+    let mut id = if inside { raw.to_string() } else { id_of(path) };
+    let mut src = path.to_path_buf();
+    let mut inside = inside;
+    if !inside && !crate::store::layout::meta(path).exists() {
+        let gone = std::fs::symlink_metadata(path).is_err();
+        if gone || is_rest_of_a_dataset(path) {
+            if let Some(found) = earlier_placement(parts_dir, path, gone, committed)? {
+                if !gone {
+                    remove_part(path)?;
+                }
+                src = parts_dir.join(&found);
+                id = found;
+                inside = true;
+            }
         }
-        (earlier, true)
-    } else {
-        (path.to_path_buf(), inside)
-    };
+    }
+    let name = id.as_str();
     if inside && !valid_part_id(name) {
         return Err(Error::InvalidConfig {
             reason: format!(
@@ -244,6 +252,30 @@ fn check_part(parts_dir: &Path, path: &Path, committed: &HashSet<String>) -> Res
         inside: inside.then(|| name.to_string()),
         meta,
     })
+}
+
+/// The part under `parts_dir` that an earlier attempt placed from `path` (which is `gone`, or
+/// holds only the rest of a dataset whose copy was placed): the newest part whose record names
+/// this host and path (and the rest's nonce, if its record is still there); for the rest of a
+/// copy, only one no manifest names yet. A part placed by a build that wrote no record is found
+/// by its plain id, as that build found it, if it has no record.
+fn earlier_placement(
+    parts_dir: &Path,
+    path: &Path,
+    gone: bool,
+    committed: &HashSet<String>,
+) -> Result<Option<String>> {
+    let left = if gone { None } else { source::read(path) };
+    let usable = |id: &str| gone || !committed.contains(id);
+    if let Some(id) = source::find_placed(parts_dir, path, left.as_ref().map(|r| r.nonce.as_str()))?
+    {
+        return Ok(usable(&id).then_some(id));
+    }
+    let plain = id_of(path);
+    let dir = parts_dir.join(&plain);
+    let old = crate::store::layout::meta(&dir).exists()
+        && !dir.join(crate::format::source::SOURCE_FILE).exists();
+    Ok((old && usable(&plain)).then_some(plain))
 }
 
 /// Checks a part's schema against the collection's.
@@ -282,52 +314,55 @@ fn is_rest_of_a_dataset(dir: &Path) -> bool {
                     || name.ends_with(".zdict")
                     || name == layout::LOCK
                     || name == layout::META_TMP
+                    || name == crate::format::source::SOURCE_FILE
+                    || name == source::SOURCE_TMP
             }
         }
     })
 }
 
 /// Moves the part at `src` under `parts_dir`: under its name, or (taken by a different part)
-/// under its name with a unique suffix. Returns its id. A target with the same files as `src`
-/// is taken as this part's own copy, placed by an earlier attempt cut short before it removed
-/// the original, only if no manifest names it (`committed`) and this attempt did not place it
-/// (`placed_now`) and no other commit holds it (its writer lock is free; it is then held until
-/// the commit returns, and returned): otherwise it is another part that happens to hold the
-/// same bytes.
+/// under its name with a suffix derived from its provenance record (written into `src` first,
+/// so it goes with the part: `_source`), the same suffixes in the same order on every attempt.
+/// Returns its id. A taken id is this part's own copy, placed by an earlier attempt cut short
+/// before it removed the original, only by the rule every commit uses
+/// ([`source::is_earlier_copy`]: the same record and the same `meta.json` text), and only if
+/// this attempt did not place it (`placed_now`) and no other commit holds it (its writer lock
+/// is free; it is then held until the commit returns, and returned): otherwise it is another
+/// part, whatever bytes it holds.
 fn place(
     src: &Path,
     parts_dir: &Path,
-    committed: &HashSet<String>,
     placed_now: &HashSet<String>,
 ) -> Result<(String, Option<Box<dyn crate::io::vfs::VfsLock>>)> {
+    let mine = source::ensure(src, true)?;
+    let meta_file = crate::store::layout::meta(src);
+    let my_meta = std::fs::read(&meta_file).map_err(|e| Error::io(&meta_file, "read", e))?;
     let base = id_of(src);
-    let mut id = base.clone();
-    for _ in 0..64 {
+    for attempt in 0..64 {
+        let id = candidate_id(&base, &mine, attempt);
         let target = parts_dir.join(&id);
-        let may_be_ours = !committed.contains(&id) && !placed_now.contains(&id);
         match move_part(src, parts_dir, &target)? {
             Placed::Moved => {
                 touch(&target)?;
                 return Ok((id, None));
             }
-            // A copy that a killed committer placed and did not get to remove the original of
-            // (a part another commit is placing right now holds its writer lock).
-            Placed::Taken if may_be_ours => {
+            Placed::Taken if !placed_now.contains(&id) => {
                 let lock = match hold_writer_lock(&target) {
-                    Ok(lock) => Some(lock),
-                    Err(Error::WriterBusy { .. }) => None,
+                    Ok(lock) => lock,
+                    Err(Error::WriterBusy { .. }) => continue,
                     Err(e) => return Err(e),
                 };
-                if lock.is_some() && same_files(src, &target)? {
+                let found_meta =
+                    std::fs::read(crate::store::layout::meta(&target)).unwrap_or_default();
+                let found = source::read(&target);
+                if source::is_earlier_copy(&mine, &my_meta, found.as_ref(), &found_meta) {
                     remove_part(src)?;
                     touch(&target)?;
-                    return Ok((id, lock));
+                    return Ok((id, Some(lock)));
                 }
-                id = format!("{base}-{:016x}", super::unique_word());
             }
-            Placed::Taken => {
-                id = format!("{base}-{:016x}", super::unique_word());
-            }
+            Placed::Taken => {}
         }
     }
     Err(Error::internal(format!(

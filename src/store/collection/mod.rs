@@ -15,6 +15,8 @@
 //! gc.rs         gc(): remove the parts no manifest names once they are older than a limit
 //! place.rs      moving a part under parts/ (rename, or copy + fsync + remove across file
 //!               systems)
+//! source.rs     a part's provenance record (`_source`): where it came from, the one rule by
+//!               which a commit (local or remote) takes a part it finds for its own earlier copy
 //! open.rs       CollectionDir, the Location whose snapshot is the latest manifest's parts
 //! ```
 //!
@@ -28,6 +30,7 @@ pub(crate) mod manifests;
 pub(crate) mod open;
 pub(crate) mod options;
 pub(crate) mod place;
+pub(crate) mod source;
 
 pub use committer::commit;
 #[cfg(feature = "remote")]
