@@ -153,6 +153,27 @@ fn checkpoints_of_0_1_merge_elastically_into_its_order() {
 }
 
 #[test]
+fn the_sequential_baseline_of_a_0_1_merge_is_its_loader() {
+    // `elastic_chain` of a merged 0.1 checkpoint (the sequential baseline of the resumed
+    // loader) runs 0.1's order too: its residual segments name 0.1's positions.
+    let states: Vec<LoaderState> = [RANK0_0_1, RANK1_0_1]
+        .iter()
+        .map(|j| serde_json::from_str(j).unwrap())
+        .collect();
+    for rank in 0..3 {
+        let b = builder().shard(ShardConfig::default().total(3).index(rank));
+        let merged = b.merge_checkpoints(&states).unwrap();
+        let loader = rest(&mut b.clone().resume(&merged).unwrap());
+        let chain = b.elastic_chain(&merged).unwrap();
+        let sequential: Vec<Vec<u64>> = zrecord::pipeline::Stage::cursor(chain)
+            .into_iter()
+            .map(|batch| batch.unwrap().indices())
+            .collect();
+        assert_eq!(sequential, loader, "rank {rank} of 3");
+    }
+}
+
+#[test]
 fn an_old_wrapping_sequential_checkpoint_is_refused() {
     let state: LoaderState = serde_json::from_str(GOLDEN_OLD_SEQUENTIAL).unwrap();
     for mode in [

@@ -460,6 +460,9 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     /// [`Error::InvalidConfig`] for an invalid stage configuration; [`Error::ResumeMismatch`]
     /// for a residual that does not fit this configuration.
     pub fn elastic_chain(&self, state: &LoaderState) -> Result<ElasticChain> {
+        if let Some(earlier) = self.for_checkpoint(Some(state)) {
+            return earlier.elastic_chain(state);
+        }
         self.with_spec(|spec| ElasticChain::new(spec, state.elastic.as_ref(), self.config.shard))
     }
 

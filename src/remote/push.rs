@@ -216,8 +216,29 @@ pub(crate) fn push(
     url: &str,
     options: &TransferOptions,
 ) -> Result<TransferReport> {
+    push_with(local.as_ref(), url, options, Stack::OnAnother)
+}
+
+/// Whether a push may commit on top of another commit than its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stack {
+    /// Yes: a dataset's next generation is committed into the next free slot.
+    OnAnother,
+    /// No: the prefix's latest commit must be this very one, or there must be none (a
+    /// collection's part, which a manifest names by id: another dataset under that id would
+    /// be read in its place). Another one there is [`Error::PublishConflict`].
+    Never,
+}
+
+/// [`push`], stacking as `stack` says.
+pub(crate) fn push_with(
+    local: &Path,
+    url: &str,
+    options: &TransferOptions,
+    stack: Stack,
+) -> Result<TransferReport> {
     options.check()?;
-    let dir = local.as_ref();
+    let dir = local;
     let store = Store::open(url, &options.store)?;
     let not_a_dataset = |e: Error| match e {
         Error::Io { .. } | Error::MetaCorrupt { .. } => Error::NotADataset {
@@ -274,6 +295,14 @@ pub(crate) fn push(
         files.iter().map(|f| f.entry.clone()).collect(),
     );
     let encoded = Bytes::from(manifest.encode()?);
+    if stack == Stack::Never {
+        // Another commit there already: refused before any object is uploaded.
+        let (s, m) = (Arc::clone(&store), manifest.clone());
+        block_on(async move {
+            let current = latest(&s).await?;
+            existing(&s, &m, current.as_ref(), stack).map(|_| ())
+        })??;
+    }
     // One descriptor per upload in flight: within the chunk descriptor budget.
     let concurrency = options.concurrency.min(descriptor_budget()).max(1);
     let s = Arc::clone(&store);
@@ -284,7 +313,7 @@ pub(crate) fn push(
             .try_collect()
             .await?;
         let count = |uploaded: bool| tally(&results, uploaded);
-        let (slot, already_done) = commit(&s, &manifest, encoded).await?;
+        let (slot, already_done) = commit(&s, &manifest, encoded, stack).await?;
         Ok(TransferReport {
             url: s.url().to_string(),
             generation,
@@ -409,18 +438,52 @@ async fn upload(store: Arc<Store>, f: LocalFile, part: usize) -> Result<(bool, u
     Ok((true, entry.size))
 }
 
-/// Writes `manifest` into the next free slot; returns the slot and whether the latest commit
-/// already was this one.
-async fn commit(store: &Store, manifest: &Manifest, encoded: Bytes) -> Result<(u64, bool)> {
+/// The slot of `current` (the store's latest commit) if it is `manifest`; `None` if it is
+/// another commit (or there is none) and `stack` allows committing on top of it.
+///
+/// # Errors
+/// [`Error::PublishConflict`] for another commit under [`Stack::Never`]; a damaged manifest's.
+fn existing(
+    store: &Store,
+    manifest: &Manifest,
+    current: Option<&(u64, Bytes)>,
+    stack: Stack,
+) -> Result<Option<u64>> {
+    let Some((slot, bytes)) = current else {
+        return Ok(None);
+    };
+    let (theirs, _) = Manifest::decode(&store.object_url(&slot_key(*slot)), bytes)?;
+    if &theirs == manifest {
+        return Ok(Some(*slot));
+    }
+    if stack == Stack::Never {
+        return Err(Error::PublishConflict {
+            url: store.url().to_string(),
+            reason: format!(
+                "commit slot {slot} holds another commit than this push's (generation {}, \
+                 other files); nothing is committed on top of it",
+                theirs.generation
+            ),
+        });
+    }
+    Ok(None)
+}
+
+/// Writes `manifest` into the next free slot (under [`Stack::Never`], only if there is no
+/// commit yet); returns the slot and whether the latest commit already was this one.
+async fn commit(
+    store: &Store,
+    manifest: &Manifest,
+    encoded: Bytes,
+    stack: Stack,
+) -> Result<(u64, bool)> {
     let same = |slot: u64, bytes: &[u8]| -> Result<bool> {
         let (theirs, _) = Manifest::decode(&store.object_url(&slot_key(slot)), bytes)?;
         Ok(&theirs == manifest)
     };
     let current = latest(store).await?;
-    if let Some((slot, bytes)) = &current {
-        if same(*slot, bytes)? {
-            return Ok((*slot, true));
-        }
+    if let Some(slot) = existing(store, manifest, current.as_ref(), stack)? {
+        return Ok((slot, true));
     }
     let slot = current.map_or(1, |(s, _)| s.saturating_add(1));
     let key = slot_key(slot);

@@ -44,6 +44,13 @@ use crate::error::Result;
 ///   [`Error::PublishConflict`] naming the URL and the first part that differs; nothing is
 ///   uploaded. Replacing the list would drop the other committer's parts; appending commutes.
 ///
+/// Every part's commit under `<url>/parts/<id>` is compared whole with the local part's (its
+/// files' sizes, CRC32C and BLAKE3 hashes): a manifest lists parts by id, generation and length
+/// only, and ids are directory names, so another collection's part may match those. Another
+/// dataset under a part's id is refused ([`Error::PublishConflict`] naming `<url>/parts/<id>`)
+/// before anything of that part is uploaded, and never committed over. A rerun therefore reads
+/// (hashes) every local part again; it uploads nothing that is there.
+///
 /// Two pushes of one collection at once both succeed where the conditional create is atomic:
 /// one creates the manifest, the other finds it listing its parts and reports it as already
 /// done; each part is listed once. [`TransferReport::generation`] is the local manifest's
@@ -105,7 +112,10 @@ pub fn push(
 /// holds a lock on the directory itself). [`TransferReport::already_done`] means every file of
 /// every part checked and no manifest was added; [`TransferReport::generation`] is the local
 /// manifest's number (the local committer numbers its own), [`TransferReport::slot`] the
-/// store's, and [`TransferReport::parts`] their count. A part object that does not match its checksum fails the pull with
+/// store's, and [`TransferReport::parts`] their count. A part whose commit on the store is not
+/// the one the manifest pins (its generation, length and fields: another dataset pushed under
+/// its id since) fails the pull ([`Error::PartChanged`], [`Error::RemoteCorrupt`] or
+/// [`Error::PartMismatch`]) before any local manifest names it. A part object that does not match its checksum fails the pull with
 /// [`Error::RemoteCorrupt`] naming it, before any manifest names the part.
 ///
 /// # Errors
@@ -113,7 +123,8 @@ pub fn push(
 /// does not match its manifest; [`Error::InvalidConfig`] if `local` holds another dataset, or a
 /// collection where `url` holds a dataset (or the reverse), or another collection;
 /// [`Error::PartChanged`] for a part on the store no longer at the generation its manifest
-/// pins; [`Error::Remote`] for a request that failed after its retries; [`Error::Io`] for local
+/// pins, [`Error::RemoteCorrupt`] for one of another length, [`Error::PartMismatch`] for one
+/// with other fields; [`Error::Remote`] for a request that failed after its retries; [`Error::Io`] for local
 /// file work that failed (a file that does not read back as written among them).
 ///
 /// [`Error::WriterBusy`]: crate::Error::WriterBusy
@@ -121,6 +132,7 @@ pub fn push(
 /// [`Error::RemoteCorrupt`]: crate::Error::RemoteCorrupt
 /// [`Error::InvalidConfig`]: crate::Error::InvalidConfig
 /// [`Error::PartChanged`]: crate::Error::PartChanged
+/// [`Error::PartMismatch`]: crate::Error::PartMismatch
 /// [`Error::Remote`]: crate::Error::Remote
 /// [`Error::Io`]: crate::Error::Io
 pub fn pull(

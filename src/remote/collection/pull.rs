@@ -16,7 +16,8 @@ use crate::remote::pull::pull;
 use crate::remote::push::{TransferOptions, TransferReport};
 use crate::remote::store::Store;
 use crate::store::collection::manifests::{LocalManifests, ManifestStore};
-use crate::store::collection::{commit, CommitOptions};
+use crate::store::collection::{commit, schema_difference, CommitOptions};
+use crate::store::snapshot::read_meta;
 
 /// Pulls the collection at `store` into `root` (see [`crate::remote::pull`], "Collections").
 pub(crate) fn pull_collection(
@@ -76,6 +77,27 @@ pub(crate) fn pull_collection(
                 path: url.into(),
                 expected: part.generation,
                 found: r.generation,
+            });
+        }
+        // The generation alone does not make it the pinned commit: another dataset pushed
+        // under the part's id is at generation 1 too. A reader checks the length and the
+        // fields as well; so does the pull, before any local manifest names the part.
+        let (_, meta) = read_meta(&dir)?;
+        if meta.len != part.len {
+            return Err(Error::RemoteCorrupt {
+                object: url,
+                reason: format!(
+                    "part {:?} has {} records at generation {}, the manifest says {}",
+                    part.id, meta.len, part.generation, part.len
+                ),
+            });
+        }
+        if let Some((field, reason)) = schema_difference(&theirs.fields, &meta.fields) {
+            return Err(Error::PartMismatch {
+                part: part.id.clone(),
+                path: dir,
+                field,
+                reason,
             });
         }
         report.transferred = add(report.transferred, r.transferred);

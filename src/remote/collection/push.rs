@@ -1,7 +1,9 @@
 //! Pushing a local collection to an object store: each part of its latest manifest goes to
 //! `<url>/parts/<id>` (the dataset push: content-addressed data objects, the part's commit
 //! last), then a manifest listing exactly those parts, in the same order, is created with a
-//! conditional `PUT`. Parts the store's latest manifest lists already are not pushed again.
+//! conditional `PUT`. A part's commit already there is not pushed again, but only if it is the
+//! local part's own (its files' content hashes): never on the word of a manifest listing the
+//! same id, generation and length.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -10,9 +12,10 @@ use super::mirror::{compare, Target};
 use super::RemoteManifests;
 use crate::error::{Error, Result};
 use crate::format::collection::{Manifest, PartMeta};
-use crate::remote::manifest::{latest, slot_key, Manifest as Commit};
-use crate::remote::push::{push, require_conditional_create, TransferOptions, TransferReport};
-use crate::remote::store::{block_on, Store};
+use crate::remote::push::{
+    push_with, require_conditional_create, Stack, TransferOptions, TransferReport,
+};
+use crate::remote::store::Store;
 use crate::store::collection::manifests::{LocalManifests, ManifestStore};
 use crate::store::snapshot::read_meta;
 
@@ -53,24 +56,29 @@ pub(crate) fn push_collection(
         parts: Some(ours.parts.len() as u64),
     };
     let theirs = manifests.latest()?;
-    let listed = match compare(&ours, theirs.as_ref()) {
-        Target::Same => {
-            report.slot = theirs.map_or(0, |m| m.number);
-            report.already_done = true;
-            return Ok(report);
-        }
-        Target::Prefix(n) => n,
+    let same = match compare(&ours, theirs.as_ref()) {
+        Target::Same => true,
+        Target::Prefix(_) => false,
         Target::Diverged(why) => return Err(diverged(why)),
     };
 
-    // 1. The parts the store's manifest does not list yet (one pushed by an earlier attempt
-    // of this push is found committed and skipped; one cut short uploads what is missing).
-    // The store was probed (or declared single-writer) once for the whole push.
+    // 1. Every part, those the store's manifest lists already too: the manifests compare parts
+    // by id, generation and length only, and ids are directory names ("part-0"), so another
+    // collection's part may match. A part's commit under `parts/<id>` must be the local part's
+    // own (its files' content hashes): one there already is skipped (an earlier attempt's,
+    // or an earlier push's), one cut short uploads what is missing, another dataset's is
+    // refused and never committed on top of. The store was probed (or declared single-writer)
+    // once for the whole push.
     let each = options.clone().single_writer(true);
-    for part in ours.parts.get(listed..).unwrap_or_default() {
+    for part in &ours.parts {
         let r = push_part(root, &store, part, &each)?;
         report.transferred = add(report.transferred, r.transferred);
         report.skipped = add(report.skipped, r.skipped);
+    }
+    if same {
+        report.slot = theirs.map_or(0, |m| m.number);
+        report.already_done = true;
+        return Ok(report);
     }
 
     // 2. The manifest: the local list, exactly, as the store's next number. Another push of
@@ -100,8 +108,9 @@ pub(crate) fn push_collection(
     }
 }
 
-/// Pushes local part `part` of the collection at `root` to `<store>/parts/<id>`, unless that
-/// commit is there already; refuses another dataset there.
+/// Pushes local part `part` of the collection at `root` to `<store>/parts/<id>`: done already
+/// if the commit there is this part's (every object found, counted as skipped); refused if it
+/// is another dataset's, which is never committed on top of.
 fn push_part(
     root: &Path,
     store: &Arc<Store>,
@@ -109,7 +118,7 @@ fn push_part(
     options: &TransferOptions,
 ) -> Result<TransferReport> {
     let dir = root.join("parts").join(&part.id);
-    let (text, meta) = read_meta(&dir)?;
+    let (_, meta) = read_meta(&dir)?;
     if meta.generation != part.generation {
         return Err(Error::PartChanged {
             part: part.id.clone(),
@@ -119,23 +128,7 @@ fn push_part(
         });
     }
     let url = store.object_url(&format!("parts/{}", part.id));
-    // The part committed there already (by an earlier attempt, or a push racing this one):
-    // every object of it counts as skipped.
-    let there = |objects: (u64, u64)| TransferReport {
-        url: url.clone(),
-        generation: part.generation,
-        slot: 0,
-        transferred: (0, 0),
-        skipped: objects,
-        already_done: true,
-        parts: None,
-    };
-    match pushed_meta(store, &part.id)? {
-        Some((theirs, objects)) if theirs.as_bytes() == text => return Ok(there(objects)),
-        Some(_) => return Err(another_dataset(&url)),
-        None => {}
-    }
-    match push(&dir, &url, options) {
+    match push_with(&dir, &url, options, Stack::Never) {
         Ok(r) if r.generation == part.generation => Ok(r),
         Ok(r) => Err(Error::PartChanged {
             part: part.id.clone(),
@@ -143,38 +136,23 @@ fn push_part(
             expected: part.generation,
             found: r.generation,
         }),
-        // Another push of this part committed first: the same commit is this one's.
-        Err(Error::PublishConflict { .. }) => match pushed_meta(store, &part.id)? {
-            Some((theirs, objects)) if theirs.as_bytes() == text => Ok(there(objects)),
-            _ => Err(another_dataset(&url)),
-        },
+        // Another dataset's commit there (a push racing this one with the same commit is
+        // found to be this one's: not a conflict).
+        Err(Error::PublishConflict { reason, .. }) => Err(another_dataset(&url, &reason)),
         Err(e) => Err(e),
     }
 }
 
 /// The error for a part id under which the store holds another dataset.
-fn another_dataset(url: &str) -> Error {
+fn another_dataset(url: &str, why: &str) -> Error {
     Error::PublishConflict {
         url: url.to_string(),
-        reason: "another dataset is pushed there (no manifest of the collection lists it yet): \
-                 remove it (zrecord gc) or push the collection to another URL"
-            .into(),
+        reason: format!(
+            "another dataset is pushed there ({why}); a manifest may list it under the same id, \
+             generation and length (part ids are directory names): remove it (zrecord gc) if \
+             no manifest names it, or push the collection to another URL"
+        ),
     }
-}
-
-/// The exact `meta.json` text of the latest commit pushed under `parts/<id>`, and the objects
-/// (files, bytes) it names; `None` if there is none.
-fn pushed_meta(store: &Arc<Store>, id: &str) -> Result<Option<(String, (u64, u64))>> {
-    let child = store.child(&format!("parts/{id}"))?;
-    let c = Arc::clone(&child);
-    let Some((slot, bytes)) = block_on(async move { latest(&c).await })?? else {
-        return Ok(None);
-    };
-    let (commit, _) = Commit::decode(&child.object_url(&slot_key(slot)), &bytes)?;
-    let objects = commit.objects.iter().fold((0u64, 0u64), |(n, b), o| {
-        (n.saturating_add(1), b.saturating_add(o.size))
-    });
-    Ok(Some((commit.meta, objects)))
 }
 
 /// Two (objects, bytes) counts added.
