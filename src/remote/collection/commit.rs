@@ -14,7 +14,7 @@ use crate::format::collection::{valid_part_id, ManifestField, PartMeta};
 use crate::format::meta::Meta;
 use crate::format::source::{candidate_id, PartSource, SOURCE_FILE};
 use crate::remote::manifest::{latest, slot_key, Manifest};
-use crate::remote::push::{honours_conditional_create, push, TransferOptions};
+use crate::remote::push::{honours_conditional_create, push_with, Stack, TransferOptions};
 use crate::remote::store::{block_on, Create, Store};
 use crate::store::collection::append::{append_parts, Collection};
 use crate::store::collection::manifests::ManifestStore;
@@ -290,7 +290,14 @@ fn place(
                 text.as_bytes(),
             ),
             None if !claim(store, &id, &mine)? => false,
-            None => match push(dir, &store.object_url(&format!("parts/{id}")), &options) {
+            // Never on top of a commit found there by then: a part is named by its id, so
+            // another dataset's commit under it would be read in this one's place.
+            None => match push_with(
+                dir,
+                &store.object_url(&format!("parts/{id}")),
+                &options,
+                Stack::Never,
+            ) {
                 Ok(_) => true,
                 // A dataset pushed there at the same moment by a writer that claims nothing
                 // (a task pushing its own part): not ours, and neither is the record we left.
