@@ -319,7 +319,8 @@ impl<S: Stage> Cursor<S> {
                 && !super::description::balanced_network_in(&config)
             {
                 " (the checkpoint was taken by zrecord 0.1, whose shuffled order differs: \
-                 build the sampler with `Sampler::earlier_permutation` to resume it)"
+                 build the sampler with `Sampler::earlier_permutation`, or the mix with \
+                 `Mix::earlier_permutation`, to resume it)"
             } else {
                 ""
             };

@@ -242,6 +242,16 @@ impl Mix {
         Self::with_network(part_lens, config, Network::default())
     }
 
+    /// This mix with zrecord 0.1's shuffled order in its parts' samplers (see
+    /// [`Sampler::earlier_permutation`]), to resume in a hand-built stream chain a checkpoint
+    /// that version took. [`crate::pipeline::Loader`] needs no such call.
+    ///
+    /// # Errors
+    /// As [`Mix::new`] (which this mix's configuration passed already).
+    pub fn earlier_permutation(&self) -> Result<Self> {
+        Self::with_network(&self.0.part_lens, self.0.config.clone(), Network::Balanced)
+    }
+
     /// [`Mix::new`], the parts' shuffled samplers running the permutation of `network` (the
     /// loader passes [`Network::Balanced`] to resume a checkpoint of an earlier version).
     pub(crate) fn with_network(
@@ -565,6 +575,30 @@ mod tests {
             .exhausted(Exhausted::Drop)
             .part_epochs(u64::MAX);
         assert!(err(&[2, 2], drop).contains("overflow"));
+    }
+
+    #[test]
+    fn earlier_permutation_is_0_1s_order_and_its_description() {
+        use super::super::stage::Cursor;
+        let now = Mix::new(&[10, 20], MixConfig::new(vec![1.0, 3.0])).unwrap();
+        let earlier = now.earlier_permutation().unwrap();
+        let (dn, de) = (
+            super::super::describe(&now),
+            super::super::describe(&earlier),
+        );
+        assert!(dn.ends_with(", permutation=2)"), "{dn}");
+        assert_eq!(de, dn.replace(", permutation=2)", ")"));
+        let draws = |m: &Mix| -> Vec<u64> {
+            let mut m = m.clone();
+            (0..30).map(|p| m.get(0, p).unwrap().index).collect()
+        };
+        assert_ne!(draws(&now), draws(&earlier));
+        // A 0.1 cursor state resumes on the earlier order and is refused, with the hint, on
+        // this version's.
+        let state = Cursor::new(earlier.clone()).state();
+        assert!(Cursor::resume(earlier, &state).is_ok());
+        let err = Cursor::resume(now, &state).err().unwrap().to_string();
+        assert!(err.contains("Mix::earlier_permutation"), "{err}");
     }
 
     #[test]
