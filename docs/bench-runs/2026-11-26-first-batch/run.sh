@@ -2,8 +2,9 @@
 # First random batch of 256 over 10M x 64 B on s3s-fs, cold page file, by requests in flight;
 # and the store's limit (one range GET per record, straight through the client).
 set -euo pipefail
-Z=/work/bench-bin/zrecord-sampler-after
-D=/work/fb
+# Z: a release build of zrecord (cargo build --release --features cli); D: a scratch directory.
+Z=${ZRECORD:-target/release/zrecord}
+D=${1:-target/first-batch}
 [ -d $D/ds ] || $Z bench make $D/ds --records 10000000 --record-bytes 64 --json > $D/make.json
 port=39555
 mkdir -p $D/s3/bench
