@@ -5,6 +5,7 @@ set -euo pipefail
 # Z: a release build of zrecord (cargo build --release --features cli); D: a scratch directory.
 Z=${ZRECORD:-target/release/zrecord}
 D=${1:-target/first-batch}
+mkdir -p "$D"
 [ -d $D/ds ] || $Z bench make $D/ds --records 10000000 --record-bytes 64 --json > $D/make.json
 port=39555
 mkdir -p $D/s3/bench
