@@ -3,6 +3,8 @@
 //! once, in the store's order, whose records equal the store's. Against s3s-fs.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+#[path = "support/parts.rs"]
+mod parts;
 #[path = "support/s3.rs"]
 mod s3;
 
@@ -11,28 +13,14 @@ use std::process::{Command, Stdio};
 
 use zrecord::collection::{commit, CommitOptions};
 use zrecord::remote::{push, RemoteConfig, TransferOptions};
-use zrecord::{DType, Dataset, Field, ReadConfig, Schema, Writer, WriterConfig};
+use zrecord::{DType, Dataset, ReadConfig};
+
+use parts::records;
 
 fn make(dir: &Path, seed: u8, n: u32) {
-    let schema = Schema::new()
-        .field(Field::new("x", DType::Bytes))
-        .chunk_size_bytes(8 << 10);
-    let mut w = Writer::create(dir, &schema, WriterConfig::default()).unwrap();
-    for i in 0..n {
-        let len = 100 + (i as usize * 13) % 500;
-        w.append(&[vec![seed.wrapping_add(i as u8); len]]).unwrap();
-    }
-    w.commit().unwrap();
-}
-
-fn records(ds: &Dataset) -> Vec<Vec<u8>> {
-    let all: Vec<u64> = (0..ds.len()).collect();
-    ds.gather_blocking(&all)
-        .unwrap()
-        .into_records()
-        .into_iter()
-        .map(|r| r[0].to_vec())
-        .collect()
+    parts::write(dir, DType::Bytes, Some(8 << 10), n, |i| {
+        vec![seed.wrapping_add(i as u8); 100 + (i as usize * 13) % 500]
+    });
 }
 
 #[test]

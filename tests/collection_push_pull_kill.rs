@@ -4,6 +4,8 @@
 //! no collection or the whole one, never some of its parts. Against s3s-fs.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+#[path = "support/parts.rs"]
+mod parts;
 #[path = "support/s3.rs"]
 mod s3;
 
@@ -13,30 +15,16 @@ use std::time::Duration;
 
 use zrecord::collection::{commit, CommitOptions};
 use zrecord::remote::RemoteConfig;
-use zrecord::{DType, Dataset, Error, Field, ReadConfig, Schema, Writer, WriterConfig};
+use zrecord::{DType, Dataset, Error, ReadConfig};
 
 const PARTS: usize = 4;
 
-fn make(dir: &Path, seed: u8, n: u32) {
-    let schema = Schema::new()
-        .field(Field::new("x", DType::U8))
-        .chunk_size_bytes(128 << 10);
-    let mut w = Writer::create(dir, &schema, WriterConfig::default()).unwrap();
-    for i in 0..n {
-        let len = 900 + (i as usize * 31) % 300;
-        w.append(&[vec![seed.wrapping_add(i as u8); len]]).unwrap();
-    }
-    w.commit().unwrap();
-}
+use parts::records;
 
-fn records(ds: &Dataset) -> Vec<Vec<u8>> {
-    let all: Vec<u64> = (0..ds.len()).collect();
-    ds.gather_blocking(&all)
-        .unwrap()
-        .into_records()
-        .into_iter()
-        .map(|r| r[0].to_vec())
-        .collect()
+fn make(dir: &Path, seed: u8, n: u32) {
+    parts::write(dir, DType::U8, Some(128 << 10), n, |i| {
+        vec![seed.wrapping_add(i as u8); 900 + (i as usize * 31) % 300]
+    });
 }
 
 /// `zrecord ARGS` with the server's credentials, printing JSON.

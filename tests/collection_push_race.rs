@@ -14,35 +14,23 @@
 mod garage;
 #[path = "support/moto.rs"]
 mod moto;
+#[path = "support/parts.rs"]
+mod parts;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use zrecord::collection::{commit, CommitOptions};
 use zrecord::remote::{push, RemoteConfig, TransferOptions};
-use zrecord::{DType, Dataset, Error, Field, ReadConfig, Schema, Writer, WriterConfig};
+use zrecord::{DType, Dataset, Error, ReadConfig};
 
 /// A part of `n` records at `dir`, whose bytes follow from `seed`.
-fn make(dir: &Path, seed: u8, n: u32) {
-    let schema = Schema::new()
-        .field(Field::new("x", DType::Bytes))
-        .chunk_size_bytes(8 << 10);
-    let mut w = Writer::create(dir, &schema, WriterConfig::default()).unwrap();
-    for i in 0..n {
-        let len = 100 + (i as usize * 7) % 400;
-        w.append(&[vec![seed.wrapping_add(i as u8); len]]).unwrap();
-    }
-    w.commit().unwrap();
-}
+use parts::records;
 
-fn records(ds: &Dataset) -> Vec<Vec<u8>> {
-    let all: Vec<u64> = (0..ds.len()).collect();
-    ds.gather_blocking(&all)
-        .unwrap()
-        .into_records()
-        .into_iter()
-        .map(|r| r[0].to_vec())
-        .collect()
+fn make(dir: &Path, seed: u8, n: u32) {
+    parts::write(dir, DType::Bytes, Some(8 << 10), n, |i| {
+        vec![seed.wrapping_add(i as u8); 100 + (i as usize * 7) % 400]
+    });
 }
 
 #[test]

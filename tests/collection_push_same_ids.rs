@@ -5,6 +5,8 @@
 //! reported as already done nor appended to.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+#[path = "support/parts.rs"]
+mod parts;
 #[path = "support/s3.rs"]
 mod s3;
 
@@ -12,17 +14,15 @@ use std::path::Path;
 
 use zrecord::collection::{commit, CommitOptions};
 use zrecord::remote::{push, RemoteConfig, TransferOptions};
-use zrecord::{DType, Dataset, Error, Field, ReadConfig, Schema, Writer, WriterConfig};
+use zrecord::{DType, Dataset, Error, ReadConfig};
 
 /// A dataset of `n` records at `dir` whose bytes follow from `seed` (same length for any seed).
+use parts::records;
+
 fn make(dir: &Path, seed: u8, n: u32) {
-    let schema = Schema::new().field(Field::new("x", DType::U8));
-    let mut w = Writer::create(dir, &schema, WriterConfig::default()).unwrap();
-    for i in 0..n {
-        w.append(&[vec![seed.wrapping_add(i as u8); 10 + (i as usize % 7)]])
-            .unwrap();
-    }
-    w.commit().unwrap();
+    parts::write(dir, DType::U8, None, n, |i| {
+        vec![seed.wrapping_add(i as u8); 10 + (i as usize % 7)]
+    });
 }
 
 /// A collection at `root` of parts named `names`, made with `seed`.
@@ -36,16 +36,6 @@ fn collection(root: &Path, src: &Path, names: &[&str], seed: u8) {
         })
         .collect();
     commit(root, &dirs, CommitOptions::default()).unwrap();
-}
-
-fn records(ds: &Dataset) -> Vec<Vec<u8>> {
-    let all: Vec<u64> = (0..ds.len()).collect();
-    ds.gather_blocking(&all)
-        .unwrap()
-        .into_records()
-        .into_iter()
-        .map(|r| r[0].to_vec())
-        .collect()
 }
 
 #[test]

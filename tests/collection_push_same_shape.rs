@@ -4,6 +4,8 @@
 //! manifest lists the part or a push left it there unlisted, and the store keeps what it had.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+#[path = "support/parts.rs"]
+mod parts;
 #[path = "support/s3.rs"]
 mod s3;
 
@@ -46,16 +48,6 @@ fn collection(root: &Path, seed: u8) -> Vec<Vec<u8>> {
     )
     .unwrap();
     model
-}
-
-fn all(ds: &Dataset) -> Vec<Vec<u8>> {
-    let idx: Vec<u64> = (0..ds.len()).collect();
-    ds.gather_blocking(&idx)
-        .unwrap()
-        .into_records()
-        .into_iter()
-        .map(|r| r[0].to_vec())
-        .collect()
 }
 
 fn refused_naming(r: zrecord::Result<zrecord::remote::TransferReport>, part: &str) {
@@ -108,7 +100,7 @@ fn a_collection_written_again_is_not_taken_for_the_pushed_one() {
             .cache_dir(&cache),
     )
     .unwrap();
-    assert_eq!(all(&remote), first);
+    assert_eq!(parts::records(&remote), first);
     // And the collection written again pushes fine elsewhere.
     let url3 = server.url("bench/coll3");
     assert!(
