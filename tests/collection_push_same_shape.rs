@@ -13,7 +13,7 @@ use std::path::Path;
 
 use zrecord::collection::{commit, CommitOptions};
 use zrecord::remote::{push, RemoteConfig, TransferOptions};
-use zrecord::{DType, Dataset, Error, Field, ReadConfig, Schema, Writer, WriterConfig};
+use zrecord::{DType, Error, Field, ReadConfig, Schema, Writer, WriterConfig};
 
 /// A raw part of `n` records of 40 bytes at `dir`, each byte `seed + record + position`: the
 /// same `meta.json` for every seed (lengths and chunk sizes do not depend on it).
