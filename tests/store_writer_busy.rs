@@ -7,10 +7,6 @@ use std::process::{Command, Stdio};
 use zrecord::{DType, Error, Field, Schema, Writer, WriterConfig};
 
 const CHILD_ENV: &str = "ZRECORD_TEST_HOLD_WRITER";
-/// Serialises the two parent tests: a child spawned by one holds a copy of every descriptor of
-/// this process between its fork and its exec, including the other test's lock, which would
-/// make that test's "lock released after drop" check racy.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 const READY: &str = "ZRECORD_CHILD_HOLDS_THE_WRITER";
 
@@ -39,7 +35,6 @@ fn child_holds_writer() {
 
 #[test]
 fn second_process_gets_writer_busy() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("ds");
     make(&dir);
@@ -85,7 +80,6 @@ fn second_process_gets_writer_busy() {
 
 #[test]
 fn second_writer_in_the_same_process_gets_writer_busy() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("ds");
     make(&dir);

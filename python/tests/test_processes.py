@@ -1,6 +1,7 @@
 """Processes: a child forked after the parent used a dataset (and its rings, pools and
 threads) reads right on every backend, and so does a spawned one given the pickled dataset;
-a `Dataset` pickles as its path and options; Ctrl-C interrupts a blocked `next()`."""
+a `Dataset` pickles as its path and options; Ctrl-C interrupts a blocked `next()`; a forked
+child never holds its parent's writer lock."""
 
 from __future__ import annotations
 
@@ -151,6 +152,47 @@ def test_a_forked_child_is_refused_the_parents_loader_and_writer(small, tmp_path
     assert writer.commit() >= 1
     writer.close()
     assert len(zrecord.open(tmp_path / "w.zr")) == 1
+
+
+def _outlive_the_parents_writer(path, conn, go) -> None:
+    try:
+        zrecord.Writer.open(path)
+        conn.send("taken")
+    except zrecord.WriterBusyError:
+        conn.send("refused")
+    except BaseException as e:  # report, never hang the parent
+        conn.send(repr(e))
+    conn.close()
+    go.wait(60)  # lives on, with copies of the parent's descriptors, until the parent reopens
+
+
+def test_a_forked_child_never_keeps_the_parents_writer_busy(tmp_path):
+    # A DataLoader's worker forked while a writer is open must not hold the writer's lock
+    # after the parent closes the writer: the parent's next writer opens at once.
+    path = tmp_path / "w.zr"
+    writer = zrecord.Writer.create(path, {"x": "u8"})
+    writer.append({"x": np.array([1], np.uint8)})
+    ctx = mp.get_context("fork")
+    parent_end, child_end = ctx.Pipe(duplex=False)
+    go = ctx.Event()
+    p = ctx.Process(target=_outlive_the_parents_writer, args=(path, child_end, go))
+    p.start()
+    child_end.close()
+    try:
+        assert parent_end.poll(60), "the child hung"
+        assert parent_end.recv() == "refused"  # the parent holds it
+        writer.commit()
+        writer.close()
+        assert p.is_alive()
+        again = zrecord.Writer.open(path)  # was WriterBusyError: the child held the lock
+        again.append({"x": np.array([2], np.uint8)})
+        again.commit()
+        again.close()
+    finally:
+        go.set()
+        p.join(30)
+    assert p.exitcode == 0
+    assert len(zrecord.open(path)) == 2
 
 
 def test_ctrl_c_never_loses_a_batch(seq_dataset):

@@ -11,6 +11,7 @@
 //!   real file system (`vfs::StdFs`); the simulated and fault-injecting ones the crash and
 //!   I/O-error tests use live outside the product, in the `zrecord-testing` crate (`testing/`).
 //! - `pool`: the worker threads async gathers run on (page faults, checksums, inflate).
+//! - `lock`: exclusive file locks that a child of `fork()` or of a spawn never holds.
 //! - `fork`: the process id, and `ForkLocal`, one value per process: what `fork()`'s child must
 //!   make again (threads, rings, runtimes, registries, budgets) instead of using its parent's.
 //!
@@ -19,6 +20,7 @@
 pub(crate) mod fork;
 pub(crate) mod fs;
 pub(crate) mod job;
+pub(crate) mod lock;
 pub(crate) mod mmap;
 pub(crate) mod pool;
 pub(crate) mod psync;

@@ -240,7 +240,7 @@ impl VfsFile for StdFile {
 
 #[derive(Debug)]
 struct StdLock {
-    _file: File,
+    _lock: super::lock::FileLock,
 }
 
 impl VfsLock for StdLock {}
@@ -306,19 +306,11 @@ impl Vfs for StdFs {
     }
 
     fn lock(&self, path: &Path) -> Result<Box<dyn VfsLock>> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(|e| Error::io(path, "open", e))?;
-        match file.try_lock() {
-            Ok(()) => Ok(Box::new(StdLock { _file: file })),
-            Err(std::fs::TryLockError::WouldBlock) => Err(Error::WriterBusy {
+        match super::lock::FileLock::try_take(path, super::lock::lock_file(path))? {
+            Some(lock) => Ok(Box::new(StdLock { _lock: lock })),
+            None => Err(Error::WriterBusy {
                 path: path.to_path_buf(),
             }),
-            Err(std::fs::TryLockError::Error(e)) => Err(Error::io(path, "lock", e)),
         }
     }
 }

@@ -115,24 +115,21 @@ fn remove_leftovers(dir: &Path) {
 
 /// Takes the writer lock of `dir` for a pull, waiting while another pull (or a writer) holds
 /// it.
-fn lock_dir(dir: &Path) -> Result<File> {
+fn lock_dir(dir: &Path) -> Result<crate::io::lock::FileLock> {
     let path = dir.join(crate::store::layout::LOCK);
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| Error::io(&path, "open", e))?;
-    match file.try_lock() {
-        Ok(()) => return Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => {
-            tracing::info!(dir = %dir.display(), "another pull (or a writer) holds the directory; waiting for it");
-        }
-        Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, "lock", e)),
-    }
-    file.lock().map_err(|e| Error::io(&path, "lock", e))?;
-    Ok(file)
+    let open = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+    };
+    crate::io::lock::FileLock::take_waiting(
+        &path,
+        open,
+        || tracing::info!(dir = %dir.display(), "another pull (or a writer) holds the directory; waiting for it"),
+    )
 }
 
 /// Fetches the latest commit of the dataset at `url` into the local directory `local`: every

@@ -115,15 +115,10 @@ pub(crate) fn pull_collection(
 
 /// Takes a lock on the directory `root` itself (`flock` of its handle: no file is added to the
 /// collection), waiting while another pull holds it.
-fn lock_root(root: &Path) -> Result<File> {
-    let dir = File::open(root).map_err(|e| Error::io(root, "open", e))?;
-    match dir.try_lock() {
-        Ok(()) => return Ok(dir),
-        Err(std::fs::TryLockError::WouldBlock) => {
-            tracing::info!(dir = %root.display(), "another pull holds the collection directory; waiting for it");
-        }
-        Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(root, "lock", e)),
-    }
-    dir.lock().map_err(|e| Error::io(root, "lock", e))?;
-    Ok(dir)
+fn lock_root(root: &Path) -> Result<crate::io::lock::FileLock> {
+    crate::io::lock::FileLock::take_waiting(
+        root,
+        || File::open(root),
+        || tracing::info!(dir = %root.display(), "another pull holds the collection directory; waiting for it"),
+    )
 }

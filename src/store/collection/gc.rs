@@ -150,13 +150,9 @@ pub(crate) fn gc_dir(root: &Path, older_than: Duration, now: SystemTime) -> Resu
         // places it until its manifest is written (and a writer holds it while it writes a
         // part under parts/): such a part is kept, however old its files. Holding the lock
         // also keeps a commit from taking the part while it is removed.
-        let _lock = match super::place::hold_writer_lock(&dir) {
-            Ok(lock) => lock,
-            Err(Error::WriterBusy { .. }) => {
-                report.kept.push(name);
-                continue;
-            }
-            Err(e) => return Err(e),
+        let Some(_lock) = super::place::writer_lock_if_free(&dir)? else {
+            report.kept.push(name);
+            continue;
         };
         // A commit that finished after the manifests were read names the part in a newer one.
         read_new_manifests(&store, &mut read, &mut named)?;

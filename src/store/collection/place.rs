@@ -64,6 +64,14 @@ pub(crate) fn hold_writer_lock(dir: &Path) -> Result<Box<dyn crate::io::vfs::Vfs
     crate::io::vfs::StdFs::shared().lock(&dir.join(crate::store::layout::LOCK))
 }
 
+/// The writer lock of the part dataset at `dir` if it is free at once, tried once (`None` if
+/// it is taken, or a spawned child holds a copy for a moment): for `gc`, which keeps a part
+/// it finds taken.
+pub(crate) fn writer_lock_if_free(dir: &Path) -> Result<Option<crate::io::lock::FileLock>> {
+    let path = dir.join(crate::store::layout::LOCK);
+    crate::io::lock::FileLock::try_take_once(&path, crate::io::lock::lock_file(&path))
+}
+
 /// Sets the modification time of the part directory `dir` to now: a part moved under `parts/`
 /// keeps its files' times, and `gc` counts a part's age from its newest time, so a part written
 /// long ago and being committed now is young while its commit runs.

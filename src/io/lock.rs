@@ -1,0 +1,305 @@
+//! Exclusive file locks (`flock`) that only the process that took them holds.
+//!
+//! An `flock` belongs to an open file description, and a child process gets a copy of every
+//! descriptor its parent has open, close-on-exec or not, until it calls `exec`. So a lock held
+//! at the moment another thread forks or spawns a process is held by that child too: a writer
+//! closed in the parent while the child lives leaves the lock taken, and the next writer of the
+//! dataset gets a spurious [`Error::WriterBusy`] (or a pull waits) until the child is gone. A
+//! child of `fork()` without `exec` (Python's `multiprocessing` and torch's `DataLoader`
+//! workers) can keep it for hours; a child spawned through `posix_spawn` (Rust's and Python's
+//! `subprocess`) keeps it for the moments before its `exec`.
+//!
+//! Every lock of this crate is taken here:
+//! - Each held lock's descriptor is in a registry. A `pthread_atfork` child handler closes
+//!   them all in the child (`close` is async-signal-safe), and the prepare and parent handlers
+//!   hold the registry across the fork, so no lock is taken or released half-way through it. In
+//!   the child, the inherited [`FileLock`]s are forgotten when dropped (their descriptor numbers
+//!   may name the child's own files by then).
+//! - `posix_spawn` runs no fork handler: a lock found taken is tried again for a short while
+//!   ([`SPAWN_GRACE`]), longer than a spawned child takes to reach its `exec`.
+
+use crate::error::{Error, Result};
+use std::cell::UnsafeCell;
+use std::fs::File;
+use std::mem::ManuallyDrop;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+/// How long a lock found taken is tried again before it counts as held by someone else: a
+/// child spawned by another thread of this process holds it until its `exec`.
+pub(crate) const SPAWN_GRACE: Duration = Duration::from_millis(300);
+
+/// The descriptors of the locks this process holds, behind a spin lock (a fork handler cannot
+/// use a `Mutex`: its guard cannot be carried from the prepare handler to the others).
+struct Registry {
+    busy: AtomicBool,
+    fds: UnsafeCell<Vec<i32>>,
+}
+
+// SAFETY: `fds` is only touched by the holder of `busy` (`Held` below, and the fork handlers,
+// which run between `prepare` taking it and `parent`/`child` releasing it).
+unsafe impl Sync for Registry {}
+
+static REGISTRY: Registry = Registry {
+    busy: AtomicBool::new(false),
+    fds: UnsafeCell::new(Vec::new()),
+};
+static HANDLERS: Once = Once::new();
+
+/// The registry, held: its descriptors, exclusively.
+struct Held;
+
+impl Held {
+    fn take() -> Held {
+        HANDLERS.call_once(|| {
+            // SAFETY: the three handlers are plain `extern "C" fn`s that live as long as the
+            // program; what each does in the child is async-signal-safe (below).
+            let r = unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+            if r != 0 {
+                // Without them a fork's child can keep a lock until it exits; the spawn grace
+                // still covers the short-lived ones.
+                tracing::warn!(
+                    error = r,
+                    "pthread_atfork failed; a fork's child may hold zrecord's locks"
+                );
+            }
+        });
+        acquire();
+        Held
+    }
+
+    fn fds(&mut self) -> &mut Vec<i32> {
+        // SAFETY: `Held` exists only while this thread holds `busy`.
+        unsafe { &mut *REGISTRY.fds.get() }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        REGISTRY.busy.store(false, Ordering::Release);
+    }
+}
+
+fn acquire() {
+    let mut spins = 0u32;
+    while REGISTRY
+        .busy
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        spins = spins.wrapping_add(1);
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+extern "C" fn prepare() {
+    acquire();
+}
+
+extern "C" fn parent() {
+    REGISTRY.busy.store(false, Ordering::Release);
+}
+
+extern "C" fn child() {
+    // SAFETY: the prepare handler took `busy` in the parent, and the child is a copy of the
+    // parent at that moment with only this thread: nothing else touches `fds`. `close` is
+    // async-signal-safe; `clear` of a `Vec<i32>` only sets its length (no allocator call).
+    let fds = unsafe { &mut *REGISTRY.fds.get() };
+    for &fd in fds.iter() {
+        // SAFETY: `fd` is the child's copy of a lock's descriptor; the child's `FileLock`s never
+        // close it again (they are forgotten when dropped here).
+        unsafe { libc::close(fd) };
+    }
+    fds.clear();
+    REGISTRY.busy.store(false, Ordering::Release);
+}
+
+/// Opens (creating if missing) the lock file `path` for [`FileLock`]'s tries.
+pub(crate) fn lock_file(path: &Path) -> impl FnMut() -> std::io::Result<File> + '_ {
+    move || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+    }
+}
+
+/// An exclusive `flock` on an open file, held until dropped, by this process only.
+#[derive(Debug)]
+pub(crate) struct FileLock {
+    file: ManuallyDrop<File>,
+    /// The process that took it: in any other (a child of `fork()`) its descriptor was closed.
+    pid: u32,
+}
+
+impl FileLock {
+    /// Opens `path` with `open` and takes its lock without waiting: `Ok(None)` if someone else
+    /// holds it (after [`SPAWN_GRACE`] of tries, the span a spawned child holds copies).
+    pub(crate) fn try_take(
+        path: &Path,
+        open: impl FnMut() -> std::io::Result<File>,
+    ) -> Result<Option<FileLock>> {
+        Self::take(path, open, Some(SPAWN_GRACE), || {})
+    }
+
+    /// As [`FileLock::try_take`] but tried once: for a caller to whom a lock found taken is an
+    /// ordinary answer that costs nothing when wrong (`gc` keeps the part for its next run).
+    pub(crate) fn try_take_once(
+        path: &Path,
+        open: impl FnMut() -> std::io::Result<File>,
+    ) -> Result<Option<FileLock>> {
+        Self::take(path, open, Some(Duration::ZERO), || {})
+    }
+
+    /// Opens `path` with `open` and takes its lock, waiting as long as someone else holds it;
+    /// `waiting` runs once if it has to wait.
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
+    pub(crate) fn take_waiting(
+        path: &Path,
+        open: impl FnMut() -> std::io::Result<File>,
+        waiting: impl FnOnce(),
+    ) -> Result<FileLock> {
+        Self::take(path, open, None, waiting)?
+            .ok_or_else(|| Error::internal("a wait gave up".into()))
+    }
+
+    fn take(
+        path: &Path,
+        mut open: impl FnMut() -> std::io::Result<File>,
+        limit: Option<Duration>,
+        waiting: impl FnOnce(),
+    ) -> Result<Option<FileLock>> {
+        let start = Instant::now();
+        let mut waiting = Some(waiting);
+        let mut pause = Duration::from_millis(1);
+        loop {
+            {
+                // Opened and locked with the registry held: a fork sees the descriptor either
+                // registered (and closes it in the child) or not opened yet.
+                let mut held = Held::take();
+                let file = open().map_err(|e| Error::io(path, "open", e))?;
+                match file.try_lock() {
+                    Ok(()) => {
+                        held.fds().push(file.as_raw_fd());
+                        return Ok(Some(FileLock {
+                            file: ManuallyDrop::new(file),
+                            pid: super::fork::pid(),
+                        }));
+                    }
+                    Err(std::fs::TryLockError::WouldBlock) => {}
+                    Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(path, "lock", e)),
+                }
+                // `file` is closed here, with the registry held.
+            }
+            if limit.is_some_and(|l| start.elapsed() >= l) {
+                return Ok(None);
+            }
+            if let Some(w) = waiting.take() {
+                w();
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        if self.pid != super::fork::pid() {
+            // A child of `fork()`: the handler closed the descriptor, and its number may name
+            // another file of this process now.
+            return;
+        }
+        let fd = self.file.as_raw_fd();
+        let mut held = Held::take();
+        held.fds().retain(|&f| f != fd);
+        // SAFETY: taken once, here, in the process that opened it; never used again. Closed
+        // with the registry held, so no fork copies it unregistered.
+        unsafe { ManuallyDrop::drop(&mut self.file) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+    use super::*;
+
+    #[test]
+    fn held_once_and_free_after_drop() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("lock");
+        let l = FileLock::try_take(&p, lock_file(&p)).unwrap().unwrap();
+        assert!(FileLock::try_take(&p, lock_file(&p)).unwrap().is_none());
+        drop(l);
+        assert!(FileLock::try_take(&p, lock_file(&p)).unwrap().is_some());
+    }
+
+    fn pipe() -> [i32; 2] {
+        let mut fds = [0i32; 2];
+        // SAFETY: a pipe into `fds`.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        fds
+    }
+
+    fn send(fd: i32) -> bool {
+        // SAFETY: writes one byte from a live buffer.
+        unsafe { libc::write(fd, [1u8].as_ptr().cast(), 1) == 1 }
+    }
+
+    fn receive(fd: i32) -> bool {
+        let mut b = [0u8; 1];
+        // SAFETY: reads one byte into `b`.
+        unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) == 1 }
+    }
+
+    /// A child of `fork()` does not hold its parent's lock: the parent's drop frees it while
+    /// the child lives, and the child cannot take it while the parent holds it.
+    #[test]
+    fn a_forked_child_never_holds_the_parents_lock() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("lock");
+        let l = FileLock::try_take(&p, lock_file(&p)).unwrap().unwrap();
+        let [from_child, to_parent] = pipe();
+        let [from_parent, to_child] = pipe();
+        // SAFETY: the child only takes locks, uses its pipes and `_exit`s.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // Held by the parent: not takeable.
+            let busy = FileLock::try_take(&p, lock_file(&p)).unwrap().is_none();
+            // The inherited lock is forgotten, not closed twice.
+            drop(l);
+            // The parent drops its lock and takes it again while this child lives.
+            let told = send(to_parent) && receive(from_parent);
+            let mine = FileLock::try_take(&p, lock_file(&p)).unwrap().is_some();
+            // SAFETY: ends the child without running the test harness's exit handlers.
+            unsafe { libc::_exit(if busy && told && mine { 0 } else { 1 }) };
+        }
+        assert!(receive(from_child));
+        drop(l);
+        let again = FileLock::try_take(&p, lock_file(&p)).unwrap();
+        assert!(again.is_some(), "the child kept the parent's lock");
+        drop(again);
+        assert!(send(to_child));
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "{status:#x}"
+        );
+        for fd in [from_child, to_parent, from_parent, to_child] {
+            // SAFETY: our pipes' descriptors, each closed once.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
