@@ -179,6 +179,9 @@ impl FileLock {
         waiting: impl FnOnce(),
     ) -> Result<Option<FileLock>> {
         let start = Instant::now();
+        // Before the registry is held: the first call registers a fork handler, which waits
+        // for a fork in progress, whose prepare handler waits for the registry.
+        let pid = super::fork::pid();
         let mut waiting = Some(waiting);
         let mut pause = Duration::from_millis(1);
         loop {
@@ -192,7 +195,7 @@ impl FileLock {
                         held.fds().push(file.as_raw_fd());
                         return Ok(Some(FileLock {
                             file: ManuallyDrop::new(file),
-                            pid: super::fork::pid(),
+                            pid,
                         }));
                     }
                     Err(std::fs::TryLockError::WouldBlock) => {}
@@ -214,6 +217,7 @@ impl FileLock {
 
 impl Drop for FileLock {
     fn drop(&mut self) {
+        // Before the registry is held (as in `take`).
         if self.pid != super::fork::pid() {
             // A child of `fork()`: the handler closed the descriptor, and its number may name
             // another file of this process now.
