@@ -95,6 +95,11 @@ fn a_forked_child_never_keeps_its_parents_writer_busy() {
         // SAFETY: ends the child without running the test harness's exit handlers.
         unsafe { libc::_exit(if ok { 0 } else { 1 }) };
     }
+    // SAFETY: the child's ends, closed once in the parent (a dead child then reads as EOF).
+    unsafe {
+        libc::close(to_parent);
+        libc::close(from_parent);
+    }
     assert!(receive(from_child), "the child died");
     w.commit().unwrap();
     drop(w);
@@ -114,8 +119,8 @@ fn a_forked_child_never_keeps_its_parents_writer_busy() {
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "the child was not refused the parent's lock: {status:#x}"
     );
-    for fd in [from_child, to_parent, from_parent, to_child] {
-        // SAFETY: our pipes' descriptors, each closed once.
+    for fd in [from_child, to_child] {
+        // SAFETY: the parent's ends, each closed once.
         unsafe { libc::close(fd) };
     }
 }

@@ -8,21 +8,82 @@
 //! (dropping it could wait on threads or locks that no longer exist, or close what the parent
 //! still uses through shared descriptors): it stays, untouched, as a small leak per fork.
 //!
-//! The process id is read once per process and cached; a `pthread_atfork` child handler (one
-//! atomic store, async-signal-safe) clears the cache in every child of `fork()`, so the check
-//! costs an atomic load. (Python's `os.fork`, `multiprocessing` and torch's `DataLoader` workers
+//! The process id is read once per process and cached; a `pthread_atfork` child handler (atomic
+//! stores, async-signal-safe) clears the cache in every child of `fork()`, so the check costs an
+//! atomic load. The same registration carries the lock registry's handlers (`lock.rs`). (Python's `os.fork`, `multiprocessing` and torch's `DataLoader` workers
 //! fork through libc's `fork()`, which runs the handler.)
 
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// This process's id, or 0 before it is known (and again in a child of `fork()`).
 static PID: AtomicU32 = AtomicU32::new(0);
-/// The child handler is registered.
-static REGISTERED: AtomicBool = AtomicBool::new(false);
+/// How many `fork()`s lie between the program's start and this process (its child handler
+/// adds one): a value made in another process of the chain (an ancestor) never has this
+/// process's number, even when a process id was reused.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+/// The fork handlers: not registered, being registered, registered, failed.
+static HANDLERS: AtomicU8 = AtomicU8::new(UNREGISTERED);
+const UNREGISTERED: u8 = 0;
+const REGISTERING: u8 = 1;
+const REGISTERED: u8 = 2;
+const FAILED: u8 = 3;
 
-extern "C" fn forgotten() {
+extern "C" fn prepare() {
+    super::lock::before_fork();
+}
+
+extern "C" fn parent() {
+    super::lock::after_fork_in_parent();
+}
+
+extern "C" fn child() {
     PID.store(0, Ordering::Relaxed);
+    GENERATION.fetch_add(1, Ordering::Relaxed);
+    super::lock::after_fork_in_child();
+}
+
+/// Registers this crate's fork handlers (one set, for the process id and the locks), once per
+/// program; true once they are registered. Never waits on a `Once`: a child forked while
+/// another thread registered them would wait forever. A thread that finds the registration in
+/// progress waits a moment for it, then goes on without (false), as does a child of a fork made
+/// meanwhile (whose registering thread is gone).
+pub(crate) fn handlers() -> bool {
+    match HANDLERS.compare_exchange(
+        UNREGISTERED,
+        REGISTERING,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        Ok(_) => {
+            // SAFETY: the handlers are plain `extern "C" fn`s that live as long as the program;
+            // the child handler does only what is async-signal-safe (atomic stores, `close`).
+            let r = unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+            if r == 0 {
+                HANDLERS.store(REGISTERED, Ordering::Release);
+                return true;
+            }
+            HANDLERS.store(FAILED, Ordering::Release);
+            // Without them the process id is asked for on every use, and a child of `fork()`
+            // may hold zrecord's locks until it exits.
+            tracing::warn!(
+                error = r,
+                "pthread_atfork failed; a child of fork() may hold zrecord's locks"
+            );
+            false
+        }
+        Err(REGISTERED) => true,
+        Err(FAILED) => false,
+        Err(_) => {
+            let start = std::time::Instant::now();
+            while HANDLERS.load(Ordering::Acquire) == REGISTERING
+                && start.elapsed() < std::time::Duration::from_millis(10)
+            {
+                std::thread::yield_now();
+            }
+            HANDLERS.load(Ordering::Acquire) == REGISTERED
+        }
+    }
 }
 
 /// The id of the calling process.
@@ -31,24 +92,22 @@ pub(crate) fn pid() -> u32 {
     if p != 0 {
         return p;
     }
-    if !REGISTERED.swap(true, Ordering::AcqRel) {
-        // SAFETY: `forgotten` is a plain `extern "C" fn` that lives as long as the program and
-        // only stores to an atomic, which is async-signal-safe (what a handler run in the child
-        // of a multi-threaded process may do).
-        let r = unsafe { libc::pthread_atfork(None, None, Some(forgotten)) };
-        if r != 0 {
-            // Without the handler the cache could outlive a fork: ask the kernel every time.
-            tracing::warn!(
-                error = r,
-                "pthread_atfork failed; zrecord checks its process id on every use"
-            );
-            return std::process::id();
-        }
+    if !handlers() {
+        // Nothing would clear a cached id in a child: ask the kernel every time.
+        return std::process::id();
     }
     let p = std::process::id();
     // A fork between the registration and this store leaves 0 in the child: it asks again.
     PID.store(p, Ordering::Relaxed);
     p
+}
+
+/// This process's place in its chain of `fork()`s (see [`GENERATION`]); registers the fork
+/// handlers first. Equal in two calls only within one process (or in a child of a fork the
+/// handlers missed, which then holds everything its parent held).
+pub(crate) fn generation() -> u64 {
+    handlers();
+    GENERATION.load(Ordering::Relaxed)
 }
 
 struct Entry<T> {
@@ -196,6 +255,7 @@ mod tests {
     #[test]
     fn a_child_makes_its_own() {
         let parent = pid();
+        let parent_generation = generation();
         let l = ForkLocal::<(u32, u32)>::new();
         assert_eq!(*l.get_or_init(|_| (parent, 0)), (parent, 0));
         let held = std::sync::Mutex::new(vec![1u8]);
@@ -211,6 +271,7 @@ mod tests {
                 && me != parent
                 && v == (me, parent)
                 && *l.get_or_init(|_| (0, 0)) == v
+                && generation() == parent_generation + 1
                 && take_unlocked(&held).is_none()
                 && take_unlocked(&free) == Some(vec![2]);
             // SAFETY: ends the child without running the test harness's exit handlers.
@@ -226,5 +287,6 @@ mod tests {
         );
         assert_eq!(*l.get_or_init(|_| (0, 0)), (parent, 0));
         assert_eq!(pid(), parent);
+        assert_eq!(generation(), parent_generation);
     }
 }

@@ -6,17 +6,19 @@
 //! closed in the parent while the child lives leaves the lock taken, and the next writer of the
 //! dataset gets a spurious [`Error::WriterBusy`] (or a pull waits) until the child is gone. A
 //! child of `fork()` without `exec` (Python's `multiprocessing` and torch's `DataLoader`
-//! workers) can keep it for hours; a child spawned through `posix_spawn` (Rust's and Python's
-//! `subprocess`) keeps it for the moments before its `exec`.
+//! workers) can keep it for hours; a child spawned to run another program (Rust's `Command`,
+//! Python's `subprocess`) keeps it for the moments before its `exec`.
 //!
 //! Every lock of this crate is taken here:
-//! - Each held lock's descriptor is in a registry. A `pthread_atfork` child handler closes
-//!   them all in the child (`close` is async-signal-safe), and the prepare and parent handlers
-//!   hold the registry across the fork, so no lock is taken or released half-way through it. In
-//!   the child, the inherited [`FileLock`]s are forgotten when dropped (their descriptor numbers
-//!   may name the child's own files by then).
-//! - `posix_spawn` runs no fork handler: a lock found taken is tried again for a short while
-//!   ([`SPAWN_GRACE`]), longer than a spawned child takes to reach its `exec`.
+//! - Each held lock's descriptor is in a registry. The crate's `pthread_atfork` handlers
+//!   (registered by `fork.rs`) hold the registry across the fork, so no lock is taken or
+//!   released half-way through it, and close every registered descriptor in the child (`close`
+//!   is async-signal-safe). In the child, the inherited [`FileLock`]s are forgotten when dropped
+//!   (their descriptor numbers may name the child's own files by then).
+//! - `posix_spawn` and `vfork` run no fork handler: a lock found taken is tried again for a
+//!   while ([`SPAWN_GRACE`]), longer than a spawned child usually takes to reach its `exec`. A
+//!   child that takes longer (a machine loaded far beyond its cores) still makes the lock look
+//!   taken, as any holder does: the caller gets `WriterBusy` and may try again.
 
 use crate::error::{Error, Result};
 use std::cell::UnsafeCell;
@@ -25,7 +27,6 @@ use std::mem::ManuallyDrop;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Once;
 use std::time::{Duration, Instant};
 
 /// How long a lock found taken is tried again before it counts as held by someone else: a
@@ -40,33 +41,19 @@ struct Registry {
 }
 
 // SAFETY: `fds` is only touched by the holder of `busy` (`Held` below, and the fork handlers,
-// which run between `prepare` taking it and `parent`/`child` releasing it).
+// which run between `before_fork` taking it and `after_fork_in_*` releasing it).
 unsafe impl Sync for Registry {}
 
 static REGISTRY: Registry = Registry {
     busy: AtomicBool::new(false),
     fds: UnsafeCell::new(Vec::new()),
 };
-static HANDLERS: Once = Once::new();
 
 /// The registry, held: its descriptors, exclusively.
 struct Held;
 
 impl Held {
     fn take() -> Held {
-        HANDLERS.call_once(|| {
-            // SAFETY: the three handlers are plain `extern "C" fn`s that live as long as the
-            // program; what each does in the child is async-signal-safe (below).
-            let r = unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
-            if r != 0 {
-                // Without them a fork's child can keep a lock until it exits; the spawn grace
-                // still covers the short-lived ones.
-                tracing::warn!(
-                    error = r,
-                    "pthread_atfork failed; a fork's child may hold zrecord's locks"
-                );
-            }
-        });
         acquire();
         Held
     }
@@ -99,15 +86,17 @@ fn acquire() {
     }
 }
 
-extern "C" fn prepare() {
+/// The fork handlers' halves (registered by `fork.rs`, one set for the crate): the registry is
+/// held across the fork.
+pub(super) fn before_fork() {
     acquire();
 }
 
-extern "C" fn parent() {
+pub(super) fn after_fork_in_parent() {
     REGISTRY.busy.store(false, Ordering::Release);
 }
 
-extern "C" fn child() {
+pub(super) fn after_fork_in_child() {
     // SAFETY: the prepare handler took `busy` in the parent, and the child is a copy of the
     // parent at that moment with only this thread: nothing else touches `fds`. `close` is
     // async-signal-safe; `clear` of a `Vec<i32>` only sets its length (no allocator call).
@@ -137,8 +126,9 @@ pub(crate) fn lock_file(path: &Path) -> impl FnMut() -> std::io::Result<File> + 
 #[derive(Debug)]
 pub(crate) struct FileLock {
     file: ManuallyDrop<File>,
-    /// The process that took it: in any other (a child of `fork()`) its descriptor was closed.
-    pid: u32,
+    /// The fork generation of the process that took it (`fork::generation`): in any other (a
+    /// child of `fork()`) its descriptor was closed.
+    generation: u64,
 }
 
 impl FileLock {
@@ -179,15 +169,16 @@ impl FileLock {
         waiting: impl FnOnce(),
     ) -> Result<Option<FileLock>> {
         let start = Instant::now();
-        // Before the registry is held: the first call registers a fork handler, which waits
-        // for a fork in progress, whose prepare handler waits for the registry.
-        let pid = super::fork::pid();
+        // Registers the fork handlers, before the registry is held: registering waits for a
+        // fork in progress, whose prepare handler waits for the registry.
+        let generation = super::fork::generation();
         let mut waiting = Some(waiting);
         let mut pause = Duration::from_millis(1);
         loop {
             {
                 // Opened and locked with the registry held: a fork sees the descriptor either
-                // registered (and closes it in the child) or not opened yet.
+                // registered (and closes it in the child) or not opened yet. (So a slow open, on
+                // a stalled network file system, holds up this process's forks and locks.)
                 let mut held = Held::take();
                 let file = open().map_err(|e| Error::io(path, "open", e))?;
                 match file.try_lock() {
@@ -195,7 +186,7 @@ impl FileLock {
                         held.fds().push(file.as_raw_fd());
                         return Ok(Some(FileLock {
                             file: ManuallyDrop::new(file),
-                            pid,
+                            generation,
                         }));
                     }
                     Err(std::fs::TryLockError::WouldBlock) => {}
@@ -217,8 +208,7 @@ impl FileLock {
 
 impl Drop for FileLock {
     fn drop(&mut self) {
-        // Before the registry is held (as in `take`).
-        if self.pid != super::fork::pid() {
+        if self.generation != super::fork::generation() {
             // A child of `fork()`: the handler closed the descriptor, and its number may name
             // another file of this process now.
             return;
@@ -278,15 +268,21 @@ mod tests {
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0);
         if pid == 0 {
+            // No panics here: the child has only this thread, and the harness's copy.
             // Held by the parent: not takeable.
-            let busy = FileLock::try_take(&p, lock_file(&p)).unwrap().is_none();
+            let busy = matches!(FileLock::try_take(&p, lock_file(&p)), Ok(None));
             // The inherited lock is forgotten, not closed twice.
             drop(l);
             // The parent drops its lock and takes it again while this child lives.
             let told = send(to_parent) && receive(from_parent);
-            let mine = FileLock::try_take(&p, lock_file(&p)).unwrap().is_some();
+            let mine = matches!(FileLock::try_take(&p, lock_file(&p)), Ok(Some(_)));
             // SAFETY: ends the child without running the test harness's exit handlers.
             unsafe { libc::_exit(if busy && told && mine { 0 } else { 1 }) };
+        }
+        // SAFETY: the child's ends, closed once in the parent (a dead child then reads as EOF).
+        unsafe {
+            libc::close(to_parent);
+            libc::close(from_parent);
         }
         assert!(receive(from_child));
         drop(l);
@@ -301,8 +297,8 @@ mod tests {
             libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
             "{status:#x}"
         );
-        for fd in [from_child, to_parent, from_parent, to_child] {
-            // SAFETY: our pipes' descriptors, each closed once.
+        for fd in [from_child, to_child] {
+            // SAFETY: the parent's ends, each closed once.
             unsafe { libc::close(fd) };
         }
     }

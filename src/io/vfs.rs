@@ -238,12 +238,7 @@ impl VfsFile for StdFile {
     }
 }
 
-#[derive(Debug)]
-struct StdLock {
-    _lock: super::lock::FileLock,
-}
-
-impl VfsLock for StdLock {}
+impl VfsLock for super::lock::FileLock {}
 
 impl Vfs for StdFs {
     fn open_read(&self, path: &Path) -> Result<Box<dyn VfsFile>> {
@@ -307,7 +302,7 @@ impl Vfs for StdFs {
 
     fn lock(&self, path: &Path) -> Result<Box<dyn VfsLock>> {
         match super::lock::FileLock::try_take(path, super::lock::lock_file(path))? {
-            Some(lock) => Ok(Box::new(StdLock { _lock: lock })),
+            Some(lock) => Ok(Box::new(lock)),
             None => Err(Error::WriterBusy {
                 path: path.to_path_buf(),
             }),

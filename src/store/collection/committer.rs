@@ -13,7 +13,7 @@
 use super::append::{append_parts, Collection};
 use super::manifests::{LocalManifests, ManifestStore};
 use super::options::{stepper, CommitOptions, CommitReport, CommitStep};
-use super::place::{hold_writer_lock, move_part, remove_part, touch, Placed};
+use super::place::{hold_writer_lock, move_part, remove_part, touch, writer_lock_if_free, Placed};
 use super::schema_difference;
 use super::source;
 use crate::error::{Error, Result};
@@ -348,10 +348,11 @@ fn place(
                 return Ok((id, None));
             }
             Placed::Taken if !placed_now.contains(&id) => {
-                let lock = match hold_writer_lock(&target) {
-                    Ok(lock) => lock,
-                    Err(Error::WriterBusy { .. }) => continue,
-                    Err(e) => return Err(e),
+                // Tried once: a part found held is another commit's (or, for a moment, a
+                // spawned child's copy: this part then goes under the next id, and the copy
+                // stays unnamed until gc removes it).
+                let Some(lock) = writer_lock_if_free(&target)? else {
+                    continue;
                 };
                 let found_meta =
                     std::fs::read(crate::store::layout::meta(&target)).unwrap_or_default();
@@ -359,7 +360,7 @@ fn place(
                 if source::is_earlier_copy(&mine, &my_meta, found.as_ref(), &found_meta) {
                     remove_part(src)?;
                     touch(&target)?;
-                    return Ok((id, Some(lock)));
+                    return Ok((id, Some(Box::new(lock))));
                 }
             }
             Placed::Taken => {}

@@ -66,7 +66,7 @@ pub(crate) fn hold_writer_lock(dir: &Path) -> Result<Box<dyn crate::io::vfs::Vfs
 
 /// The writer lock of the part dataset at `dir` if it is free at once, tried once (`None` if
 /// it is taken, or a spawned child holds a copy for a moment): for `gc`, which keeps a part
-/// it finds taken.
+/// it finds taken, and for a commit placing a part, which tries the next id.
 pub(crate) fn writer_lock_if_free(dir: &Path) -> Result<Option<crate::io::lock::FileLock>> {
     let path = dir.join(crate::store::layout::LOCK);
     crate::io::lock::FileLock::try_take_once(&path, crate::io::lock::lock_file(&path))
