@@ -10,11 +10,13 @@
 //!
 //! The process id is read once per process and cached; a `pthread_atfork` child handler (atomic
 //! stores, async-signal-safe) clears the cache in every child of `fork()`, so the check costs an
-//! atomic load. The same registration carries the lock registry's handlers (`lock.rs`). (Python's `os.fork`, `multiprocessing` and torch's `DataLoader` workers
+//! atomic load. The same handlers hold [`ChildCloses`] across a fork and close its descriptors
+//! in the child (the locks of `lock.rs`). (Python's `os.fork`, `multiprocessing` and torch's `DataLoader` workers
 //! fork through libc's `fork()`, which runs the handler.)
 
+use std::cell::UnsafeCell;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// This process's id, or 0 before it is known (and again in a child of `fork()`).
 static PID: AtomicU32 = AtomicU32::new(0);
@@ -30,17 +32,17 @@ const REGISTERED: u8 = 2;
 const FAILED: u8 = 3;
 
 extern "C" fn prepare() {
-    super::lock::before_fork();
+    acquire();
 }
 
 extern "C" fn parent() {
-    super::lock::after_fork_in_parent();
+    REGISTRY.busy.store(false, Ordering::Release);
 }
 
 extern "C" fn child() {
     PID.store(0, Ordering::Relaxed);
     GENERATION.fetch_add(1, Ordering::Relaxed);
-    super::lock::after_fork_in_child();
+    close_in_child();
 }
 
 /// Registers this crate's fork handlers (one set, for the process id and the locks), once per
@@ -108,6 +110,80 @@ pub(crate) fn pid() -> u32 {
 pub(crate) fn generation() -> u64 {
     handlers();
     GENERATION.load(Ordering::Relaxed)
+}
+
+/// The descriptors a child of `fork()` closes at once, behind a spin lock (a fork handler
+/// cannot use a `Mutex`: its guard cannot be carried from the prepare handler to the others).
+struct Registry {
+    busy: AtomicBool,
+    fds: UnsafeCell<Vec<i32>>,
+}
+
+// SAFETY: `fds` is only touched by the holder of `busy` (`ChildCloses` below, and the fork
+// handlers, which run between `prepare` taking it and `parent`/`child` releasing it).
+unsafe impl Sync for Registry {}
+
+static REGISTRY: Registry = Registry {
+    busy: AtomicBool::new(false),
+    fds: UnsafeCell::new(Vec::new()),
+};
+
+/// The descriptors every child of `fork()` closes at once, held: no fork happens while this
+/// lives (the prepare handler waits for it), so a descriptor opened and registered, or
+/// unregistered and closed, under it is never half-way at a fork. (Copies a child must never
+/// keep: locks, `lock.rs`.) Held briefly: every fork of the process waits.
+pub(crate) struct ChildCloses;
+
+impl ChildCloses {
+    /// Holds the list; registers the fork handlers first (registering waits for a fork in
+    /// progress, whose prepare handler would wait for the list).
+    pub(crate) fn hold() -> ChildCloses {
+        handlers();
+        acquire();
+        ChildCloses
+    }
+
+    /// The descriptors, to add to or remove from.
+    pub(crate) fn fds(&mut self) -> &mut Vec<i32> {
+        // SAFETY: a `ChildCloses` exists only while this thread holds `busy`.
+        unsafe { &mut *REGISTRY.fds.get() }
+    }
+}
+
+impl Drop for ChildCloses {
+    fn drop(&mut self) {
+        REGISTRY.busy.store(false, Ordering::Release);
+    }
+}
+
+fn acquire() {
+    let mut spins = 0u32;
+    while REGISTRY
+        .busy
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        spins = spins.wrapping_add(1);
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+fn close_in_child() {
+    // SAFETY: the prepare handler took `busy` in the parent, and the child is a copy of the
+    // parent at that moment with only this thread: nothing else touches `fds`. `close` is
+    // async-signal-safe; `clear` of a `Vec<i32>` only sets its length (no allocator call).
+    let fds = unsafe { &mut *REGISTRY.fds.get() };
+    for &fd in fds.iter() {
+        // SAFETY: `fd` is the child's copy of a registered descriptor, whose owner never closes
+        // it in the child (a `FileLock` made in another fork generation is forgotten).
+        unsafe { libc::close(fd) };
+    }
+    fds.clear();
+    REGISTRY.busy.store(false, Ordering::Release);
 }
 
 struct Entry<T> {

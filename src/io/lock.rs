@@ -10,10 +10,9 @@
 //! Python's `subprocess`) keeps it for the moments before its `exec`.
 //!
 //! Every lock of this crate is taken here:
-//! - Each held lock's descriptor is in a registry. The crate's `pthread_atfork` handlers
-//!   (registered by `fork.rs`) hold the registry across the fork, so no lock is taken or
-//!   released half-way through it, and close every registered descriptor in the child (`close`
-//!   is async-signal-safe). In the child, the inherited [`FileLock`]s are forgotten when dropped
+//! - Each held lock's descriptor is in `fork::ChildCloses`, the descriptors every child of
+//!   `fork()` closes at once (in the crate's `pthread_atfork` child handler). The list is held
+//!   across a fork, so no lock is taken or released half-way through it. In the child, the inherited [`FileLock`]s are forgotten when dropped
 //!   (their descriptor numbers may name the child's own files by then).
 //! - `posix_spawn` and `vfork` run no fork handler: a lock found taken is tried again for a
 //!   while ([`SPAWN_GRACE`]), longer than a spawned child usually takes to reach its `exec`. A
@@ -21,94 +20,15 @@
 //!   taken, as any holder does: the caller gets `WriterBusy` and may try again.
 
 use crate::error::{Error, Result};
-use std::cell::UnsafeCell;
 use std::fs::File;
 use std::mem::ManuallyDrop;
 use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long a lock found taken is tried again before it counts as held by someone else: a
 /// child spawned by another thread of this process holds it until its `exec`.
 pub(crate) const SPAWN_GRACE: Duration = Duration::from_millis(300);
-
-/// The descriptors of the locks this process holds, behind a spin lock (a fork handler cannot
-/// use a `Mutex`: its guard cannot be carried from the prepare handler to the others).
-struct Registry {
-    busy: AtomicBool,
-    fds: UnsafeCell<Vec<i32>>,
-}
-
-// SAFETY: `fds` is only touched by the holder of `busy` (`Held` below, and the fork handlers,
-// which run between `before_fork` taking it and `after_fork_in_*` releasing it).
-unsafe impl Sync for Registry {}
-
-static REGISTRY: Registry = Registry {
-    busy: AtomicBool::new(false),
-    fds: UnsafeCell::new(Vec::new()),
-};
-
-/// The registry, held: its descriptors, exclusively.
-struct Held;
-
-impl Held {
-    fn take() -> Held {
-        acquire();
-        Held
-    }
-
-    fn fds(&mut self) -> &mut Vec<i32> {
-        // SAFETY: `Held` exists only while this thread holds `busy`.
-        unsafe { &mut *REGISTRY.fds.get() }
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        REGISTRY.busy.store(false, Ordering::Release);
-    }
-}
-
-fn acquire() {
-    let mut spins = 0u32;
-    while REGISTRY
-        .busy
-        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        spins = spins.wrapping_add(1);
-        if spins < 64 {
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
-        }
-    }
-}
-
-/// The fork handlers' halves (registered by `fork.rs`, one set for the crate): the registry is
-/// held across the fork.
-pub(super) fn before_fork() {
-    acquire();
-}
-
-pub(super) fn after_fork_in_parent() {
-    REGISTRY.busy.store(false, Ordering::Release);
-}
-
-pub(super) fn after_fork_in_child() {
-    // SAFETY: the prepare handler took `busy` in the parent, and the child is a copy of the
-    // parent at that moment with only this thread: nothing else touches `fds`. `close` is
-    // async-signal-safe; `clear` of a `Vec<i32>` only sets its length (no allocator call).
-    let fds = unsafe { &mut *REGISTRY.fds.get() };
-    for &fd in fds.iter() {
-        // SAFETY: `fd` is the child's copy of a lock's descriptor; the child's `FileLock`s never
-        // close it again (they are forgotten when dropped here).
-        unsafe { libc::close(fd) };
-    }
-    fds.clear();
-    REGISTRY.busy.store(false, Ordering::Release);
-}
 
 /// Opens (creating if missing) the lock file `path` for [`FileLock`]'s tries.
 pub(crate) fn lock_file(path: &Path) -> impl FnMut() -> std::io::Result<File> + '_ {
@@ -179,7 +99,7 @@ impl FileLock {
                 // Opened and locked with the registry held: a fork sees the descriptor either
                 // registered (and closes it in the child) or not opened yet. (So a slow open, on
                 // a stalled network file system, holds up this process's forks and locks.)
-                let mut held = Held::take();
+                let mut held = super::fork::ChildCloses::hold();
                 let file = open().map_err(|e| Error::io(path, "open", e))?;
                 match file.try_lock() {
                     Ok(()) => {
@@ -214,7 +134,7 @@ impl Drop for FileLock {
             return;
         }
         let fd = self.file.as_raw_fd();
-        let mut held = Held::take();
+        let mut held = super::fork::ChildCloses::hold();
         held.fds().retain(|&f| f != fd);
         // SAFETY: taken once, here, in the process that opened it; never used again. Closed
         // with the registry held, so no fork copies it unregistered.
