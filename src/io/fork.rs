@@ -16,7 +16,7 @@
 
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// This process's id, or 0 before it is known (and again in a child of `fork()`).
 static PID: AtomicU32 = AtomicU32::new(0);
@@ -26,6 +26,8 @@ static PID: AtomicU32 = AtomicU32::new(0);
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// The fork handlers: not registered, being registered, registered, failed.
 static HANDLERS: AtomicU8 = AtomicU8::new(UNREGISTERED);
+/// The process whose thread is registering them (while `HANDLERS` is `REGISTERING`).
+static REGISTRAR: AtomicU32 = AtomicU32::new(0);
 const UNREGISTERED: u8 = 0;
 const REGISTERING: u8 = 1;
 const REGISTERED: u8 = 2;
@@ -36,54 +38,77 @@ extern "C" fn prepare() {
 }
 
 extern "C" fn parent() {
-    REGISTRY.busy.store(false, Ordering::Release);
+    REGISTRY.owner.store(0, Ordering::Release);
 }
 
 extern "C" fn child() {
     PID.store(0, Ordering::Relaxed);
     GENERATION.fetch_add(1, Ordering::Relaxed);
+    // This handler runs, so the registration took effect, whatever the registering thread (not
+    // in this child) had recorded when the fork came.
+    HANDLERS.store(REGISTERED, Ordering::Release);
     close_in_child();
 }
 
 /// Registers this crate's fork handlers (one set, for the process id and the locks), once per
 /// program; true once they are registered. Never waits on a `Once`: a child forked while
 /// another thread registered them would wait forever. A thread that finds the registration in
-/// progress waits a moment for it, then goes on without (false), as does a child of a fork made
-/// meanwhile (whose registering thread is gone).
+/// progress in its own process waits a moment for it, then goes on without (false); a child of
+/// a fork that came before the registration took effect (its handlers did not run) finds it in
+/// progress in its parent, and registers them itself.
 pub(crate) fn handlers() -> bool {
-    match HANDLERS.compare_exchange(
-        UNREGISTERED,
-        REGISTERING,
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    ) {
-        Ok(_) => {
-            // SAFETY: the handlers are plain `extern "C" fn`s that live as long as the program;
-            // the child handler does only what is async-signal-safe (atomic stores, `close`).
-            let r = unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
-            if r == 0 {
-                HANDLERS.store(REGISTERED, Ordering::Release);
-                return true;
+    // A load first: this runs on every read's `ForkLocal` check.
+    if HANDLERS.load(Ordering::Acquire) == REGISTERED {
+        return true;
+    }
+    loop {
+        match HANDLERS.compare_exchange(
+            UNREGISTERED,
+            REGISTERING,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => {
+                REGISTRAR.store(std::process::id(), Ordering::Release);
+                // SAFETY: the handlers are plain `extern "C" fn`s that live as long as the
+                // program; the child handler does only what is async-signal-safe (atomic
+                // stores, `close`).
+                let r = unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+                if r == 0 {
+                    HANDLERS.store(REGISTERED, Ordering::Release);
+                    return true;
+                }
+                HANDLERS.store(FAILED, Ordering::Release);
+                // Without them the process id is asked for on every use, and a child of
+                // `fork()` may hold zrecord's locks until it exits.
+                tracing::warn!(
+                    error = r,
+                    "pthread_atfork failed; a child of fork() may hold zrecord's locks"
+                );
+                return false;
             }
-            HANDLERS.store(FAILED, Ordering::Release);
-            // Without them the process id is asked for on every use, and a child of `fork()`
-            // may hold zrecord's locks until it exits.
-            tracing::warn!(
-                error = r,
-                "pthread_atfork failed; a child of fork() may hold zrecord's locks"
-            );
-            false
-        }
-        Err(REGISTERED) => true,
-        Err(FAILED) => false,
-        Err(_) => {
-            let start = std::time::Instant::now();
-            while HANDLERS.load(Ordering::Acquire) == REGISTERING
-                && start.elapsed() < std::time::Duration::from_millis(10)
-            {
-                std::thread::yield_now();
+            Err(REGISTERED) => return true,
+            Err(FAILED) => return false,
+            Err(_) => {
+                let registrar = REGISTRAR.load(Ordering::Acquire);
+                if registrar != 0 && registrar != std::process::id() {
+                    // Registering in the parent when this child was forked: not here.
+                    let _ = HANDLERS.compare_exchange(
+                        REGISTERING,
+                        UNREGISTERED,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    );
+                    continue;
+                }
+                let start = std::time::Instant::now();
+                while HANDLERS.load(Ordering::Acquire) == REGISTERING
+                    && start.elapsed() < std::time::Duration::from_millis(10)
+                {
+                    std::thread::yield_now();
+                }
+                return HANDLERS.load(Ordering::Acquire) == REGISTERED;
             }
-            HANDLERS.load(Ordering::Acquire) == REGISTERED
         }
     }
 }
@@ -112,27 +137,39 @@ pub(crate) fn generation() -> u64 {
     GENERATION.load(Ordering::Relaxed)
 }
 
+/// This process, as values made in it record it: its id and its generation (an id alone may be
+/// an exited ancestor's, reused; a generation alone misses a fork the handlers did not see).
+fn this_process() -> (u32, u64) {
+    (pid(), generation())
+}
+
 /// The descriptors a child of `fork()` closes at once, behind a spin lock (a fork handler
 /// cannot use a `Mutex`: its guard cannot be carried from the prepare handler to the others).
 struct Registry {
-    busy: AtomicBool,
+    /// The id of the process one of whose threads holds the lock, or 0.
+    owner: AtomicU32,
     fds: UnsafeCell<Vec<i32>>,
 }
 
-// SAFETY: `fds` is only touched by the holder of `busy` (`ChildCloses` below, and the fork
+// SAFETY: `fds` is only touched by the holder of the lock (`ChildCloses` below, and the fork
 // handlers, which run between `prepare` taking it and `parent`/`child` releasing it).
 unsafe impl Sync for Registry {}
 
 static REGISTRY: Registry = Registry {
-    busy: AtomicBool::new(false),
+    owner: AtomicU32::new(0),
     fds: UnsafeCell::new(Vec::new()),
 };
 
 /// The descriptors every child of `fork()` closes at once, held: no fork happens while this
 /// lives (the prepare handler waits for it), so a descriptor opened and registered, or
 /// unregistered and closed, under it is never half-way at a fork. (Copies a child must never
-/// keep: locks, `lock.rs`.) Held briefly: every fork of the process waits.
-pub(crate) struct ChildCloses;
+/// keep: locks, `lock.rs`.) Held briefly: every fork of the process waits. Nothing is allocated
+/// or freed while it is held by [`ChildCloses::hold_with_room`] (an allocator's own fork
+/// handler may hold the allocator while ours waits for the list).
+pub(crate) struct ChildCloses {
+    /// A buffer the list no longer uses, freed after the list is released.
+    spare: Vec<i32>,
+}
 
 impl ChildCloses {
     /// Holds the list; registers the fork handlers first (registering waits for a fork in
@@ -140,29 +177,78 @@ impl ChildCloses {
     pub(crate) fn hold() -> ChildCloses {
         handlers();
         acquire();
-        ChildCloses
+        ChildCloses { spare: Vec::new() }
+    }
+
+    /// Holds the list with room for one more descriptor: a push allocates nothing. A bigger
+    /// buffer is allocated with the list released, and the old one freed after it is.
+    pub(crate) fn hold_with_room() -> ChildCloses {
+        let mut spare: Vec<i32> = Vec::new();
+        loop {
+            let mut held = ChildCloses::hold();
+            let fds = held.fds();
+            if fds.len() < fds.capacity() {
+                held.spare = spare;
+                return held;
+            }
+            if spare.capacity() > fds.len() {
+                // Room for all and one more: copied without allocating, the old buffer kept
+                // to be freed after the release.
+                spare.clear();
+                spare.extend_from_slice(fds);
+                std::mem::swap(fds, &mut spare);
+                held.spare = spare;
+                return held;
+            }
+            let want = fds.len().saturating_add(1).max(4).saturating_mul(2);
+            drop(held);
+            spare = Vec::with_capacity(want);
+        }
     }
 
     /// The descriptors, to add to or remove from.
     pub(crate) fn fds(&mut self) -> &mut Vec<i32> {
-        // SAFETY: a `ChildCloses` exists only while this thread holds `busy`.
+        // SAFETY: a `ChildCloses` is made only by `hold`, after this thread took the lock, and
+        // releases it when dropped.
         unsafe { &mut *REGISTRY.fds.get() }
     }
 }
 
 impl Drop for ChildCloses {
     fn drop(&mut self) {
-        REGISTRY.busy.store(false, Ordering::Release);
+        REGISTRY.owner.store(0, Ordering::Release);
+        // `spare` is freed after this, with the list released.
     }
 }
 
+/// Takes the list's lock. One held by a thread of another process (a parent whose fork this
+/// child's handlers missed: that thread is not here) is taken over.
 fn acquire() {
+    // Not `pid()`: this runs in the prepare handler, where registering would deadlock.
+    let cached = PID.load(Ordering::Relaxed);
+    let me = if cached != 0 {
+        cached
+    } else {
+        std::process::id()
+    };
     let mut spins = 0u32;
-    while REGISTRY
-        .busy
-        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
+    loop {
+        match REGISTRY
+            .owner
+            .compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed)
+        {
+            Ok(_) => return,
+            Err(owner) if owner != 0 && owner != me => {
+                if REGISTRY
+                    .owner
+                    .compare_exchange(owner, me, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return;
+                }
+            }
+            Err(_) => {}
+        }
         spins = spins.wrapping_add(1);
         if spins < 64 {
             std::hint::spin_loop();
@@ -173,7 +259,7 @@ fn acquire() {
 }
 
 fn close_in_child() {
-    // SAFETY: the prepare handler took `busy` in the parent, and the child is a copy of the
+    // SAFETY: the prepare handler took the lock in the parent, and the child is a copy of the
     // parent at that moment with only this thread: nothing else touches `fds`. `close` is
     // async-signal-safe; `clear` of a `Vec<i32>` only sets its length (no allocator call).
     let fds = unsafe { &mut *REGISTRY.fds.get() };
@@ -183,11 +269,12 @@ fn close_in_child() {
         unsafe { libc::close(fd) };
     }
     fds.clear();
-    REGISTRY.busy.store(false, Ordering::Release);
+    REGISTRY.owner.store(0, Ordering::Release);
 }
 
 struct Entry<T> {
-    pid: u32,
+    /// The process that made it ([`this_process`]).
+    owner: (u32, u64),
     value: T,
 }
 
@@ -217,7 +304,10 @@ impl<T> ForkLocal<T> {
 
     /// Holding `value`, as this process's.
     pub(crate) fn with(value: T) -> ForkLocal<T> {
-        let entry = Box::new(Entry { pid: pid(), value });
+        let entry = Box::new(Entry {
+            owner: this_process(),
+            value,
+        });
         ForkLocal {
             slot: AtomicPtr::new(Box::into_raw(entry)),
             _owns: PhantomData,
@@ -229,7 +319,7 @@ impl<T> ForkLocal<T> {
     /// nothing that a thread or lock of the parent may hold (use `try_lock`, never `lock`).
     /// Two threads of one process may both run `init`; one value is kept, the other dropped.
     pub(crate) fn get_or_init(&self, mut init: impl FnMut(Option<&T>) -> T) -> &T {
-        let pid = pid();
+        let me = this_process();
         let mut current = self.slot.load(Ordering::Acquire);
         loop {
             // SAFETY: a non-null pointer in `slot` comes from `Box::into_raw` and is freed only
@@ -237,12 +327,12 @@ impl<T> ForkLocal<T> {
             // by a child are leaked, never freed, so the reference lives as long as `&self`.
             let old = unsafe { current.as_ref() };
             if let Some(e) = old {
-                if e.pid == pid {
+                if e.owner == me {
                     return &e.value;
                 }
             }
             let value = init(old.map(|e| &e.value));
-            let fresh = Box::into_raw(Box::new(Entry { pid, value }));
+            let fresh = Box::into_raw(Box::new(Entry { owner: me, value }));
             match self
                 .slot
                 .compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire)
@@ -264,7 +354,7 @@ impl<T> ForkLocal<T> {
         let current = self.slot.load(Ordering::Acquire);
         // SAFETY: as in `get_or_init`.
         let e = unsafe { current.as_ref() }?;
-        (e.pid == pid()).then_some(&e.value)
+        (e.owner == this_process()).then_some(&e.value)
     }
 }
 
@@ -282,7 +372,7 @@ impl<T> Drop for ForkLocal<T> {
         }
         // SAFETY: `p` came from `Box::into_raw` and `&mut self` means no reference to it lives.
         let entry = unsafe { Box::from_raw(p) };
-        if entry.pid != pid() {
+        if entry.owner != this_process() {
             // Another process's value: its drop could wait on threads or locks this process
             // does not have.
             std::mem::forget(entry);

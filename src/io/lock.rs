@@ -12,8 +12,9 @@
 //! Every lock of this crate is taken here:
 //! - Each held lock's descriptor is in `fork::ChildCloses`, the descriptors every child of
 //!   `fork()` closes at once (in the crate's `pthread_atfork` child handler). The list is held
-//!   across a fork, so no lock is taken or released half-way through it. In the child, the inherited [`FileLock`]s are forgotten when dropped
-//!   (their descriptor numbers may name the child's own files by then).
+//!   across a fork, so no lock is taken or released half-way through it. In the child, the
+//!   inherited [`FileLock`]s are forgotten when dropped (their descriptor numbers may name the
+//!   child's own files by then).
 //! - `posix_spawn` and `vfork` run no fork handler: a lock found taken is tried again for a
 //!   while ([`SPAWN_GRACE`]), longer than a spawned child usually takes to reach its `exec`. A
 //!   child that takes longer (a machine loaded far beyond its cores) still makes the lock look
@@ -98,9 +99,16 @@ impl FileLock {
             {
                 // Opened and locked with the registry held: a fork sees the descriptor either
                 // registered (and closes it in the child) or not opened yet. (So a slow open, on
-                // a stalled network file system, holds up this process's forks and locks.)
-                let mut held = super::fork::ChildCloses::hold();
-                let file = open().map_err(|e| Error::io(path, "open", e))?;
+                // a stalled network file system, holds up this process's forks and locks.) No
+                // allocation while it is held: the push has room, errors are made after.
+                let mut held = super::fork::ChildCloses::hold_with_room();
+                let file = match open() {
+                    Ok(file) => file,
+                    Err(e) => {
+                        drop(held);
+                        return Err(Error::io(path, "open", e));
+                    }
+                };
                 match file.try_lock() {
                     Ok(()) => {
                         held.fds().push(file.as_raw_fd());
@@ -110,7 +118,11 @@ impl FileLock {
                         }));
                     }
                     Err(std::fs::TryLockError::WouldBlock) => {}
-                    Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(path, "lock", e)),
+                    Err(std::fs::TryLockError::Error(e)) => {
+                        drop(file);
+                        drop(held);
+                        return Err(Error::io(path, "lock", e));
+                    }
                 }
                 // `file` is closed here, with the registry held.
             }
@@ -173,6 +185,24 @@ mod tests {
         let mut b = [0u8; 1];
         // SAFETY: reads one byte into `b`.
         unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) == 1 }
+    }
+
+    /// Many locks held at once (the list grows with none of them lost), each held until dropped.
+    #[test]
+    fn many_held_at_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let paths: Vec<_> = (0..100).map(|i| tmp.path().join(format!("l{i}"))).collect();
+        let held: Vec<_> = paths
+            .iter()
+            .map(|p| FileLock::try_take(p, lock_file(p)).unwrap().unwrap())
+            .collect();
+        for p in &paths {
+            assert!(FileLock::try_take_once(p, lock_file(p)).unwrap().is_none());
+        }
+        drop(held);
+        for p in &paths {
+            assert!(FileLock::try_take_once(p, lock_file(p)).unwrap().is_some());
+        }
     }
 
     /// A child of `fork()` does not hold its parent's lock: the parent's drop frees it while
