@@ -16,7 +16,7 @@
 
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 /// This process's id, or 0 before it is known (and again in a child of `fork()`).
 static PID: AtomicU32 = AtomicU32::new(0);
@@ -24,14 +24,15 @@ static PID: AtomicU32 = AtomicU32::new(0);
 /// adds one): a value made in another process of the chain (an ancestor) never has this
 /// process's number, even when a process id was reused.
 static GENERATION: AtomicU64 = AtomicU64::new(0);
-/// The fork handlers: not registered, being registered, registered, failed.
-static HANDLERS: AtomicU8 = AtomicU8::new(UNREGISTERED);
-/// The process whose thread is registering them (while `HANDLERS` is `REGISTERING`).
-static REGISTRAR: AtomicU32 = AtomicU32::new(0);
-const UNREGISTERED: u8 = 0;
-const REGISTERING: u8 = 1;
-const REGISTERED: u8 = 2;
-const FAILED: u8 = 3;
+/// The fork handlers' state in its low two bits (not registered, being registered, registered,
+/// failed) and, while being registered, the id of the process registering them above: one word,
+/// so exactly one thread wins each change (a child taking over its parent's registration too).
+static HANDLERS: AtomicU64 = AtomicU64::new(UNREGISTERED);
+const UNREGISTERED: u64 = 0;
+const REGISTERING: u64 = 1;
+const REGISTERED: u64 = 2;
+const FAILED: u64 = 3;
+const STATE: u64 = 3;
 
 extern "C" fn prepare() {
     acquire();
@@ -55,62 +56,58 @@ extern "C" fn child() {
 /// another thread registered them would wait forever. A thread that finds the registration in
 /// progress in its own process waits a moment for it, then goes on without (false); a child of
 /// a fork that came before the registration took effect (its handlers did not run) finds it in
-/// progress in its parent, and registers them itself.
+/// progress in its parent's name, and takes it over: one thread of the child wins the word and
+/// registers them.
 pub(crate) fn handlers() -> bool {
-    // A load first: this runs on every read's `ForkLocal` check.
-    if HANDLERS.load(Ordering::Acquire) == REGISTERED {
-        return true;
+    // One load on the fast path: this runs on every read's `ForkLocal` check.
+    let mut word = HANDLERS.load(Ordering::Acquire);
+    match word & STATE {
+        REGISTERED => return true,
+        FAILED => return false,
+        _ => {}
     }
+    let me = u64::from(std::process::id());
     loop {
-        match HANDLERS.compare_exchange(
-            UNREGISTERED,
-            REGISTERING,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => {
-                REGISTRAR.store(std::process::id(), Ordering::Release);
-                // SAFETY: the handlers are plain `extern "C" fn`s that live as long as the
-                // program; the child handler does only what is async-signal-safe (atomic
-                // stores, `close`).
-                let r = unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
-                if r == 0 {
-                    HANDLERS.store(REGISTERED, Ordering::Release);
-                    return true;
-                }
-                HANDLERS.store(FAILED, Ordering::Release);
-                // Without them the process id is asked for on every use, and a child of
-                // `fork()` may hold zrecord's locks until it exits.
-                tracing::warn!(
-                    error = r,
-                    "pthread_atfork failed; a child of fork() may hold zrecord's locks"
-                );
-                return false;
-            }
-            Err(REGISTERED) => return true,
-            Err(FAILED) => return false,
-            Err(_) => {
-                let registrar = REGISTRAR.load(Ordering::Acquire);
-                if registrar != 0 && registrar != std::process::id() {
-                    // Registering in the parent when this child was forked: not here.
-                    let _ = HANDLERS.compare_exchange(
-                        REGISTERING,
-                        UNREGISTERED,
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    );
-                    continue;
-                }
+        match word & STATE {
+            REGISTERED => return true,
+            FAILED => return false,
+            REGISTERING if word >> 2 == me => {
                 let start = std::time::Instant::now();
-                while HANDLERS.load(Ordering::Acquire) == REGISTERING
+                while HANDLERS.load(Ordering::Acquire) & STATE == REGISTERING
                     && start.elapsed() < std::time::Duration::from_millis(10)
                 {
                     std::thread::yield_now();
                 }
-                return HANDLERS.load(Ordering::Acquire) == REGISTERED;
+                return HANDLERS.load(Ordering::Acquire) & STATE == REGISTERED;
             }
+            // Not registered, or registering in another process's name (a parent).
+            _ => {}
+        }
+        match HANDLERS.compare_exchange(
+            word,
+            me << 2 | REGISTERING,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => break,
+            Err(now) => word = now,
         }
     }
+    // SAFETY: the handlers are plain `extern "C" fn`s that live as long as the program; the
+    // child handler does only what is async-signal-safe (atomic stores, `close`).
+    let r = unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+    if r == 0 {
+        HANDLERS.store(REGISTERED, Ordering::Release);
+        return true;
+    }
+    HANDLERS.store(FAILED, Ordering::Release);
+    // Without them the process id is asked for on every use, and a child of `fork()` may hold
+    // zrecord's locks until it exits.
+    tracing::warn!(
+        error = r,
+        "pthread_atfork failed; a child of fork() may hold zrecord's locks"
+    );
+    false
 }
 
 /// The id of the calling process.

@@ -21,9 +21,11 @@
 //!   taken, as any holder does: the caller gets `WriterBusy` and may try again.
 
 use crate::error::{Error, Result};
+use std::ffi::CString;
 use std::fs::File;
 use std::mem::ManuallyDrop;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -31,16 +33,41 @@ use std::time::{Duration, Instant};
 /// child spawned by another thread of this process holds it until its `exec`.
 pub(crate) const SPAWN_GRACE: Duration = Duration::from_millis(300);
 
-/// Opens (creating if missing) the lock file `path` for [`FileLock`]'s tries.
-pub(crate) fn lock_file(path: &Path) -> impl FnMut() -> std::io::Result<File> + '_ {
-    move || {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
+/// What a lock is taken on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// A lock file, created if missing (a dataset's `writer.lock`).
+    File,
+    /// A directory itself, adding no file to it (a collection's root, for a pull).
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
+    Directory,
+}
+
+/// The path as a C string, made before the list is held (no allocation under it).
+fn c_path(path: &Path) -> Result<CString> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+        Error::io(
+            path,
+            "open",
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "path contains a NUL byte"),
+        )
+    })
+}
+
+/// Opens `path` as `target` says, close-on-exec: one `open(2)`, which allocates nothing.
+fn open(path: &CString, target: Target) -> std::io::Result<File> {
+    let (flags, mode) = match target {
+        Target::File => (libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC, 0o666),
+        Target::Directory => (libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC, 0),
+    };
+    // SAFETY: `path` is a NUL-terminated string that outlives the call; `mode` is passed as
+    // the variadic `mode_t` argument `open` reads when `O_CREAT` is given.
+    let fd = unsafe { libc::open(path.as_ptr(), flags, mode as libc::c_uint) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
     }
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    Ok(unsafe { File::from_raw_fd(fd) })
 }
 
 /// An exclusive `flock` on an open file, held until dropped, by this process only.
@@ -53,43 +80,38 @@ pub(crate) struct FileLock {
 }
 
 impl FileLock {
-    /// Opens `path` with `open` and takes its lock without waiting: `Ok(None)` if someone else
-    /// holds it (after [`SPAWN_GRACE`] of tries, the span a spawned child holds copies).
-    pub(crate) fn try_take(
-        path: &Path,
-        open: impl FnMut() -> std::io::Result<File>,
-    ) -> Result<Option<FileLock>> {
-        Self::take(path, open, Some(SPAWN_GRACE), || {})
+    /// Opens `path` and takes its lock without waiting: `Ok(None)` if someone else holds it
+    /// (after [`SPAWN_GRACE`] of tries, the span a spawned child holds copies).
+    pub(crate) fn try_take(path: &Path, target: Target) -> Result<Option<FileLock>> {
+        Self::take(path, target, Some(SPAWN_GRACE), || {})
     }
 
     /// As [`FileLock::try_take`] but tried once: for a caller to whom a lock found taken is an
     /// ordinary answer that costs nothing when wrong (`gc` keeps the part for its next run).
-    pub(crate) fn try_take_once(
-        path: &Path,
-        open: impl FnMut() -> std::io::Result<File>,
-    ) -> Result<Option<FileLock>> {
-        Self::take(path, open, Some(Duration::ZERO), || {})
+    pub(crate) fn try_take_once(path: &Path, target: Target) -> Result<Option<FileLock>> {
+        Self::take(path, target, Some(Duration::ZERO), || {})
     }
 
-    /// Opens `path` with `open` and takes its lock, waiting as long as someone else holds it;
-    /// `waiting` runs once if it has to wait.
+    /// Opens `path` and takes its lock, waiting as long as someone else holds it; `waiting`
+    /// runs once if it has to wait.
     #[cfg_attr(not(feature = "remote"), allow(dead_code))]
     pub(crate) fn take_waiting(
         path: &Path,
-        open: impl FnMut() -> std::io::Result<File>,
+        target: Target,
         waiting: impl FnOnce(),
     ) -> Result<FileLock> {
-        Self::take(path, open, None, waiting)?
+        Self::take(path, target, None, waiting)?
             .ok_or_else(|| Error::internal("a wait gave up".into()))
     }
 
     fn take(
         path: &Path,
-        mut open: impl FnMut() -> std::io::Result<File>,
+        target: Target,
         limit: Option<Duration>,
         waiting: impl FnOnce(),
     ) -> Result<Option<FileLock>> {
         let start = Instant::now();
+        let c = c_path(path)?;
         // Registers the fork handlers, before the registry is held: registering waits for a
         // fork in progress, whose prepare handler waits for the registry.
         let generation = super::fork::generation();
@@ -102,7 +124,7 @@ impl FileLock {
                 // a stalled network file system, holds up this process's forks and locks.) No
                 // allocation while it is held: the push has room, errors are made after.
                 let mut held = super::fork::ChildCloses::hold_with_room();
-                let file = match open() {
+                let file = match open(&c, target) {
                     Ok(file) => file,
                     Err(e) => {
                         drop(held);
@@ -163,10 +185,10 @@ mod tests {
     fn held_once_and_free_after_drop() {
         let tmp = tempfile::tempdir().unwrap();
         let p = tmp.path().join("lock");
-        let l = FileLock::try_take(&p, lock_file(&p)).unwrap().unwrap();
-        assert!(FileLock::try_take(&p, lock_file(&p)).unwrap().is_none());
+        let l = FileLock::try_take(&p, Target::File).unwrap().unwrap();
+        assert!(FileLock::try_take(&p, Target::File).unwrap().is_none());
         drop(l);
-        assert!(FileLock::try_take(&p, lock_file(&p)).unwrap().is_some());
+        assert!(FileLock::try_take(&p, Target::File).unwrap().is_some());
     }
 
     fn pipe() -> [i32; 2] {
@@ -187,6 +209,29 @@ mod tests {
         unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) == 1 }
     }
 
+    /// A directory's own lock: no file is added to it; a missing directory or a path with a NUL
+    /// byte is an error naming it.
+    #[test]
+    fn a_directory_is_locked_itself() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("d");
+        std::fs::create_dir(&d).unwrap();
+        let l = FileLock::try_take(&d, Target::Directory).unwrap().unwrap();
+        assert!(FileLock::try_take_once(&d, Target::Directory)
+            .unwrap()
+            .is_none());
+        drop(l);
+        assert!(FileLock::try_take_once(&d, Target::Directory)
+            .unwrap()
+            .is_some());
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
+        let missing = tmp.path().join("missing");
+        let e = FileLock::try_take_once(&missing, Target::Directory).unwrap_err();
+        assert!(e.to_string().contains("missing"), "{e}");
+        let nul = tmp.path().join("a\0b");
+        assert!(FileLock::try_take_once(&nul, Target::File).is_err());
+    }
+
     /// Many locks held at once (the list grows with none of them lost), each held until dropped.
     #[test]
     fn many_held_at_once() {
@@ -194,14 +239,14 @@ mod tests {
         let paths: Vec<_> = (0..100).map(|i| tmp.path().join(format!("l{i}"))).collect();
         let held: Vec<_> = paths
             .iter()
-            .map(|p| FileLock::try_take(p, lock_file(p)).unwrap().unwrap())
+            .map(|p| FileLock::try_take(p, Target::File).unwrap().unwrap())
             .collect();
         for p in &paths {
-            assert!(FileLock::try_take_once(p, lock_file(p)).unwrap().is_none());
+            assert!(FileLock::try_take_once(p, Target::File).unwrap().is_none());
         }
         drop(held);
         for p in &paths {
-            assert!(FileLock::try_take_once(p, lock_file(p)).unwrap().is_some());
+            assert!(FileLock::try_take_once(p, Target::File).unwrap().is_some());
         }
     }
 
@@ -211,7 +256,7 @@ mod tests {
     fn a_forked_child_never_holds_the_parents_lock() {
         let tmp = tempfile::tempdir().unwrap();
         let p = tmp.path().join("lock");
-        let l = FileLock::try_take(&p, lock_file(&p)).unwrap().unwrap();
+        let l = FileLock::try_take(&p, Target::File).unwrap().unwrap();
         let [from_child, to_parent] = pipe();
         let [from_parent, to_child] = pipe();
         // SAFETY: the child only takes locks, uses its pipes and `_exit`s.
@@ -220,12 +265,12 @@ mod tests {
         if pid == 0 {
             // No panics here: the child has only this thread, and the harness's copy.
             // Held by the parent: not takeable.
-            let busy = matches!(FileLock::try_take(&p, lock_file(&p)), Ok(None));
+            let busy = matches!(FileLock::try_take(&p, Target::File), Ok(None));
             // The inherited lock is forgotten, not closed twice.
             drop(l);
             // The parent drops its lock and takes it again while this child lives.
             let told = send(to_parent) && receive(from_parent);
-            let mine = matches!(FileLock::try_take(&p, lock_file(&p)), Ok(Some(_)));
+            let mine = matches!(FileLock::try_take(&p, Target::File), Ok(Some(_)));
             // SAFETY: ends the child without running the test harness's exit handlers.
             unsafe { libc::_exit(if busy && told && mine { 0 } else { 1 }) };
         }
@@ -236,7 +281,7 @@ mod tests {
         }
         assert!(receive(from_child));
         drop(l);
-        let again = FileLock::try_take(&p, lock_file(&p)).unwrap();
+        let again = FileLock::try_take(&p, Target::File).unwrap();
         assert!(again.is_some(), "the child kept the parent's lock");
         drop(again);
         assert!(send(to_child));

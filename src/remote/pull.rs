@@ -117,17 +117,9 @@ fn remove_leftovers(dir: &Path) {
 /// it.
 fn lock_dir(dir: &Path) -> Result<crate::io::lock::FileLock> {
     let path = dir.join(crate::store::layout::LOCK);
-    let open = || {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-    };
     crate::io::lock::FileLock::take_waiting(
         &path,
-        open,
+        crate::io::lock::Target::File,
         || tracing::info!(dir = %dir.display(), "another pull (or a writer) holds the directory; waiting for it"),
     )
 }

@@ -4,7 +4,6 @@
 //! lacks, so its manifest lists exactly the store's parts, in order. Pulls into one directory
 //! run one after the other: each holds a lock on the directory itself for its whole run.
 
-use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -118,7 +117,7 @@ pub(crate) fn pull_collection(
 fn lock_root(root: &Path) -> Result<crate::io::lock::FileLock> {
     crate::io::lock::FileLock::take_waiting(
         root,
-        || File::open(root),
+        crate::io::lock::Target::Directory,
         || tracing::info!(dir = %root.display(), "another pull holds the collection directory; waiting for it"),
     )
 }

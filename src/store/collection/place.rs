@@ -69,7 +69,7 @@ pub(crate) fn hold_writer_lock(dir: &Path) -> Result<Box<dyn crate::io::vfs::Vfs
 /// it finds taken, and for a commit placing a part, which tries the next id.
 pub(crate) fn writer_lock_if_free(dir: &Path) -> Result<Option<crate::io::lock::FileLock>> {
     let path = dir.join(crate::store::layout::LOCK);
-    crate::io::lock::FileLock::try_take_once(&path, crate::io::lock::lock_file(&path))
+    crate::io::lock::FileLock::try_take_once(&path, crate::io::lock::Target::File)
 }
 
 /// Sets the modification time of the part directory `dir` to now: a part moved under `parts/`
