@@ -73,11 +73,16 @@ pub(crate) fn handlers() -> bool {
             FAILED => return false,
             REGISTERING if word >> 2 == me => {
                 let start = std::time::Instant::now();
-                while HANDLERS.load(Ordering::Acquire) & STATE == REGISTERING
+                while HANDLERS.load(Ordering::Acquire) == word
                     && start.elapsed() < std::time::Duration::from_millis(10)
                 {
                     std::thread::yield_now();
                 }
+                // Still unfinished: counted as failed from now on, so no later call waits
+                // again (a registration that was merely slow stores its outcome over this).
+                // This is also what a process whose id was its registering ancestor's finds.
+                let _ =
+                    HANDLERS.compare_exchange(word, FAILED, Ordering::AcqRel, Ordering::Acquire);
                 return HANDLERS.load(Ordering::Acquire) & STATE == REGISTERED;
             }
             // Not registered, or registering in another process's name (a parent).

@@ -60,12 +60,19 @@ fn open(path: &CString, target: Target) -> std::io::Result<File> {
         Target::File => (libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC, 0o666),
         Target::Directory => (libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC, 0),
     };
-    // SAFETY: `path` is a NUL-terminated string that outlives the call; `mode` is passed as
-    // the variadic `mode_t` argument `open` reads when `O_CREAT` is given.
-    let fd = unsafe { libc::open(path.as_ptr(), flags, mode as libc::c_uint) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    // Tried again when a signal interrupts it, as `std`'s `open` does.
+    let fd = loop {
+        // SAFETY: `path` is a NUL-terminated string that outlives the call; `mode` is the
+        // variadic `mode_t` argument `open` reads when `O_CREAT` is given.
+        let fd = unsafe { libc::open(path.as_ptr(), flags, mode as libc::c_uint) };
+        if fd >= 0 {
+            break fd;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    };
     // SAFETY: `fd` was just opened and is owned by nothing else.
     Ok(unsafe { File::from_raw_fd(fd) })
 }
