@@ -188,6 +188,8 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
     use super::*;
 
+    // A child of `fork()` and a spawned process: `tests/writer_lock_children.rs`.
+
     #[test]
     fn held_once_and_free_after_drop() {
         let tmp = tempfile::tempdir().unwrap();
@@ -196,24 +198,6 @@ mod tests {
         assert!(FileLock::try_take(&p, Target::File).unwrap().is_none());
         drop(l);
         assert!(FileLock::try_take(&p, Target::File).unwrap().is_some());
-    }
-
-    fn pipe() -> [i32; 2] {
-        let mut fds = [0i32; 2];
-        // SAFETY: a pipe into `fds`.
-        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-        fds
-    }
-
-    fn send(fd: i32) -> bool {
-        // SAFETY: writes one byte from a live buffer.
-        unsafe { libc::write(fd, [1u8].as_ptr().cast(), 1) == 1 }
-    }
-
-    fn receive(fd: i32) -> bool {
-        let mut b = [0u8; 1];
-        // SAFETY: reads one byte into `b`.
-        unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) == 1 }
     }
 
     /// A directory's own lock: no file is added to it; a missing directory or a path with a NUL
@@ -254,54 +238,6 @@ mod tests {
         drop(held);
         for p in &paths {
             assert!(FileLock::try_take_once(p, Target::File).unwrap().is_some());
-        }
-    }
-
-    /// A child of `fork()` does not hold its parent's lock: the parent's drop frees it while
-    /// the child lives, and the child cannot take it while the parent holds it.
-    #[test]
-    fn a_forked_child_never_holds_the_parents_lock() {
-        let tmp = tempfile::tempdir().unwrap();
-        let p = tmp.path().join("lock");
-        let l = FileLock::try_take(&p, Target::File).unwrap().unwrap();
-        let [from_child, to_parent] = pipe();
-        let [from_parent, to_child] = pipe();
-        // SAFETY: the child only takes locks, uses its pipes and `_exit`s.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0);
-        if pid == 0 {
-            // No panics here: the child has only this thread, and the harness's copy.
-            // Held by the parent: not takeable.
-            let busy = matches!(FileLock::try_take(&p, Target::File), Ok(None));
-            // The inherited lock is forgotten, not closed twice.
-            drop(l);
-            // The parent drops its lock and takes it again while this child lives.
-            let told = send(to_parent) && receive(from_parent);
-            let mine = matches!(FileLock::try_take(&p, Target::File), Ok(Some(_)));
-            // SAFETY: ends the child without running the test harness's exit handlers.
-            unsafe { libc::_exit(if busy && told && mine { 0 } else { 1 }) };
-        }
-        // SAFETY: the child's ends, closed once in the parent (a dead child then reads as EOF).
-        unsafe {
-            libc::close(to_parent);
-            libc::close(from_parent);
-        }
-        assert!(receive(from_child));
-        drop(l);
-        let again = FileLock::try_take(&p, Target::File).unwrap();
-        assert!(again.is_some(), "the child kept the parent's lock");
-        drop(again);
-        assert!(send(to_child));
-        let mut status = 0;
-        // SAFETY: waits for our own child.
-        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "{status:#x}"
-        );
-        for fd in [from_child, to_child] {
-            // SAFETY: the parent's ends, each closed once.
-            unsafe { libc::close(fd) };
         }
     }
 }
