@@ -478,6 +478,32 @@ pub enum Error {
         collection: String,
     },
 
+    /// A part given to a local collection's commit lies under another collection's `parts/`:
+    /// moving it would take it out of that collection, whose manifests name it. Commit a copy
+    /// of it instead (or read both collections together with `Concat`).
+    #[error("{part} is a part of the collection at {collection}: a commit to {target} would move it out of that collection; copy it first")]
+    PartOfAnotherCollection {
+        /// The part's directory, as given.
+        part: PathBuf,
+        /// The collection it belongs to.
+        collection: PathBuf,
+        /// The collection it was given to.
+        target: PathBuf,
+    },
+
+    /// A writer (or a rebalance) was opened on a part that a manifest of its collection names:
+    /// committed parts are immutable (the manifest pins their generation), so a new commit of
+    /// the part would make the collection unreadable. Write a new part and commit it instead.
+    #[error("part {part:?} ({path}) is committed to the collection at {collection}: committed parts are immutable; write a new part and commit it")]
+    PartCommitted {
+        /// The part's id.
+        part: String,
+        /// The part's directory.
+        path: PathBuf,
+        /// The collection's root.
+        collection: PathBuf,
+    },
+
     /// A part's schema differs from its collection's (the fields of the first commit).
     #[error(
         "part {part:?} ({path}) does not have the collection's schema: field {field:?}: {reason}"

@@ -1,4 +1,4 @@
-//! Exclusive file locks (`flock`) that only the process that took them holds.
+//! File locks (`flock`, exclusive or shared) that only the process that took them holds.
 //!
 //! An `flock` belongs to an open file description, and a child process gets a copy of every
 //! descriptor its parent has open, close-on-exec or not, until it calls `exec`. So a lock held
@@ -41,6 +41,16 @@ pub(crate) enum Target {
     /// A directory itself, adding no file to it (a collection's root, for a pull).
     #[cfg_attr(not(feature = "remote"), allow(dead_code))]
     Directory,
+}
+
+/// How a lock is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// By one holder at a time (a writer's lock, `gc`'s hold on a collection's commits).
+    Exclusive,
+    /// By any number of holders at once, while nobody holds it exclusively (each committer of
+    /// a collection).
+    Shared,
 }
 
 /// The path as a C string, made before the list is held (no allocation under it).
@@ -90,13 +100,13 @@ impl FileLock {
     /// Opens `path` and takes its lock without waiting: `Ok(None)` if someone else holds it
     /// (after [`SPAWN_GRACE`] of tries, the span a spawned child holds copies).
     pub(crate) fn try_take(path: &Path, target: Target) -> Result<Option<FileLock>> {
-        Self::take(path, target, Some(SPAWN_GRACE), || {})
+        Self::take(path, target, Mode::Exclusive, Some(SPAWN_GRACE), || {})
     }
 
     /// As [`FileLock::try_take`] but tried once: for a caller to whom a lock found taken is an
     /// ordinary answer that costs nothing when wrong (`gc` keeps the part for its next run).
     pub(crate) fn try_take_once(path: &Path, target: Target) -> Result<Option<FileLock>> {
-        Self::take(path, target, Some(Duration::ZERO), || {})
+        Self::take(path, target, Mode::Exclusive, Some(Duration::ZERO), || {})
     }
 
     /// Opens `path` and takes its lock, waiting as long as someone else holds it; `waiting`
@@ -107,13 +117,24 @@ impl FileLock {
         target: Target,
         waiting: impl FnOnce(),
     ) -> Result<FileLock> {
-        Self::take(path, target, None, waiting)?
+        Self::take_waiting_as(path, target, Mode::Exclusive, waiting)
+    }
+
+    /// As [`FileLock::take_waiting`], held as `mode` says.
+    pub(crate) fn take_waiting_as(
+        path: &Path,
+        target: Target,
+        mode: Mode,
+        waiting: impl FnOnce(),
+    ) -> Result<FileLock> {
+        Self::take(path, target, mode, None, waiting)?
             .ok_or_else(|| Error::internal("a wait gave up".into()))
     }
 
     fn take(
         path: &Path,
         target: Target,
+        mode: Mode,
         limit: Option<Duration>,
         waiting: impl FnOnce(),
     ) -> Result<Option<FileLock>> {
@@ -138,7 +159,11 @@ impl FileLock {
                         return Err(Error::io(path, "open", e));
                     }
                 };
-                match file.try_lock() {
+                let taken = match mode {
+                    Mode::Exclusive => file.try_lock(),
+                    Mode::Shared => file.try_lock_shared(),
+                };
+                match taken {
                     Ok(()) => {
                         held.fds().push(file.as_raw_fd());
                         return Ok(Some(FileLock {

@@ -8,6 +8,9 @@ pub const META: &str = "meta.json";
 pub const META_TMP: &str = "meta.json.tmp";
 /// The writer's exclusive lock.
 pub const LOCK: &str = "writer.lock";
+/// What names a dataset being created beside its path: `.<name><CREATE_INFIX><pid>`, renamed to
+/// the path once it holds an empty commit.
+pub const CREATE_INFIX: &str = ".zrecord-create-";
 /// The directory of chunk files.
 pub const CHUNK_DIR: &str = "chunk";
 

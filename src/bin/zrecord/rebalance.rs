@@ -34,6 +34,8 @@ pub fn run(a: &RebalanceArgs) -> Res {
             "generation": r.generation,
             "records": r.records,
             "live_bytes": r.live_bytes,
+            "live_bytes_before": r.live_bytes_before,
+            "rewritten": r.rewritten,
             "chunk_bytes_before": r.chunk_bytes_before,
             "chunk_bytes_after": r.chunk_bytes_after,
             "chunks_before": r.chunks_before,
@@ -47,12 +49,20 @@ pub fn run(a: &RebalanceArgs) -> Res {
         println!("{out}");
         return Ok(());
     }
-    println!(
-        "{}: {} records rewritten in {secs:.2} s, generation {}",
-        a.dir.display(),
-        r.records,
-        r.generation
-    );
+    if r.rewritten {
+        println!(
+            "{}: {} records rewritten in {secs:.2} s, generation {}",
+            a.dir.display(),
+            r.records,
+            r.generation
+        );
+    } else {
+        println!(
+            "{}: nothing to reclaim (every stored byte is live): nothing rewritten, generation {} kept",
+            a.dir.display(),
+            r.generation
+        );
+    }
     println!(
         "utilization (live bytes / chunk bytes): {:.3} -> {:.3}  ({} -> {} bytes in {} -> {} chunks, {} live)",
         r.utilization_before(),

@@ -40,11 +40,11 @@ pub(crate) fn pull_collection(
     std::fs::create_dir_all(root).map_err(|e| Error::io(root, "create directory", e))?;
     let _lock = lock_root(root)?;
     let local = LocalManifests::new(root);
-    let ours = if local.dir().is_dir() {
-        local.latest()?
-    } else {
-        None
-    };
+    // The parts are pulled under parts/ before the local manifest names them: no gc may run
+    // meanwhile (the commit lock, held shared as a committer holds it).
+    crate::store::collection::prepare_root(root, &local)?;
+    let _commits = crate::store::collection::commit_lock(root, crate::io::lock::Mode::Shared)?;
+    let ours = local.latest()?;
     if let Target::Diverged(why) = compare(&theirs, ours.as_ref()) {
         return Err(Error::InvalidConfig {
             reason: format!(

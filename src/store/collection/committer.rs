@@ -13,7 +13,9 @@
 use super::append::{append_parts, Collection};
 use super::manifests::{LocalManifests, ManifestStore};
 use super::options::{stepper, CommitOptions, CommitReport, CommitStep};
-use super::place::{hold_writer_lock, move_part, remove_part, touch, writer_lock_if_free, Placed};
+use super::place::{
+    hold_writer_lock, move_back, move_part, remove_part, touch, writer_lock_if_free, Placed,
+};
 use super::schema_difference;
 use super::source;
 use crate::error::{Error, Result};
@@ -76,6 +78,7 @@ pub fn commit(
     let step = stepper(&options);
     let store = LocalManifests::new(root);
     prepare_root(root, &store)?;
+    let _commits = super::commit_lock(root, crate::io::lock::Mode::Shared)?;
     let parts_dir = root.join("parts");
     let latest = store.latest()?;
 
@@ -117,54 +120,134 @@ pub fn commit(
     }
     step(CommitStep::PartsChecked);
 
-    // 2. Place every part under parts/.
-    let mut placed: Vec<PartMeta> = Vec::with_capacity(given.len());
-    // Ids placed by this attempt: never taken again for another given part.
-    let mut placed_now: HashSet<String> = HashSet::new();
-    for (index, g) in given.iter().enumerate() {
-        let id = match &g.inside {
-            Some(id) => id.clone(),
-            None => {
-                let (id, lock) = place(&g.src, &parts_dir, &placed_now)?;
-                if let Some(lock) = lock {
-                    locks.push((parts_dir.join(&id), lock));
+    // 2. Place every part under parts/, then 3. manifest N+1 on top of the latest (rebasing
+    // and retrying when it is taken). What this attempt placed is undone if a later step fails
+    // before a manifest names it.
+    let mut placed_here: Vec<Placement> = Vec::new();
+    let result = (|| {
+        let mut placed: Vec<PartMeta> = Vec::with_capacity(given.len());
+        // Ids placed by this attempt: never taken again for another given part.
+        let mut placed_now: HashSet<String> = HashSet::new();
+        for (index, g) in given.iter().enumerate() {
+            let id = match &g.inside {
+                Some(id) => id.clone(),
+                None => {
+                    let (id, lock, how) = place(&g.src, &parts_dir, &placed_now)?;
+                    if let Some(lock) = lock {
+                        locks.push((parts_dir.join(&id), lock));
+                    }
+                    placed_now.insert(id.clone());
+                    placed_here.push(Placement {
+                        id: id.clone(),
+                        src: g.src.clone(),
+                        how,
+                    });
+                    id
                 }
-                placed_now.insert(id.clone());
-                id
+            };
+            let (_, meta) = read_meta(&parts_dir.join(&id))?;
+            if !placed.iter().any(|p| p.id == id) {
+                placed.push(PartMeta {
+                    path: part_path(&id),
+                    id,
+                    len: meta.len,
+                    generation: meta.generation,
+                });
             }
-        };
-        let (_, meta) = read_meta(&parts_dir.join(&id))?;
-        if !placed.iter().any(|p| p.id == id) {
-            placed.push(PartMeta {
-                path: part_path(&id),
-                id,
-                len: meta.len,
-                generation: meta.generation,
-            });
+            step(CommitStep::PartPlaced { index });
         }
-        step(CommitStep::PartPlaced { index });
+        let ids: Vec<String> = placed.iter().map(|p| p.id.clone()).collect();
+        let report = append_parts(
+            Collection {
+                store: &store,
+                root,
+                part_path: &|id| parts_dir.join(id),
+            },
+            latest,
+            fields,
+            &placed,
+            &|fields| given.iter().try_for_each(|g| check_schema(fields, g, None)),
+            &step,
+        )?;
+        Ok(CommitReport { ids, ..report })
+    })();
+    match result {
+        Ok(report) => {
+            // The manifest names every part: the originals of copies can go now. One that
+            // cannot be removed is only a leftover (committing it again adds nothing).
+            for p in placed_here.iter().filter(|p| p.how != How::Renamed) {
+                if let Err(e) = remove_part(&p.src) {
+                    tracing::warn!(part = %p.id, source = %p.src.display(), error = %e,
+                        "the part is committed, but its original (copied from another file system) could not be removed");
+                }
+            }
+            Ok(report)
+        }
+        Err(e) => {
+            undo(&store, &parts_dir, &placed_here);
+            Err(e)
+        }
     }
-    let ids = placed.iter().map(|p| p.id.clone()).collect();
+}
 
-    // 3. Manifest N+1 on top of the latest; rebase and retry when it is taken.
-    let report = append_parts(
-        Collection {
-            store: &store,
-            root,
-            part_path: &|id| parts_dir.join(id),
-        },
-        latest,
-        fields,
-        &placed,
-        &|fields| given.iter().try_for_each(|g| check_schema(fields, g, None)),
-        &step,
-    )?;
-    Ok(CommitReport { ids, ..report })
+/// How a part got under `parts/`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum How {
+    /// Renamed there: gone from where it was given.
+    Renamed,
+    /// Copied there from another file system: the original is still where it was given.
+    Copied,
+    /// Found there, copied by an earlier attempt: the original is still where it was given.
+    EarlierCopy,
+}
+
+/// A part this attempt placed.
+struct Placement {
+    id: String,
+    /// Where it was given.
+    src: PathBuf,
+    how: How,
+}
+
+/// After a failed commit: puts each part this attempt placed back where it was given (a
+/// renamed part renamed back, a copy removed; an earlier attempt's copy stays as it was), unless
+/// a manifest names one of them (the manifest was linked and a later step failed: the commit
+/// happened) or the manifests cannot be read (a retry then finds the parts by their records).
+/// Runs with the commit lock and every part's lock held, so no other commit can name them.
+fn undo(store: &LocalManifests, parts_dir: &Path, placed: &[Placement]) {
+    if placed.is_empty() {
+        return;
+    }
+    let named: HashSet<String> = match store.latest() {
+        Ok(latest) => latest
+            .into_iter()
+            .flat_map(|m| m.parts.into_iter().map(|p| p.id))
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "a failed commit's parts stay under parts/ (the manifests cannot be read); committing them again takes them from there");
+            return;
+        }
+    };
+    if placed.iter().any(|p| named.contains(&p.id)) {
+        return;
+    }
+    for p in placed.iter().rev() {
+        let at = parts_dir.join(&p.id);
+        let undone = match p.how {
+            How::Renamed => move_back(&at, &p.src),
+            How::Copied => remove_part(&at),
+            How::EarlierCopy => Ok(()),
+        };
+        if let Err(e) = undone {
+            tracing::warn!(part = %p.id, source = %p.src.display(), error = %e,
+                "a failed commit's part stays under parts/; committing it again takes it from there");
+        }
+    }
 }
 
 /// Creates the collection's directories if missing (fsyncing what it creates); refuses a root
 /// that is a dataset.
-fn prepare_root(root: &Path, store: &LocalManifests) -> Result<()> {
+pub(crate) fn prepare_root(root: &Path, store: &LocalManifests) -> Result<()> {
     if crate::store::layout::meta(root).exists() {
         return Err(Error::InvalidConfig {
             reason: format!(
@@ -189,6 +272,20 @@ fn prepare_root(root: &Path, store: &LocalManifests) -> Result<()> {
 
 /// Reads part `path`'s meta: where it is and whether it is under `parts/` already.
 fn check_part(parts_dir: &Path, path: &Path, committed: &HashSet<String>) -> Result<Given> {
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        // Renaming would move the link and leave the data where it is; give the data's path.
+        return Err(Error::NotADataset {
+            path: path.to_path_buf(),
+            reason: format!(
+                "a part given by a symbolic link is refused (the link, not the data, would be \
+                 moved): give the dataset's own path ({})",
+                path.canonicalize().map_or_else(
+                    |_| "a dangling link".to_string(),
+                    |p| p.display().to_string()
+                )
+            ),
+        });
+    }
     let raw = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
     let inside = match (path.parent(), parts_dir.canonicalize()) {
         (Some(parent), Ok(parts)) => {
@@ -223,6 +320,10 @@ fn check_part(parts_dir: &Path, path: &Path, committed: &HashSet<String>) -> Res
             }
         }
     }
+    if !inside {
+        refuse_other_collections_part(parts_dir, &src)?;
+    }
+    refuse_links_inside(&src)?;
     let name = id.as_str();
     if inside && !valid_part_id(name) {
         return Err(Error::InvalidConfig {
@@ -252,6 +353,53 @@ fn check_part(parts_dir: &Path, path: &Path, committed: &HashSet<String>) -> Res
         inside: inside.then(|| name.to_string()),
         meta,
     })
+}
+
+/// Refuses a part that lies under another local collection's `parts/`: moving it out would
+/// break that collection (its manifests name the part). [`Error::PartOfAnotherCollection`]
+/// names both.
+fn refuse_other_collections_part(parts_dir: &Path, src: &Path) -> Result<()> {
+    let Some(parent) = std::path::absolute(src)
+        .ok()
+        .and_then(|a| a.parent().and_then(|p| p.canonicalize().ok()))
+    else {
+        return Ok(());
+    };
+    if parent.file_name().is_none_or(|n| n != "parts") {
+        return Ok(());
+    }
+    let Some(other) = parent.parent().filter(|r| super::is_collection(r)) else {
+        return Ok(());
+    };
+    let ours = parts_dir.parent().and_then(|r| r.canonicalize().ok());
+    if ours.as_deref() == Some(other) {
+        return Ok(());
+    }
+    Err(Error::PartOfAnotherCollection {
+        part: src.to_path_buf(),
+        collection: other.to_path_buf(),
+        target: parts_dir.parent().unwrap_or(parts_dir).to_path_buf(),
+    })
+}
+
+/// Refuses a part holding a symbolic link or another special file where a dataset has its
+/// files (its top directory and `chunk/`): a rename would move the link, not what it names,
+/// and a copy could not copy it.
+fn refuse_links_inside(dir: &Path) -> Result<()> {
+    for d in [dir.to_path_buf(), dir.join("chunk")] {
+        let Ok(list) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in list.flatten() {
+            let kind = e
+                .file_type()
+                .map_err(|err| Error::io(e.path(), "stat", err))?;
+            if !kind.is_file() && !kind.is_dir() {
+                return Err(super::place::not_a_plain_file(&e.path()));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The part under `parts_dir` that an earlier attempt placed from `path` (which is `gone`, or
@@ -324,8 +472,9 @@ fn is_rest_of_a_dataset(dir: &Path) -> bool {
 /// Moves the part at `src` under `parts_dir`: under its name, or (taken by a different part)
 /// under its name with a suffix derived from its provenance record (written into `src` first,
 /// so it goes with the part: `_source`), the same suffixes in the same order on every attempt.
-/// Returns its id. A taken id is this part's own copy, placed by an earlier attempt cut short
-/// before it removed the original, only by the rule every commit uses
+/// Returns its id, the lock of a copy (held until the commit returns), and how it got there
+/// (the original of a copy stays until the manifest names it). A taken id is this part's own
+/// copy, placed by an earlier attempt cut short before it removed the original, only by the rule every commit uses
 /// ([`source::is_earlier_copy`]: the same record and the same `meta.json` text), and only if
 /// this attempt did not place it (`placed_now`) and no other commit holds it (its writer lock
 /// is free; it is then held until the commit returns, and returned): otherwise it is another
@@ -334,7 +483,7 @@ fn place(
     src: &Path,
     parts_dir: &Path,
     placed_now: &HashSet<String>,
-) -> Result<(String, Option<Box<dyn crate::io::vfs::VfsLock>>)> {
+) -> Result<(String, Option<Box<dyn crate::io::vfs::VfsLock>>, How)> {
     let mine = source::ensure(src, true)?;
     let meta_file = crate::store::layout::meta(src);
     let my_meta = std::fs::read(&meta_file).map_err(|e| Error::io(&meta_file, "read", e))?;
@@ -345,7 +494,11 @@ fn place(
         match move_part(src, parts_dir, &target)? {
             Placed::Moved => {
                 touch(&target)?;
-                return Ok((id, None));
+                return Ok((id, None, How::Renamed));
+            }
+            Placed::Copied(lock) => {
+                touch(&target)?;
+                return Ok((id, Some(Box::new(lock)), How::Copied));
             }
             Placed::Taken if !placed_now.contains(&id) => {
                 // Tried once: a part found held is another commit's (or, for a moment, a
@@ -358,9 +511,8 @@ fn place(
                     std::fs::read(crate::store::layout::meta(&target)).unwrap_or_default();
                 let found = source::read(&target);
                 if source::is_earlier_copy(&mine, &my_meta, found.as_ref(), &found_meta) {
-                    remove_part(src)?;
                     touch(&target)?;
-                    return Ok((id, Some(Box::new(lock))));
+                    return Ok((id, Some(Box::new(lock)), How::EarlierCopy));
                 }
             }
             Placed::Taken => {}

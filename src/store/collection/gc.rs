@@ -3,11 +3,16 @@
 //! and whose newest file is older than a limit, and the leftovers of failed commits (hidden
 //! temporaries in `_collection/` and `parts/`) older than it.
 //!
-//! A part a commit in progress holds (its writer lock, held from the commit's check of the part
-//! to its manifest) is kept however old, and the manifests created meanwhile are read before a
-//! part is removed. A part under `parts/` that no commit holds yet is protected by the age
-//! limit only. (Placing a part sets its directory's modification time to the time it was
-//! placed, so the limit counts from there.)
+//! `gc` holds the collection's commit lock exclusively for its whole run
+//! ([`super::commit_lock`]), and every committer holds it shared from before it places its
+//! first part until its manifest is linked: so no commit is live while `gc` looks, and what a
+//! live commit owns (parts placed or being copied, temporary manifests) is never removed,
+//! whatever the limit. A part a writer has open under `parts/` (its writer lock) is kept
+//! however old. A part under `parts/` that nobody holds and no manifest names (what a killed
+//! committer left, or one placed by hand) is protected by the age limit only. (Placing a part
+//! sets its directory's modification time to the time it was placed, so the limit counts from
+//! there.) Entries that vanish while `gc` looks (a writer's `meta.json.tmp` renamed over its
+//! `meta.json`) are skipped.
 
 use super::manifests::{parse_manifest_name, LocalManifests, ManifestStore, MANIFEST_DIR};
 use crate::error::{Error, Result};
@@ -100,14 +105,19 @@ pub(crate) fn gc_dir(root: &Path, older_than: Duration, now: SystemTime) -> Resu
     }
     let store = LocalManifests::new(root);
     let parts_dir = root.join("parts");
-    // The parts first, the manifests next: a part committed meanwhile is named by a manifest
-    // read below; one committed after that was placed after the listing, or is young.
+    let _commits = super::commit_lock(root, crate::io::lock::Mode::Exclusive)?;
+    // No commit runs while the lock is held. The parts are listed first and the manifests
+    // read next all the same (and read again before each removal), as a build without the
+    // lock expects of a gc beside it.
     let mut entries = Vec::new();
     match std::fs::read_dir(&parts_dir) {
         Ok(list) => {
             for e in list {
-                let e = e.map_err(|e| Error::io(&parts_dir, "list", e))?;
-                entries.push(e.file_name().to_string_lossy().into_owned());
+                match e {
+                    Ok(e) => entries.push(e.file_name().to_string_lossy().into_owned()),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(Error::io(&parts_dir, "list", e)),
+                }
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -120,13 +130,25 @@ pub(crate) fn gc_dir(root: &Path, older_than: Duration, now: SystemTime) -> Resu
     for name in entries {
         let dir = parts_dir.join(&name);
         if name.starts_with('.') {
-            // An incomplete copy (`.incoming-…`) of a commit that failed.
+            // A copy a dead commit left (`.incoming-…`; a live commit's is not here: `gc`
+            // holds the commit lock), or a dataset a writer is creating in place
+            // (`.<name>.zrecord-create-<pid>`: held by its writer from just after its
+            // directory is made, and kept at least CREATE_FLOOR for that moment).
+            let limit = match name.contains(crate::store::layout::CREATE_INFIX) {
+                true => older_than.max(CREATE_FLOOR),
+                false => older_than,
+            };
             let (newest, bytes) = newest_and_bytes(&dir)?;
-            if newest.is_some_and(|t| is_older(now, t, older_than)) {
-                remove_any(&dir)?;
-                report.leftovers = report.leftovers.saturating_add(1);
-                report.bytes_freed = report.bytes_freed.saturating_add(bytes);
+            if !newest.is_some_and(|t| is_older(now, t, limit)) {
+                continue;
             }
+            let _lock = match hold(&dir)? {
+                Hold::Free(lock) => lock,
+                Hold::Held | Hold::Gone => continue,
+            };
+            remove_any(&dir)?;
+            report.leftovers = report.leftovers.saturating_add(1);
+            report.bytes_freed = report.bytes_freed.saturating_add(bytes);
             continue;
         }
         if named.contains(&name) {
@@ -134,7 +156,10 @@ pub(crate) fn gc_dir(root: &Path, older_than: Duration, now: SystemTime) -> Resu
             continue;
         }
         let (newest, bytes) = newest_and_bytes(&dir)?;
-        if !newest.is_some_and(|t| is_older(now, t, older_than)) {
+        let Some(newest) = newest else {
+            continue; // Vanished meanwhile.
+        };
+        if !is_older(now, newest, older_than) {
             report.kept.push(name);
             continue;
         }
@@ -150,9 +175,13 @@ pub(crate) fn gc_dir(root: &Path, older_than: Duration, now: SystemTime) -> Resu
         // places it until its manifest is written (and a writer holds it while it writes a
         // part under parts/): such a part is kept, however old its files. Holding the lock
         // also keeps a commit from taking the part while it is removed.
-        let Some(_lock) = super::place::writer_lock_if_free(&dir)? else {
-            report.kept.push(name);
-            continue;
+        let _lock = match hold(&dir)? {
+            Hold::Free(lock) => lock,
+            Hold::Held => {
+                report.kept.push(name);
+                continue;
+            }
+            Hold::Gone => continue,
         };
         // A commit that finished after the manifests were read names the part in a newer one.
         read_new_manifests(&store, &mut read, &mut named)?;
@@ -168,7 +197,11 @@ pub(crate) fn gc_dir(root: &Path, older_than: Duration, now: SystemTime) -> Resu
     // Temporary manifests of committers that died before removing them.
     let mdir = store.dir();
     for e in std::fs::read_dir(mdir).map_err(|e| Error::io(mdir, "list", e))? {
-        let e = e.map_err(|e| Error::io(mdir, "list", e))?;
+        let e = match e {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io(mdir, "list", e)),
+        };
         let name = e.file_name().to_string_lossy().into_owned();
         if !name.starts_with('.') || parse_manifest_name(&name).is_some() {
             continue;
@@ -186,6 +219,41 @@ pub(crate) fn gc_dir(root: &Path, older_than: Duration, now: SystemTime) -> Resu
     Ok(report)
 }
 
+/// How long a dataset being created in place under `parts/` is kept at least, whatever the
+/// limit: its writer holds it from just after its directory is made, and this covers that
+/// moment (a dead writer's leftover is an empty dataset).
+const CREATE_FLOOR: Duration = Duration::from_secs(600);
+
+/// Whether a directory under `parts/` is held by a writer or a commit.
+enum Hold {
+    /// Nobody holds it: its writer lock, now held by `gc`, keeps anyone from taking it (`None`
+    /// for a symlink or a file, which has none).
+    Free(Option<crate::io::lock::FileLock>),
+    /// A writer or a commit holds it.
+    Held,
+    /// It vanished meanwhile.
+    Gone,
+}
+
+/// Takes the writer lock of the directory `dir` if it is free (tried once). A symlink or a file
+/// has no lock: it is free.
+fn hold(dir: &Path) -> Result<Hold> {
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Ok(Hold::Free(None)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Hold::Gone),
+        Err(e) => return Err(Error::io(dir, "stat", e)),
+    }
+    match super::place::writer_lock_if_free(dir) {
+        Ok(Some(lock)) => Ok(Hold::Free(Some(lock))),
+        Ok(None) => Ok(Hold::Held),
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            Ok(Hold::Gone)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// The newest modification time of `path` and of everything under it, and the bytes of its
 /// files; `None` if it is gone.
 fn newest_and_bytes(path: &Path) -> Result<(Option<SystemTime>, u64)> {
@@ -198,11 +266,27 @@ fn newest_and_bytes(path: &Path) -> Result<(Option<SystemTime>, u64)> {
     let mut bytes = 0u64;
     if meta.is_dir() {
         let mut stack: Vec<PathBuf> = vec![path.to_path_buf()];
+        // Anything that vanishes meanwhile (a writer's temporary renamed, a directory removed)
+        // is skipped: it holds no bytes and no time any more.
+        let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
         while let Some(dir) = stack.pop() {
-            for e in std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, "list", e))? {
-                let e = e.map_err(|e| Error::io(&dir, "list", e))?;
+            let list = match std::fs::read_dir(&dir) {
+                Ok(list) => list,
+                Err(e) if gone(&e) => continue,
+                Err(e) => return Err(Error::io(&dir, "list", e)),
+            };
+            for e in list {
+                let e = match e {
+                    Ok(e) => e,
+                    Err(e) if gone(&e) => continue,
+                    Err(e) => return Err(Error::io(&dir, "list", e)),
+                };
                 let p = e.path();
-                let m = std::fs::symlink_metadata(&p).map_err(|e| Error::io(&p, "stat", e))?;
+                let m = match std::fs::symlink_metadata(&p) {
+                    Ok(m) => m,
+                    Err(e) if gone(&e) => continue,
+                    Err(e) => return Err(Error::io(&p, "stat", e)),
+                };
                 newest = newest.max(m.modified().ok());
                 if m.is_dir() {
                     stack.push(p);

@@ -152,6 +152,11 @@ impl ManifestStore for LocalManifests {
             match std::fs::hard_link(&tmp, &target) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(false),
+                // The temporary file is what is missing (removed by hand, or by a `gc` of a
+                // build that did not honour the commit lock): name it, not the manifest.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(Error::io(&tmp, "link the new manifest from", e))
+                }
                 Err(e) => return Err(Error::io(&target, "link", e)),
             }
             step(super::CommitStep::ManifestLinked);

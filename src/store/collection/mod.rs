@@ -12,9 +12,11 @@
 //! committer.rs  commit(): check the parts, move them under parts/, then append them
 //! append.rs     create manifest N+1 on top of N, rebase and retry when another committer took
 //!               N+1 (for any ManifestStore: the remote committer uses it too)
-//! gc.rs         gc(): remove the parts no manifest names once they are older than a limit
-//! place.rs      moving a part under parts/ (rename, or copy + fsync + remove across file
-//!               systems)
+//! gc.rs         gc(): remove the parts no manifest names once they are older than a limit,
+//!               never beside a live commit (the commit lock, below)
+//! place.rs      moving a part under parts/ (rename, or copy + fsync + lock across file
+//!               systems; the original is removed once a manifest names the copy)
+//! immutable.rs  a part a manifest names is never opened for writing
 //! source.rs     a part's provenance record (`_source`): where it came from, the one rule by
 //!               which a commit (local or remote) takes a part it finds for its own earlier copy
 //! open.rs       CollectionDir, the Location whose snapshot is the latest manifest's parts
@@ -26,6 +28,7 @@
 pub(crate) mod append;
 mod committer;
 pub(crate) mod gc;
+pub(crate) mod immutable;
 pub(crate) mod manifests;
 pub(crate) mod open;
 pub(crate) mod options;
@@ -34,14 +37,41 @@ pub(crate) mod source;
 
 pub use committer::commit;
 #[cfg(feature = "remote")]
-pub(crate) use committer::id_of;
+pub(crate) use committer::{id_of, prepare_root};
 pub use gc::GcReport;
 pub use open::CollectionDir;
 pub use options::{CommitOptions, CommitReport, CommitStep};
 
+use crate::error::Result;
 use crate::format::collection::ManifestField;
 use crate::format::meta::FieldMeta;
 use std::path::Path;
+
+/// The lock file of a local collection's commits, in `_collection/` (no manifest's name, and
+/// not hidden: `gc` never takes it for a leftover).
+pub(crate) const COMMIT_LOCK: &str = "commit.lock";
+
+/// Takes the commit lock of the local collection at `root` (whose `_collection/` exists),
+/// waiting while it is held the other way. Every committer (and a pull, for its whole run) holds
+/// it shared from before it places its first part until its manifest is linked or its parts are
+/// moved back; `gc` holds it exclusively while it looks for what to remove and removes it. So
+/// `gc` never runs beside a live commit: what a commit owns before a manifest names it (its
+/// placed parts, copies under `parts/.incoming-…`, temporary manifests) is never removed,
+/// whatever the age limit, and a commit never waits longer than one `gc` run. A process killed
+/// mid-commit releases the lock with its descriptors: what it left is then a leftover like any
+/// other, removed by age.
+///
+/// # Errors
+/// I/O errors naming the lock file.
+pub(crate) fn commit_lock(
+    root: &Path,
+    mode: crate::io::lock::Mode,
+) -> Result<crate::io::lock::FileLock> {
+    let path = root.join(manifests::MANIFEST_DIR).join(COMMIT_LOCK);
+    crate::io::lock::FileLock::take_waiting_as(&path, crate::io::lock::Target::File, mode, || {
+        tracing::info!(lock = %path.display(), ?mode, "waiting for the collection's commit lock (a gc or a commit holds it)");
+    })
+}
 
 /// Whether `dir` is the root of a local collection (it holds `_collection/`).
 pub(crate) fn is_collection(dir: &Path) -> bool {

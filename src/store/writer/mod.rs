@@ -394,7 +394,9 @@ impl Writer {
     /// the new commit, with the unreferenced files removed at the next writer open.
     ///
     /// Pending changes are committed first (a commit of their own), so a rebalance never mixes
-    /// with unacknowledged work. Stored bytes are copied as they are (codec and checksum kept);
+    /// with unacknowledged work. A dataset whose chunks hold only live bytes has nothing to
+    /// reclaim: nothing is rewritten or committed, and the report says so
+    /// ([`RebalanceReport::rewritten`]). Stored bytes are copied as they are (codec and checksum kept);
     /// each is checked against its CRC32C while copied, so damage is reported
     /// ([`Error::ChecksumMismatch`]) rather than carried over. Any error poisons the writer;
     /// reopening recovers the last commit. Runs only when called: nothing triggers it. Blocking

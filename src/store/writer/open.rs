@@ -15,7 +15,7 @@ use super::Writer;
 use crate::error::{Error, Result};
 use crate::format::meta::{FieldMeta, Meta, TableMeta};
 use crate::format::MAX_CHUNKS;
-use crate::io::vfs::{self, Vfs};
+use crate::io::vfs::{self, Vfs, VfsLock};
 use crate::store::layout;
 use crate::store::schema::Schema;
 use crate::store::snapshot::read_meta_with;
@@ -61,22 +61,41 @@ pub(super) fn create(
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let tmp = parent.join(format!(".{name}.zrecord-create-{}", std::process::id()));
+    let tmp = parent.join(format!(
+        ".{name}{}{}",
+        layout::CREATE_INFIX,
+        std::process::id()
+    ));
     if vfs.exists(&tmp)? {
         vfs.remove_dir_all(&tmp)?;
     }
+    // The writer lock is taken in the new directory before anything else is written there, and
+    // goes with it through the rename: the dataset is held from its first byte to the writer's
+    // drop (a collection's `gc` keeps what a writer holds under `parts/`).
+    let locked = vfs
+        .create_dir_all(&tmp)
+        .and_then(|()| vfs.lock(&tmp.join(layout::LOCK)));
+    let lock = match locked {
+        Ok(lock) => lock,
+        Err(e) => {
+            let _ = vfs.remove_dir_all(&tmp);
+            return Err(e);
+        }
+    };
     let built = build_empty(&*vfs, &tmp, schema);
     if let Err(e) = built {
+        drop(lock);
         let _ = vfs.remove_dir_all(&tmp);
         return Err(e);
     }
     // rename(2) replaces an empty directory atomically.
     if let Err(e) = vfs.rename(&tmp, path) {
+        drop(lock);
         let _ = vfs.remove_dir_all(&tmp);
         return Err(e);
     }
     vfs.sync_dir(&parent)?;
-    open(vfs, path, config)
+    open_locked(vfs, path, config, lock)
 }
 
 /// [`Writer::open_with_vfs`].
@@ -94,6 +113,19 @@ pub(super) fn open(vfs: Arc<dyn Vfs>, path: &Path, config: WriterConfig) -> Resu
         });
     }
     let lock = vfs.lock(&dir.join(layout::LOCK))?;
+    open_locked(vfs, path, config, lock)
+}
+
+/// [`open`] with the dataset's writer lock held already (`lock`).
+fn open_locked(
+    vfs: Arc<dyn Vfs>,
+    path: &Path,
+    config: WriterConfig,
+    lock: Box<dyn VfsLock>,
+) -> Result<Writer> {
+    let dir = path.to_path_buf();
+    // A part a collection's manifest names is immutable: refused before anything changes.
+    crate::store::collection::immutable::refuse_committed_part(&dir)?;
     let (_, meta) = read_meta_with(&*vfs, &dir)?;
     clean_orphans(&*vfs, &dir, &meta)?;
     let mut fields = Vec::with_capacity(meta.fields.len());
@@ -221,8 +253,11 @@ fn build_empty(vfs: &dyn Vfs, dir: &Path, schema: &Schema) -> Result<()> {
             dictionaries: Vec::new(),
         });
     }
+    // Created (and held) by `create` before the rest.
     let lock = dir.join(layout::LOCK);
-    vfs.create_new(&lock)?;
+    if !vfs.exists(&lock)? {
+        vfs.create_new(&lock)?;
+    }
     let mut meta = Meta {
         format: "zrecord".to_string(),
         version: 1,

@@ -79,8 +79,16 @@ pub struct RebalanceReport {
     pub generation: u64,
     /// Records rewritten.
     pub records: u64,
-    /// Stored bytes of every live record and field (what the chunks must hold at least).
+    /// Stored bytes of every live record and field after the rebalance (what the chunks must
+    /// hold at least). The same as before unless records were compressed again
+    /// ([`RebalanceOptions::retrain_dictionaries`]).
     pub live_bytes: u64,
+    /// Stored bytes of every live record and field before the rebalance.
+    pub live_bytes_before: u64,
+    /// Whether the dataset was rewritten and committed. A rebalance that would reclaim nothing
+    /// (every byte in the chunks is live, and no dictionary is retrained) rewrites and commits
+    /// nothing: the generation stays, and the report's before and after are equal.
+    pub rewritten: bool,
     /// Bytes held in chunk files before (their committed sizes).
     pub chunk_bytes_before: u64,
     /// Bytes held in chunk files after.
@@ -96,7 +104,7 @@ pub struct RebalanceReport {
 impl RebalanceReport {
     /// Live stored bytes / bytes held in chunk files, before (1.0 when the chunks were empty).
     pub fn utilization_before(&self) -> f64 {
-        ratio(self.live_bytes, self.chunk_bytes_before)
+        ratio(self.live_bytes_before, self.chunk_bytes_before)
     }
 
     /// Live stored bytes / bytes held in chunk files, after: 1.0 (every byte is live).
@@ -108,7 +116,7 @@ impl RebalanceReport {
     /// counts the unused tail of every chunk.
     pub fn capacity_utilization_before(&self) -> f64 {
         ratio(
-            self.live_bytes,
+            self.live_bytes_before,
             self.chunk_size_bytes
                 .saturating_mul(self.chunks_before as u64),
         )
@@ -143,6 +151,29 @@ impl Writer {
         if self.has_pending() {
             self.commit()?;
         }
+        // Nothing to reclaim: no commit (a part of a collection, or a dataset a reader pins,
+        // keeps its generation).
+        let r = self.core().live_stored_bytes(self.len);
+        let live_before = self.poison_on(r)?;
+        if !options.retrain_dictionaries {
+            let core = self.core();
+            let chunks = &core.meta.chunks;
+            let held: u64 = chunks.iter().map(|c| c.size).sum();
+            if live_before == held {
+                return Ok(RebalanceReport {
+                    generation: self.generation,
+                    records: self.len,
+                    live_bytes: live_before,
+                    live_bytes_before: live_before,
+                    rewritten: false,
+                    chunk_bytes_before: held,
+                    chunk_bytes_after: held,
+                    chunks_before: chunks.len(),
+                    chunks_after: chunks.len(),
+                    chunk_size_bytes: core.meta.chunk_size_bytes,
+                });
+            }
+        }
         let r = wait(self.ask_tasks(|tx: oneshot::Sender<Result<()>>| Msg::Seal(tx)));
         self.poison_on(r)?;
         // The sealed chunks were synced by the last commit and nothing was appended since.
@@ -155,9 +186,13 @@ impl Writer {
             false => vec![None; self.field_metas.len()],
         };
         let deflate_level = self.config.deflate_level;
-        let r = self
-            .core()
-            .rebalance(&self.shared, self.len, &retrained, deflate_level);
+        let r = self.core().rebalance(
+            &self.shared,
+            self.len,
+            live_before,
+            &retrained,
+            deflate_level,
+        );
         let (report, resume) = self.poison_on(r)?;
         // Later appends compress with the new dictionaries.
         if retrained.iter().any(Option::is_some) {
@@ -281,6 +316,7 @@ impl Core {
         &mut self,
         shared: &Arc<Shared>,
         len: u64,
+        live_bytes_before: u64,
         retrained: &[Option<Retrained>],
         deflate_level: i32,
     ) -> Result<(RebalanceReport, Option<(u16, u64)>)> {
@@ -392,6 +428,8 @@ impl Core {
             generation,
             records: len,
             live_bytes,
+            live_bytes_before,
+            rewritten: true,
             chunk_bytes_before,
             chunk_bytes_after,
             chunks_before: old.len(),
@@ -399,6 +437,18 @@ impl Core {
             chunk_size_bytes: self.meta.chunk_size_bytes,
         };
         Ok((report, resume))
+    }
+
+    /// Stored bytes of the first `len` records of every field, from the offset tables (what a
+    /// rebalance keeps; the rest of the chunks' bytes are dead).
+    fn live_stored_bytes(&self, len: u64) -> Result<u64> {
+        let mut live = 0u64;
+        for wf in &self.fields {
+            for index in 0..len {
+                live = live.saturating_add(u64::from(wf.entry(index)?.physical_len));
+            }
+        }
+        Ok(live)
     }
 
     /// Reads the stored bytes of field `f` of record `index` into `c.stored` (checked to lie in
