@@ -56,8 +56,12 @@ impl GcOptions {
 /// locally, probe objects on a store). A part a manifest names is never removed, nor one
 /// younger than the limit.
 ///
-/// Locally, a part whose writer lock is held (a commit in progress holds each part's from its
-/// check to its manifest; a writer holds it while it writes) is kept however old, and a
+/// Locally, `gc` holds the collection's commit lock exclusively, which every committer (and a
+/// pull into the collection) holds shared: it waits for the commits in progress and never
+/// runs beside one, so nothing a live commit owns is removed, whatever the limit (a `gc`
+/// called on the thread of a commit to the same collection, from its `on_step` callback, is
+/// [`crate::Error::InvalidConfig`]: it would wait for that commit forever). A part whose
+/// writer lock is held (a writer writing it under `parts/`) is kept however old, and a
 /// symlink under `parts/` is removed itself, never its target. On an object store a part
 /// pushed but not committed yet is protected by the age limit only: `older_than` must exceed
 /// the longest commit, and, for parts pushed under `parts/` by writers that commit them later

@@ -271,6 +271,45 @@ fn gc_on_an_object_store_removes_old_unnamed_parts_only() {
     assert!(r.removed.is_empty(), "{r:?}");
 }
 
+/// A gc with a limit of a week started on another thread when a commit has placed its part,
+/// and the commit's options that start it.
+struct GcDuringCommit {
+    options: CommitOptions,
+    handle: GcHandle,
+}
+
+type GcHandle = std::sync::Arc<std::sync::Mutex<Option<std::thread::JoinHandle<Vec<String>>>>>;
+
+impl GcDuringCommit {
+    /// The ids the gc removed.
+    fn join(handle: &GcHandle) -> Vec<String> {
+        let h = handle.lock().unwrap().take().expect("a part was placed");
+        h.join().unwrap()
+    }
+}
+
+fn gc_during_commit(root: String) -> GcDuringCommit {
+    let handle = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let slot = std::sync::Arc::clone(&handle);
+    let options = CommitOptions::default().on_step(move |s| {
+        if matches!(s, zrecord::collection::CommitStep::PartPlaced { .. }) {
+            // Refused on the commit's own thread.
+            let e = gc(&root, 168 * HOUR, &GcOptions::default()).unwrap_err();
+            assert!(
+                e.to_string().contains("wait for that commit forever"),
+                "{e}"
+            );
+            let r = root.clone();
+            let h = std::thread::spawn(move || {
+                gc(&r, 168 * HOUR, &GcOptions::default()).unwrap().removed
+            });
+            std::thread::sleep(Duration::from_millis(200));
+            *slot.lock().unwrap() = Some(h);
+        }
+    });
+    GcDuringCommit { options, handle }
+}
+
 #[test]
 fn a_part_written_long_ago_is_young_while_its_commit_runs() {
     let tmp = tempfile::tempdir().unwrap();
@@ -282,17 +321,16 @@ fn a_part_written_long_ago_is_young_while_its_commit_runs() {
     make(tmp.path(), "old");
     set_times(&tmp.path().join("old"), SystemTime::now() - 240 * HOUR);
     let root_text = root.display().to_string();
-    let options = CommitOptions::default().on_step(move |s| {
-        if matches!(s, zrecord::collection::CommitStep::PartPlaced { .. }) {
-            let r = gc(&root_text, 168 * HOUR, &GcOptions::default()).unwrap();
-            assert!(
-                r.removed.is_empty(),
-                "gc removed a part being committed: {r:?}"
-            );
-        }
-    });
-    let r = commit(&root, &[tmp.path().join("old")], options).unwrap();
+    // gc runs on another thread (on the commit's own it is refused: it would wait for the
+    // commit forever) and waits for the commit's lock; it must remove nothing after it either.
+    let gc_run = gc_during_commit(root_text);
+    let r = commit(&root, &[tmp.path().join("old")], gc_run.options).unwrap();
     assert_eq!(r.added, ["old"]);
+    let removed = GcDuringCommit::join(&gc_run.handle);
+    assert!(
+        removed.is_empty(),
+        "gc removed a part being committed: {removed:?}"
+    );
     let ds = Dataset::open(&root).unwrap();
     assert_eq!(&ds.get(3).unwrap()[0][..], b"old/1");
 }
@@ -309,17 +347,16 @@ fn a_part_written_under_parts_long_ago_is_kept_while_its_commit_runs() {
     make(&root.join("parts"), "task");
     set_times(&root.join("parts/task"), SystemTime::now() - 240 * HOUR);
     let root_text = root.display().to_string();
-    let options = CommitOptions::default().on_step(move |s| {
-        if matches!(s, zrecord::collection::CommitStep::PartPlaced { .. }) {
-            let r = gc(&root_text, 168 * HOUR, &GcOptions::default()).unwrap();
-            assert!(
-                r.removed.is_empty(),
-                "gc removed a part being committed: {r:?}"
-            );
-        }
-    });
-    let r = commit(&root, &[root.join("parts/task")], options).unwrap();
+    // gc runs on another thread (on the commit's own it is refused: it would wait for the
+    // commit forever) and waits for the commit's lock; it must remove nothing after it either.
+    let gc_run = gc_during_commit(root_text);
+    let r = commit(&root, &[root.join("parts/task")], gc_run.options).unwrap();
     assert_eq!(r.added, ["task"]);
+    let removed = GcDuringCommit::join(&gc_run.handle);
+    assert!(
+        removed.is_empty(),
+        "gc removed a part being committed: {removed:?}"
+    );
     let ds = Dataset::open(&root).unwrap();
     assert_eq!(&ds.get(3).unwrap()[0][..], b"task/1");
 }

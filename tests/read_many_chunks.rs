@@ -161,8 +161,12 @@ fn child_reads_every_backend() {
     let old = Dataset::open(&small).unwrap().snapshot();
     let idx: Vec<u64> = (0..SMALL).collect();
     old.gather_with(&idx, &ReadConfig::default()).unwrap();
+    // (A record rewritten with its own bytes first: a rebalance with no dead bytes to reclaim
+    // would rewrite nothing.)
     let mut w = Writer::open(&small, WriterConfig::default()).unwrap();
-    w.rebalance().unwrap();
+    w.modify(0, "b", &rec(0)[1]).unwrap();
+    w.commit().unwrap();
+    assert!(w.rebalance().unwrap().rewritten);
     drop(w);
     // A new writer removes the chunks the rebalance stopped naming: the old snapshot's
     // descriptors are now the only way to their bytes.

@@ -286,6 +286,32 @@ pub(crate) fn to_py(e: CoreError) -> PyErr {
                     attr(py, "reason", message.as_str()),
                 ],
             ),
+            CoreError::PartOfAnotherCollection {
+                part,
+                collection,
+                target,
+            } => (
+                py.get_type::<ConfigError>(),
+                vec![
+                    attr(py, "path", path(part)),
+                    attr(py, "collection", path(collection)),
+                    attr(py, "target", path(target)),
+                    attr(py, "reason", message.as_str()),
+                ],
+            ),
+            CoreError::PartCommitted {
+                part,
+                path: p,
+                collection,
+            } => (
+                py.get_type::<ConfigError>(),
+                vec![
+                    attr(py, "part", part.as_str()),
+                    attr(py, "path", path(p)),
+                    attr(py, "collection", path(collection)),
+                    attr(py, "reason", message.as_str()),
+                ],
+            ),
             CoreError::PartChanged {
                 part,
                 path: p,

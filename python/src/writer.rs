@@ -320,7 +320,9 @@ impl PyWriter {
     /// (pending changes are committed first): the space modified and deleted records held is
     /// reclaimed. With `retrain_dictionaries`, every `zstd_dict` field is compressed again
     /// with a dictionary trained on records sampled across the whole dataset. Returns a dict:
-    /// generation, records, live_bytes, chunk_bytes_before/after, chunks_before/after.
+    /// generation, records, live_bytes (after), live_bytes_before, rewritten (False when every
+    /// stored byte was live and nothing was retrained: nothing is committed then),
+    /// chunk_bytes_before/after, chunks_before/after.
     #[pyo3(signature = (*, retrain_dictionaries = false))]
     fn rebalance<'py>(
         &self,
@@ -334,6 +336,8 @@ impl PyWriter {
         d.set_item("generation", r.generation)?;
         d.set_item("records", r.records)?;
         d.set_item("live_bytes", r.live_bytes)?;
+        d.set_item("live_bytes_before", r.live_bytes_before)?;
+        d.set_item("rewritten", r.rewritten)?;
         d.set_item("chunk_bytes_before", r.chunk_bytes_before)?;
         d.set_item("chunk_bytes_after", r.chunk_bytes_after)?;
         d.set_item("chunks_before", r.chunks_before)?;

@@ -87,3 +87,19 @@ def test_gc_removes_only_parts_no_manifest_names(tmp_path):
     assert len(zrecord.open(root)) == 10
     with pytest.raises(zrecord.ConfigError):
         zrecord.gc_collection(root, -1)
+
+
+def test_a_part_of_another_collection_and_a_committed_part_are_refused(tmp_path):
+    a, b = tmp_path / "a.zc", tmp_path / "b.zc"
+    zrecord.commit_collection(a, [_part(tmp_path / "task-0", 0, 10)])
+    part = a / "parts" / "task-0"
+    with pytest.raises(zrecord.ConfigError) as e:
+        zrecord.commit_collection(b, [part])
+    assert e.value.path == str(part)
+    assert e.value.collection == str(a.resolve()) and e.value.target == str(b)
+    assert len(zrecord.open(a)) == 10
+    # A committed part is immutable: a writer on it is refused before it changes anything.
+    with pytest.raises(zrecord.ConfigError) as e:
+        zrecord.Writer.open(part)
+    assert e.value.part == "task-0" and e.value.collection == str(a.resolve())
+    assert np.array_equal(zrecord.open(a).take(np.arange(10))["x"][:, 0], np.arange(10))

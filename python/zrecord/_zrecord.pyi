@@ -72,6 +72,11 @@ class SchemaError(Error):
     row: int
 class ConfigError(Error):
     reason: str
+    # A part given to a collection, where they apply:
+    part: str
+    path: str
+    collection: str
+    target: str
 
 class ResumeMismatch(Error):
     reason: str

@@ -3,12 +3,13 @@
 //! create-only write. A committer that finds N+1 taken re-reads the latest manifest and rebases
 //! (appending parts commutes), so racing committers all land, each part once.
 //!
-//! Crash safety: a part is moved (renamed, or copied and fsynced) and its directory fsynced
-//! before any manifest names it; a manifest is written and fsynced under a hidden name, then
+//! Crash safety: a part is moved (renamed, or copied and fsynced, the original removed only
+//! once a manifest names the copy) and its directory fsynced before any manifest names it; a manifest is written and fsynced under a hidden name, then
 //! linked to its number (the only step a reader sees). A committer killed at any step leaves
 //! the last complete manifest, every part of which is present; a moved part no manifest names
 //! yet is taken by a retry of the same commit, found by its provenance record (`source.rs`), or
-//! left for `gc`.
+//! left for `gc`. A commit that fails puts back what it placed; the commit lock (held shared)
+//! keeps `gc` from running beside it.
 
 use super::append::{append_parts, Collection};
 use super::manifests::{LocalManifests, ManifestStore};
@@ -41,17 +42,25 @@ struct Given {
 /// Commits `parts` (dataset directories, in this order: their records follow the collection's
 /// in that order) to the collection at `root`, creating the collection if there is none.
 ///
+/// The collection's commit lock is held shared for the whole commit: a `gc` of the collection
+/// waits for it, and never removes what the commit placed.
+///
 /// Each part is checked first: no writer has it open ([`Error::WriterBusy`] naming its lock
 /// file otherwise; its lock is held until the commit returns), a dataset ([`Error::NotADataset`] otherwise) with the
 /// collection's schema ([`Error::PartMismatch`] naming the part and the first differing field;
-/// the first commit's first part sets the schema). Then each part outside `<root>/parts/` is
+/// the first commit's first part sets the schema), not a part of another collection
+/// ([`Error::PartOfAnotherCollection`]), not given by a symbolic link nor holding one
+/// ([`Error::NotADataset`] naming the link). Then each part outside `<root>/parts/` is
 /// moved there under its directory's name (characters other than `[A-Za-z0-9_.-]` become `_`)
 /// or, if a different part has that name, under the name with a unique suffix; a part already
 /// under `<root>/parts/` stays where it is. Then manifest N+1 is created with the latest
 /// manifest's parts followed by the given ones; a part already in it at the same generation is
 /// not added twice (a retried commit adds nothing and creates no manifest), one at another
 /// generation is [`Error::PartChanged`]. If another committer created N+1 first, the commit
-/// rebases on it and tries N+2, and so on.
+/// rebases on it and tries N+2, and so on. A part on another file system is copied (held by
+/// its writer lock from its first byte) and its original removed once the manifest names the
+/// copy. A commit that fails after placing parts puts them back where they were given (renamed
+/// back, or the copy removed), unless a manifest names them.
 ///
 /// Before a part is placed, a provenance record (`_source`: this host, the part's absolute
 /// path, a nonce drawn once for the dataset there) is written into it, so it goes wherever the

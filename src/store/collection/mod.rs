@@ -61,16 +61,65 @@ pub(crate) const COMMIT_LOCK: &str = "commit.lock";
 /// mid-commit releases the lock with its descriptors: what it left is then a leftover like any
 /// other, removed by age.
 ///
+/// A `gc` on the thread of a live commit to the same root (from its
+/// [`CommitOptions::on_step`] callback) would wait for that commit forever: it is refused.
+///
 /// # Errors
-/// I/O errors naming the lock file.
-pub(crate) fn commit_lock(
-    root: &Path,
-    mode: crate::io::lock::Mode,
-) -> Result<crate::io::lock::FileLock> {
+/// [`crate::Error::InvalidConfig`] for that `gc`; I/O errors naming the lock file.
+pub(crate) fn commit_lock(root: &Path, mode: crate::io::lock::Mode) -> Result<CommitLock> {
+    let key = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    let committing = COMMITTING.with(|c| c.borrow().contains(&key));
+    if committing && mode == crate::io::lock::Mode::Exclusive {
+        return Err(crate::Error::InvalidConfig {
+            reason: format!(
+                "gc of {} was called on the thread of a commit to it (from its on_step \
+                 callback): it would wait for that commit forever; run it after the commit \
+                 returns, or on another thread",
+                root.display()
+            ),
+        });
+    }
     let path = root.join(manifests::MANIFEST_DIR).join(COMMIT_LOCK);
-    crate::io::lock::FileLock::take_waiting_as(&path, crate::io::lock::Target::File, mode, || {
-        tracing::info!(lock = %path.display(), ?mode, "waiting for the collection's commit lock (a gc or a commit holds it)");
+    let lock = crate::io::lock::FileLock::take_waiting_as(
+        &path,
+        crate::io::lock::Target::File,
+        mode,
+        || tracing::info!(lock = %path.display(), ?mode, "waiting for the collection's commit lock (a gc or a commit holds it)"),
+    )?;
+    let registered = (mode == crate::io::lock::Mode::Shared).then(|| {
+        COMMITTING.with(|c| c.borrow_mut().push(key.clone()));
+        key
+    });
+    Ok(CommitLock {
+        _lock: lock,
+        registered,
     })
+}
+
+thread_local! {
+    /// The roots this thread holds the commit lock of, shared (a commit or a pull in progress).
+    static COMMITTING: std::cell::RefCell<Vec<std::path::PathBuf>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A collection's commit lock, held until dropped.
+pub(crate) struct CommitLock {
+    _lock: crate::io::lock::FileLock,
+    /// The root this thread registered as committing to, if held shared.
+    registered: Option<std::path::PathBuf>,
+}
+
+impl Drop for CommitLock {
+    fn drop(&mut self) {
+        if let Some(key) = self.registered.take() {
+            COMMITTING.with(|c| {
+                let mut c = c.borrow_mut();
+                if let Some(at) = c.iter().position(|k| *k == key) {
+                    c.swap_remove(at);
+                }
+            });
+        }
+    }
 }
 
 /// Whether `dir` is the root of a local collection (it holds `_collection/`).
