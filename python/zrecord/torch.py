@@ -146,6 +146,8 @@ class IterableDataset(_IterableBase):
         self._loader: Any = None
         self._loader_pid: int | None = None
         self._loaded = False
+        # The worker split the loader or the loaded state belongs to (see `_worker`).
+        self._owner: tuple[int, int] | None = None
         self._workers = _WorkerRecord()
 
     def __getstate__(self) -> dict:
@@ -223,14 +225,17 @@ class IterableDataset(_IterableBase):
                     "DataLoader(..., persistent_workers=True), whose workers keep their loaders "
                     "from pass to pass"
                 )
-            self._workers.mark(w)
         options = self._loader_options(worker)
         if self._state is not None:
             options["state"] = self._state
-            self._state = None
-        self._loader = _zrecord.Loader(self._source, **options)
+        loader = _zrecord.Loader(self._source, **options)
+        self._state = None
+        if process is not None:
+            self._workers.mark(process[0])
+        self._loader = loader
         self._loader_pid = os.getpid()
-        return self._loader
+        self._owner = worker
+        return loader
 
     def __iter__(self) -> Iterator[dict]:
         loader = self._current()
@@ -252,6 +257,8 @@ class IterableDataset(_IterableBase):
         (``ConfigError``) once workers have read the dataset, since the checkpoints are theirs
         (torchdata's ``StatefulDataLoader`` collects them)."""
         worker = self._worker()
+        if self._loader is not None or self._loaded:
+            worker = self._owner
         if self._process() is None and self._loader is None and self._workers.any():
             raise _error(
                 _zrecord.ConfigError,
@@ -294,3 +301,4 @@ class IterableDataset(_IterableBase):
         self._loader = None
         self._loader_pid = None
         self._loaded = True
+        self._owner = worker
