@@ -537,14 +537,17 @@ fn build_field(py: Python<'_>, c: &Columns, f: usize) -> PyResult<Option<Py<PyAn
             other => {
                 let reentered = matches!(other, Slot::Building(_));
                 *slot = other;
-                return Err(crate::errors::InternalError::new_err(if reentered {
-                    format!(
+                return Err(if reentered {
+                    // Waiting for itself would never end.
+                    pyo3::exceptions::PyRuntimeError::new_err(format!(
                         "field {name:?} was read again while this thread builds its array (from \
                          a finalizer?)"
-                    )
+                    ))
                 } else {
-                    format!("field {name:?} is built but not in the batch's cache")
-                }));
+                    crate::errors::InternalError::new_err(format!(
+                        "field {name:?} is built but not in the batch's cache"
+                    ))
+                });
             }
         }
     };
