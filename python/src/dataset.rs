@@ -245,8 +245,12 @@ impl PyDataset {
         without_gil(py, move || ds.refresh())
     }
 
-    /// Gathers the records at `indices` (any int sequence or integer array), in that order,
-    /// into one `Batch`: each field one NumPy array. `fields` limits the fields read.
+    /// Gathers the records at `indices` (a sequence of ints, a 1-D integer array, or one int
+    /// or NumPy integer), in that order, into one `Batch`: each field one NumPy array.
+    /// `fields` (a name or a sequence of names) limits the fields read. Indices are record
+    /// numbers: a negative one or one past the end raises `IndexError` (with `index` and
+    /// `len`); bools (NumPy's mask), floats, bytes and strings raise `TypeError`, an array that
+    /// is not 1-D `ValueError`.
     #[pyo3(signature = (indices, *, fields=None))]
     fn take(
         &self,

@@ -228,8 +228,11 @@ impl PyWriter {
     }
 
     /// Appends a batch given as a dict of columns: a fixed-shape field as an array of shape
-    /// `(n, *shape)`, a variable-length one as a `Ragged` or a list of arrays/bytes. Returns
-    /// the range of new indices as `(start, stop)`.
+    /// `(n, *shape)` (or a list of values of its shape), a variable-length one as a `Ragged`
+    /// or a list of arrays/bytes (`None` for an absent value). Returns the range of new
+    /// indices as `(start, stop)`. Every value is checked as `append` checks it, and a
+    /// fixed-shape field needs its column; a refusal raises `SchemaError` naming the field and
+    /// the record before any row is appended.
     fn append_batch(&self, py: Python<'_>, batch: Bound<'_, PyDict>) -> PyResult<(u64, u64)> {
         self.known_keys(&batch)?;
         let start = self.len(py)?;
