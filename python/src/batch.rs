@@ -6,8 +6,10 @@ use bytes::{Bytes, BytesMut};
 use numpy::ndarray::{ArrayViewMutD, IxDyn};
 use numpy::{PyArray, PyArray1};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyDict, PyList, PyTuple};
+use std::sync::Condvar;
 use std::sync::{Mutex, PoisonError};
+use std::thread::ThreadId;
 use zrecord::DType;
 
 /// The memory of one field of a batch: shared with others (a chunk mapping, a slab other
@@ -173,21 +175,37 @@ impl Ragged {
 
 #[pymethods]
 impl Ragged {
-    /// Builds a `Ragged` from `values` (a 1-D array) and `offsets` (`n + 1` int64).
+    /// Builds a `Ragged` from `values` (a 1-D array) and `offsets` (`n + 1` integers, stored
+    /// as int64): `ValueError` for offsets that are not integers, not 1-D, do not start at 0,
+    /// decrease, or do not end at the number of values.
     #[new]
     fn new(py: Python<'_>, values: Bound<'_, PyAny>, offsets: Bound<'_, PyAny>) -> PyResult<Self> {
         let np = py.import("numpy")?;
         let values = np.call_method1("asarray", (values,))?;
-        let offsets = np
-            .call_method1("asarray", (offsets,))?
-            .call_method1("astype", ("int64",))?;
+        let offsets = np.call_method1("asarray", (offsets,))?;
         let ndim: usize = values.getattr("ndim")?.extract()?;
         if ndim != 1 {
             return Err(value_error(format!(
                 "Ragged values must be 1-D, not {ndim}-D"
             )));
         }
-        let offs: Vec<i64> = offsets.call_method0("tolist")?.extract()?;
+        let kind: String = offsets.getattr("dtype")?.getattr("kind")?.extract()?;
+        let n_offsets: usize = offsets.getattr("size")?.extract()?;
+        // An empty list comes as float64: no value to bend.
+        if !(kind == "i" || kind == "u" || n_offsets == 0) {
+            return Err(value_error(format!(
+                "Ragged offsets must be integers, not {}",
+                offsets.getattr("dtype")?.str()?
+            )));
+        }
+        let offsets_ndim: usize = offsets.getattr("ndim")?.extract()?;
+        if offsets_ndim != 1 {
+            return Err(value_error(format!(
+                "Ragged offsets must be 1-D, not {offsets_ndim}-D"
+            )));
+        }
+        let offs: Vec<i128> = offsets.call_method0("tolist")?.extract()?;
+        let offsets = offsets.call_method1("astype", ("int64",))?;
         let n_values: usize = values.len()?;
         if offs.first() != Some(&0) {
             return Err(value_error("Ragged offsets must start with 0"));
@@ -195,10 +213,9 @@ impl Ragged {
         if offs.windows(2).any(|w| matches!(w, [a, b] if b < a)) {
             return Err(value_error("Ragged offsets must not decrease"));
         }
-        if offs.last().copied() != Some(n_values as i64) {
+        if let Some(&last) = offs.last().filter(|&&l| l != n_values as i128) {
             return Err(value_error(format!(
-                "Ragged offsets end at {:?}, but there are {n_values} values",
-                offs.last()
+                "Ragged offsets end at {last}, but there are {n_values} values"
             )));
         }
         Ok(Ragged {
@@ -206,6 +223,14 @@ impl Ragged {
             offsets: offsets.unbind(),
             len: offs.len() - 1,
         })
+    }
+
+    /// Pickles as its values and offsets (copies of the arrays).
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+        let py = slf.py();
+        let r = slf.get();
+        let args = PyTuple::new(py, [r.values.clone_ref(py), r.offsets.clone_ref(py)])?;
+        PyTuple::new(py, [slf.get_type().into_any(), args.into_any()])
     }
 
     /// The values of every item, end to end.
@@ -261,9 +286,23 @@ pub(crate) struct Columns {
     indices: Vec<u64>,
     fields: Vec<(String, DType)>,
     shapes: Vec<Option<Vec<u64>>>,
-    /// Per field: its values, until its array is built (which takes them).
-    cols: Mutex<Vec<Option<Col>>>,
+    /// Per field: its values until its array is built (which takes them).
+    cols: Mutex<Vec<Slot>>,
+    /// Signalled when a field's build ends (see [`Slot::Building`]).
+    built: Condvar,
     nbytes: usize,
+}
+
+/// Where a field's values are.
+enum Slot {
+    /// Not built yet.
+    Ready(Col),
+    /// Taken by this thread to build the field's array. Building calls into Python (it makes
+    /// objects, and a garbage collection with finalizers may run then and let another thread
+    /// take the GIL); a second reader of the field waits, without the GIL, for the array.
+    Building(ThreadId),
+    /// Built: the array is in the batch's cache.
+    Done,
 }
 
 /// One field's values end to end, and each record's length in bytes.
@@ -295,7 +334,7 @@ impl Columns {
         let cols = cols
             .into_iter()
             .map(|(bytes, lens, zero_copy)| {
-                Some(Col {
+                Slot::Ready(Col {
                     memory: Memory::of(bytes),
                     lens,
                     zero_copy,
@@ -307,6 +346,7 @@ impl Columns {
             fields,
             shapes,
             cols: Mutex::new(cols),
+            built: Condvar::new(),
             nbytes,
         }
     }
@@ -360,22 +400,43 @@ impl PyBatch {
         self.columns.fields.iter().map(|(n, _)| n.clone()).collect()
     }
 
-    /// The array (or `Ragged`) of field `f`, built once.
+    /// The array (or `Ragged`) of field `f`, built once. A thread that finds another one
+    /// building it waits for that array (with the GIL released); the same thread reading the
+    /// field again from inside its own build (a finalizer) gets an error, never a deadlock.
     fn field(&self, py: Python<'_>, f: usize) -> PyResult<Py<PyAny>> {
-        if let Some(Some(a)) = self
-            .cache
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(f)
-        {
-            return Ok(a.clone_ref(py));
+        loop {
+            if let Some(Some(a)) = self
+                .cache
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(f)
+            {
+                return Ok(a.clone_ref(py));
+            }
+            let Some(built) = build_field(py, &self.columns, f)? else {
+                // Another thread is building it: wait until it is done, then read the cache.
+                let c = &self.columns;
+                let me = std::thread::current().id();
+                py.detach(|| {
+                    let mut cols = c.cols.lock().unwrap_or_else(PoisonError::into_inner);
+                    while matches!(cols.get(f), Some(Slot::Building(t)) if *t != me) {
+                        cols = c.built.wait(cols).unwrap_or_else(PoisonError::into_inner);
+                    }
+                });
+                continue;
+            };
+            if let Some(slot) = self
+                .cache
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get_mut(f)
+            {
+                *slot = Some(built.clone_ref(py));
+            }
+            // In the cache first, then done: a waiter that wakes finds the array.
+            finish(&self.columns, f, Slot::Done);
+            return Ok(built);
         }
-        let built = build_field(py, &self.columns, f)?;
-        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(slot) = cache.get_mut(f) {
-            *slot = Some(built.clone_ref(py));
-        }
-        Ok(built)
     }
 
     fn position_of(&self, key: &Bound<'_, PyAny>) -> PyResult<usize> {
@@ -443,34 +504,59 @@ fn bytemuck_cast_ref(words: &[u64]) -> &[u8] {
     unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), len) }
 }
 
+/// Ends a build of field `f`: its slot becomes `slot`, and waiting readers wake.
+fn finish(c: &Columns, f: usize, slot: Slot) {
+    let mut cols = c.cols.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(s) = cols.get_mut(f) {
+        *s = slot;
+    }
+    drop(cols);
+    c.built.notify_all();
+}
+
 /// Builds field `f`'s NumPy array (fixed shape) or `Ragged` (variable length), taking its
-/// values (they are put back if it fails).
-fn build_field(py: Python<'_>, c: &Columns, f: usize) -> PyResult<Py<PyAny>> {
+/// values (they are put back if it fails). `None` if another thread is building it.
+fn build_field(py: Python<'_>, c: &Columns, f: usize) -> PyResult<Option<Py<PyAny>>> {
     let (name, dtype) = c
         .fields
         .get(f)
         .cloned()
         .ok_or_else(|| value_error(format!("no field #{f}")))?;
-    let col = c
-        .cols
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .get_mut(f)
-        .and_then(Option::take)
-        .ok_or_else(|| value_error(format!("field {name:?} is being built by another thread")))?;
+    let me = std::thread::current().id();
+    let col = {
+        let mut cols = c.cols.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(slot) = cols.get_mut(f) else {
+            return Err(value_error(format!("no field #{f}")));
+        };
+        match std::mem::replace(slot, Slot::Building(me)) {
+            Slot::Ready(col) => col,
+            Slot::Building(t) if t != me => {
+                *slot = Slot::Building(t);
+                return Ok(None);
+            }
+            other => {
+                let reentered = matches!(other, Slot::Building(_));
+                *slot = other;
+                return Err(if reentered {
+                    // Waiting for itself would never end.
+                    pyo3::exceptions::PyRuntimeError::new_err(format!(
+                        "field {name:?} was read again while this thread builds its array (from \
+                         a finalizer?)"
+                    ))
+                } else {
+                    crate::errors::InternalError::new_err(format!(
+                        "field {name:?} is built but not in the batch's cache"
+                    ))
+                });
+            }
+        }
+    };
     let shape = c.shapes.get(f).cloned().flatten();
     match array_of(py, c, &name, dtype, shape.as_deref(), col) {
-        Ok(a) => Ok(a),
+        Ok(a) => Ok(Some(a)),
         Err(failed) => {
             let (e, col) = *failed;
-            if let Some(slot) = c
-                .cols
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get_mut(f)
-            {
-                *slot = Some(col);
-            }
+            finish(c, f, Slot::Ready(col));
             Err(e)
         }
     }
@@ -659,6 +745,35 @@ impl PyBatch {
         self.columns.nbytes
     }
 
+    /// Pickles as every field's array (built now; pickle copies them), the indices and the
+    /// loader's attributes: `pickle.loads` gives a batch with the same fields and values, whose
+    /// arrays are the unpickled copies.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let names = self.field_names();
+        let dtypes: Vec<String> = self
+            .columns
+            .fields
+            .iter()
+            .map(|(_, d)| d.name().to_string())
+            .collect();
+        let arrays = (0..names.len())
+            .map(|f| self.field(py, f))
+            .collect::<PyResult<Vec<_>>>()?;
+        let args = (
+            names,
+            dtypes,
+            self.columns.shapes.clone(),
+            arrays,
+            self.columns.indices.clone(),
+            self.is_pad.clone(),
+            self.epoch,
+            self.position,
+        )
+            .into_pyobject(py)?;
+        let rebuild = py.import("zrecord._zrecord")?.getattr("_batch")?;
+        PyTuple::new(py, [rebuild, args.into_any()])
+    }
+
     fn __repr__(&self) -> String {
         let fields: Vec<String> = self
             .columns
@@ -686,4 +801,69 @@ pub(crate) fn record_dict<'py>(
         d.set_item(n, a.bind(py).get_item(r)?)?;
     }
     Ok(d)
+}
+
+/// `_batch(names, dtypes, shapes, arrays, indices, is_pad, epoch, position)`: the unpickler of
+/// `Batch` (see `Batch.__reduce__`): a batch whose fields are the given arrays (or `Ragged`s),
+/// each with one row per index.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn _batch(
+    py: Python<'_>,
+    names: Vec<String>,
+    dtypes: Vec<String>,
+    shapes: Vec<Option<Vec<u64>>>,
+    arrays: Vec<Py<PyAny>>,
+    indices: Vec<u64>,
+    is_pad: Option<Vec<bool>>,
+    epoch: Option<u64>,
+    position: Option<u64>,
+) -> PyResult<PyBatch> {
+    let n = indices.len();
+    if dtypes.len() != names.len() || shapes.len() != names.len() || arrays.len() != names.len() {
+        return Err(value_error(format!(
+            "a pickled Batch with {} names, {} dtypes, {} shapes and {} arrays",
+            names.len(),
+            dtypes.len(),
+            shapes.len(),
+            arrays.len()
+        )));
+    }
+    if is_pad.as_ref().is_some_and(|p| p.len() != n) {
+        return Err(value_error(
+            "a pickled Batch whose is_pad is not one per record",
+        ));
+    }
+    let mut fields = Vec::with_capacity(names.len());
+    let mut nbytes = 0usize;
+    for ((name, dtype), a) in names.iter().zip(&dtypes).zip(&arrays) {
+        let a = a.bind(py);
+        let rows = a.len()?;
+        if rows != n {
+            return Err(value_error(format!(
+                "a pickled Batch whose field {name:?} has {rows} rows for {n} indices"
+            )));
+        }
+        let values = match a.cast::<Ragged>() {
+            Ok(r) => r.get().values_ref(py).into_bound(py),
+            Err(_) => a.clone(),
+        };
+        nbytes += values.getattr("nbytes")?.extract::<usize>()?;
+        fields.push((name.clone(), crate::schema::dtype_of(dtype)?));
+    }
+    let columns = Columns {
+        indices,
+        fields,
+        shapes,
+        cols: Mutex::new((0..names.len()).map(|_| Slot::Done).collect()),
+        built: Condvar::new(),
+        nbytes,
+    };
+    Ok(PyBatch {
+        columns,
+        is_pad,
+        epoch,
+        position,
+        cache: Mutex::new(arrays.into_iter().map(Some).collect()),
+    })
 }

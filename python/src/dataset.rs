@@ -1,9 +1,9 @@
 //! `zrecord.Dataset`: a read handle on a dataset directory or an `s3://` URL.
 
 use crate::batch::{record_dict, Columns, PyBatch};
-use crate::errors::{config_error, to_py, value_error};
+use crate::errors::{config_error, to_py};
 use crate::guard::without_gil;
-use numpy::PyArrayMethods;
+use crate::indices::indices_of;
 use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -87,57 +87,32 @@ impl OpenOptions {
     }
 }
 
-/// `IndexError` for an index below zero, with the `index` attribute.
-fn negative(py: Python<'_>, i: i64) -> PyErr {
-    let e = PyIndexError::new_err(format!("index {i} is negative"));
-    let _ = e.value(py).setattr("index", i);
-    e
-}
-
-/// Indices from any int sequence or integer array, checked non-negative.
-pub(crate) fn indices_of(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
-    let py = obj.py();
-    // NumPy integer arrays: one conversion and one copy, no object per index.
-    if let Ok(arr) = obj.cast::<numpy::PyUntypedArray>() {
-        let np = py.import("numpy")?;
-        let kind: String = arr.getattr("dtype")?.getattr("kind")?.extract()?;
-        let flat = arr.call_method0("ravel")?;
-        match kind.as_str() {
-            "u" => {
-                let flat = np.call_method1("ascontiguousarray", (flat, "uint64"))?;
-                let typed = flat.cast_into::<numpy::PyArray1<u64>>()?;
-                let ro = typed.readonly();
-                return Ok(ro.as_slice()?.to_vec());
-            }
-            "i" => {
-                let flat = np.call_method1("ascontiguousarray", (flat, "int64"))?;
-                let typed = flat.cast_into::<numpy::PyArray1<i64>>()?;
-                let ro = typed.readonly();
-                return ro
-                    .as_slice()?
-                    .iter()
-                    .map(|&i| u64::try_from(i).map_err(|_| negative(py, i)))
-                    .collect();
-            }
-            _ => {
-                return Err(value_error(format!(
-                    "indices must be integers, not an array of dtype {}",
-                    arr.getattr("dtype")?.str()?
-                )))
-            }
-        }
+/// Field names from `fields=`: one name (a `str`) or a sequence of names; `TypeError` for
+/// anything else.
+pub(crate) fn field_names_of(obj: Option<Bound<'_, PyAny>>) -> PyResult<Option<Vec<String>>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(None);
+    };
+    if let Ok(name) = obj.extract::<String>() {
+        return Ok(Some(vec![name]));
     }
-    let v: Vec<i128> = obj
-        .extract()
-        .map_err(|_| value_error("indices must be a sequence of ints or an integer NumPy array"))?;
-    v.into_iter()
-        .map(|i| {
-            u64::try_from(i).map_err(|_| match i64::try_from(i) {
-                Ok(n) => negative(py, n),
-                Err(_) => PyIndexError::new_err(format!("index {i} is out of range")),
-            })
-        })
-        .collect()
+    let bad = || {
+        pyo3::exceptions::PyTypeError::new_err(format!(
+            "fields must be a field name (str) or a sequence of field names, not {}",
+            obj.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_else(|_| "?".into())
+        ))
+    };
+    if obj.is_instance_of::<pyo3::types::PyBytes>() {
+        return Err(bad());
+    }
+    let items = obj.try_iter().map_err(|_| bad())?;
+    items
+        .map(|item| item.and_then(|i| i.extract::<String>()).map_err(|_| bad()))
+        .collect::<PyResult<Vec<String>>>()
+        .map(Some)
 }
 
 /// A zrecord dataset, opened for reading at its latest commit (see `refresh`).
@@ -270,32 +245,56 @@ impl PyDataset {
         without_gil(py, move || ds.refresh())
     }
 
-    /// Gathers the records at `indices` (any int sequence or integer array), in that order,
-    /// into one `Batch`: each field one NumPy array. `fields` limits the fields read.
+    /// Gathers the records at `indices` (a sequence of ints, a 1-D integer array, or one int
+    /// or NumPy integer), in that order, into one `Batch`: each field one NumPy array.
+    /// `fields` (a name or a sequence of names) limits the fields read. Indices are record
+    /// numbers: a negative one or one past the end raises `IndexError` (with `index` and
+    /// `len`); bools (NumPy's mask), floats, bytes and strings raise `TypeError`, an array that
+    /// is not 1-D `ValueError`.
     #[pyo3(signature = (indices, *, fields=None))]
     fn take(
         &self,
         py: Python<'_>,
         indices: Bound<'_, PyAny>,
-        fields: Option<Vec<String>>,
+        fields: Option<Bound<'_, PyAny>>,
     ) -> PyResult<PyBatch> {
-        let idx = indices_of(&indices)?;
-        self.take_inner(py, idx, fields)
+        let idx = indices_of(&indices, Some(self.inner.len()))?;
+        self.take_inner(py, idx, field_names_of(fields)?)
     }
 
     /// One record as a dict of arrays: the slow path (one Python object per field per
     /// record); use `take` for batches.
-    fn __getitem__<'py>(&self, py: Python<'py>, index: isize) -> PyResult<Bound<'py, PyDict>> {
-        let n = self.inner.len() as isize;
-        let i = if index < 0 { index + n } else { index };
-        if !(0..n).contains(&i) {
-            let e = PyIndexError::new_err(format!(
-                "index {index} out of range for a dataset of {n} records"
+    fn __getitem__<'py>(
+        &self,
+        py: Python<'py>,
+        index: Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        if index.is_instance_of::<pyo3::types::PyBool>() {
+            return Err(pyo3::exceptions::PyTypeError::new_err(
+                "a dataset index must be an int, not a bool",
             ));
-            let _ = e.value(py).setattr("index", index);
+        }
+        let n = self.inner.len() as i128;
+        let int = index.call_method0("__index__").map_err(|_| {
+            pyo3::exceptions::PyTypeError::new_err(
+                "a dataset index must be an int or a NumPy integer",
+            )
+        })?;
+        // Python's sequence indexing: a negative index counts from the end.
+        let i = int
+            .extract::<i128>()
+            .ok()
+            .map(|i| if i < 0 { i + n } else { i })
+            .filter(|i| (0..n).contains(i));
+        let Some(i) = i else {
+            let e = PyIndexError::new_err(format!(
+                "index {} out of range for a dataset of {n} records",
+                int.str()?
+            ));
+            let _ = e.value(py).setattr("index", &int);
             let _ = e.value(py).setattr("len", n);
             return Err(e);
-        }
+        };
         let b = self.take_inner(py, vec![i as u64], None)?;
         record_dict(py, b, 0)
     }
@@ -307,7 +306,7 @@ impl PyDataset {
         py: Python<'py>,
         indices: Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let idx = indices_of(&indices)?;
+        let idx = indices_of(&indices, Some(self.inner.len()))?;
         let n = idx.len();
         let b = self.take_inner(py, idx, None)?;
         let b = Bound::new(py, b)?;

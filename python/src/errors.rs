@@ -1,8 +1,10 @@
 //! `zrecord.Error` and its subclasses: one Python exception per kind of `zrecord::Error`, each
 //! with the attributes the Rust variant carries (path, field, index, offset, url, ...).
 
-use pyo3::exceptions::{PyException, PyIndexError, PyKeyError, PyValueError};
+use pyo3::exceptions::{PyException, PyIndexError, PyKeyError, PyOSError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple, PyType};
 use zrecord::Error as CoreError;
 
 pyo3::create_exception!(
@@ -32,13 +34,6 @@ pyo3::create_exception!(
 );
 pyo3::create_exception!(
     zrecord,
-    SchemaError,
-    Error,
-    "A schema, field, dtype or shape that does not fit: field, reason (Arrow data: column, \
-     arrow_type, dtype; missing, extra, duplicated; row)."
-);
-pyo3::create_exception!(
-    zrecord,
     ConfigError,
     Error,
     "An option or combination of options that does not work: reason."
@@ -54,12 +49,6 @@ pyo3::create_exception!(
     WriterBusyError,
     Error,
     "Another writer holds the dataset's lock: path."
-);
-pyo3::create_exception!(
-    zrecord,
-    IOError,
-    Error,
-    "A file operation that failed: path, op, errno."
 );
 pyo3::create_exception!(
     zrecord,
@@ -86,18 +75,101 @@ pyo3::create_exception!(
     "A bug in zrecord (a panic on one of its threads or in the binding): please report it."
 );
 
+/// `zrecord.SchemaError`, built at import (see [`two_bases`]).
+static SCHEMA_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+/// `zrecord.IOError`, built at import (see [`two_bases`]).
+static IO_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+const SCHEMA_ERROR_DOC: &str = "A schema, field, dtype, shape or value that does not fit: field, \
+     reason (a value given to a writer: index, value; Arrow data: column, arrow_type, dtype; \
+     missing, extra, duplicated; row). Also a ValueError.";
+const IO_ERROR_DOC: &str = "A file operation that failed: path, op, errno. Also an OSError.";
+
+/// An exception class `zrecord.<name>` deriving from both `zrecord.Error` and `builtin`, so
+/// that `except ValueError` (or `except OSError`) catches it as well as `except zrecord.Error`.
+/// `create_exception!` takes one base, so the class is made by calling `type`.
+fn two_bases(
+    py: Python<'_>,
+    name: &str,
+    builtin: Bound<'_, PyType>,
+    doc: &str,
+) -> PyResult<Py<PyType>> {
+    let namespace = PyDict::new(py);
+    namespace.set_item("__module__", "zrecord")?;
+    namespace.set_item("__doc__", doc)?;
+    let bases = PyTuple::new(py, [py.get_type::<Error>(), builtin])?;
+    let class = py
+        .get_type::<PyType>()
+        .call1((name, bases, namespace))?
+        .cast_into::<PyType>()?;
+    Ok(class.unbind())
+}
+
+/// `zrecord.SchemaError` (a `zrecord.Error` and a `ValueError`).
+pub(crate) fn schema_error_type(py: Python<'_>) -> Bound<'_, PyType> {
+    SCHEMA_ERROR
+        .get_or_try_init(py, || {
+            two_bases(
+                py,
+                "SchemaError",
+                py.get_type::<PyValueError>(),
+                SCHEMA_ERROR_DOC,
+            )
+        })
+        .map(|t| t.bind(py).clone())
+        .unwrap_or_else(|_| py.get_type::<Error>())
+}
+
+/// `zrecord.IOError` (a `zrecord.Error` and an `OSError`).
+pub(crate) fn io_error_type(py: Python<'_>) -> Bound<'_, PyType> {
+    IO_ERROR
+        .get_or_try_init(py, || {
+            two_bases(py, "IOError", py.get_type::<PyOSError>(), IO_ERROR_DOC)
+        })
+        .map(|t| t.bind(py).clone())
+        .unwrap_or_else(|_| py.get_type::<Error>())
+}
+
+/// A `SchemaError` about one value given to a writer: `field`, `index` (the record) and
+/// `reason` set.
+pub(crate) fn value_schema_error(field: &str, index: u64, reason: &str) -> PyErr {
+    Python::attach(|py| {
+        let err = PyErr::from_type(
+            schema_error_type(py),
+            format!("field {field:?} of record {index}: {reason}"),
+        );
+        let value = err.value(py);
+        let _ = value.setattr("field", field);
+        let _ = value.setattr("index", index);
+        let _ = value.setattr("value", py.None());
+        let _ = value.setattr("reason", reason);
+        err
+    })
+}
+
 /// Registers the exception classes in the module.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    SCHEMA_ERROR.get_or_try_init(py, || {
+        two_bases(
+            py,
+            "SchemaError",
+            py.get_type::<PyValueError>(),
+            SCHEMA_ERROR_DOC,
+        )
+    })?;
+    IO_ERROR.get_or_try_init(py, || {
+        two_bases(py, "IOError", py.get_type::<PyOSError>(), IO_ERROR_DOC)
+    })?;
     m.add("Error", py.get_type::<Error>())?;
     m.add("CorruptError", py.get_type::<CorruptError>())?;
     m.add("ChecksumError", py.get_type::<ChecksumError>())?;
     m.add("NotADatasetError", py.get_type::<NotADatasetError>())?;
-    m.add("SchemaError", py.get_type::<SchemaError>())?;
+    m.add("SchemaError", schema_error_type(py))?;
     m.add("ConfigError", py.get_type::<ConfigError>())?;
     m.add("ResumeMismatch", py.get_type::<ResumeMismatch>())?;
     m.add("WriterBusyError", py.get_type::<WriterBusyError>())?;
-    m.add("IOError", py.get_type::<IOError>())?;
+    m.add("IOError", io_error_type(py))?;
     m.add("ChunkGoneError", py.get_type::<ChunkGoneError>())?;
     m.add("RemoteError", py.get_type::<RemoteError>())?;
     m.add("PublishConflict", py.get_type::<PublishConflict>())?;
@@ -232,7 +304,7 @@ pub(crate) fn to_py(e: CoreError) -> PyErr {
                 ],
             ),
             CoreError::ShapeMismatch { field, reason } => (
-                py.get_type::<SchemaError>(),
+                schema_error_type(py),
                 vec![
                     attr(py, "field", field.as_str()),
                     attr(py, "reason", reason.as_str()),
@@ -243,7 +315,7 @@ pub(crate) fn to_py(e: CoreError) -> PyErr {
                 dtype,
                 requested,
             } => (
-                py.get_type::<SchemaError>(),
+                schema_error_type(py),
                 vec![
                     attr(py, "field", field.as_str()),
                     attr(py, "dtype", dtype.as_str()),
@@ -256,7 +328,7 @@ pub(crate) fn to_py(e: CoreError) -> PyErr {
                 field,
                 reason,
             } => (
-                py.get_type::<SchemaError>(),
+                schema_error_type(py),
                 vec![
                     attr(py, "part", *part),
                     attr(py, "reference", *reference),
@@ -270,7 +342,7 @@ pub(crate) fn to_py(e: CoreError) -> PyErr {
                 field,
                 reason,
             } => (
-                py.get_type::<SchemaError>(),
+                schema_error_type(py),
                 vec![
                     attr(py, "part", part.as_str()),
                     attr(py, "path", path(p)),
@@ -331,7 +403,7 @@ pub(crate) fn to_py(e: CoreError) -> PyErr {
                 extra,
                 duplicated,
             } => (
-                py.get_type::<SchemaError>(),
+                schema_error_type(py),
                 vec![
                     attr(py, "missing", missing.clone()),
                     attr(py, "extra", extra.clone()),
@@ -345,7 +417,7 @@ pub(crate) fn to_py(e: CoreError) -> PyErr {
                 dtype,
                 reason,
             } => (
-                py.get_type::<SchemaError>(),
+                schema_error_type(py),
                 vec![
                     attr(py, "field", column.as_str()),
                     attr(py, "column", column.as_str()),
@@ -359,7 +431,7 @@ pub(crate) fn to_py(e: CoreError) -> PyErr {
                 row,
                 reason,
             } => (
-                py.get_type::<SchemaError>(),
+                schema_error_type(py),
                 vec![
                     attr(py, "field", column.as_str()),
                     attr(py, "column", column.as_str()),
@@ -368,15 +440,15 @@ pub(crate) fn to_py(e: CoreError) -> PyErr {
                 ],
             ),
             CoreError::InvalidSchema { reason } => (
-                py.get_type::<SchemaError>(),
+                schema_error_type(py),
                 vec![attr(py, "reason", reason.as_str())],
             ),
             CoreError::FieldCount { expected, actual } => (
-                py.get_type::<SchemaError>(),
+                schema_error_type(py),
                 vec![attr(py, "expected", *expected), attr(py, "actual", *actual)],
             ),
             CoreError::RecordTooLarge { field, len, max } => (
-                py.get_type::<SchemaError>(),
+                schema_error_type(py),
                 vec![
                     attr(py, "field", field.as_str()),
                     attr(py, "len", *len),
@@ -396,14 +468,14 @@ pub(crate) fn to_py(e: CoreError) -> PyErr {
                 vec![attr(py, "path", path(p))],
             ),
             CoreError::AlreadyExists { path: p } => {
-                (py.get_type::<IOError>(), vec![attr(py, "path", path(p))])
+                (io_error_type(py), vec![attr(py, "path", path(p))])
             }
             CoreError::Io {
                 path: p,
                 op,
                 source,
             } => (
-                py.get_type::<IOError>(),
+                io_error_type(py),
                 vec![
                     attr(py, "path", path(p)),
                     attr(py, "op", *op),
@@ -415,7 +487,7 @@ pub(crate) fn to_py(e: CoreError) -> PyErr {
                 offset,
                 source,
             } => (
-                py.get_type::<IOError>(),
+                io_error_type(py),
                 vec![
                     attr(py, "path", path(p)),
                     attr(py, "offset", *offset),
@@ -456,12 +528,11 @@ pub(crate) fn to_py(e: CoreError) -> PyErr {
                     attr(py, "reason", reason.as_str()),
                 ],
             ),
-            CoreError::Poisoned { cause } => (
-                py.get_type::<IOError>(),
-                vec![attr(py, "cause", cause.as_str())],
-            ),
+            CoreError::Poisoned { cause } => {
+                (io_error_type(py), vec![attr(py, "cause", cause.as_str())])
+            }
             CoreError::ChunkTooLarge { chunk, size, max } => (
-                py.get_type::<SchemaError>(),
+                schema_error_type(py),
                 vec![
                     attr(py, "chunk", *chunk),
                     attr(py, "size", *size),
@@ -469,26 +540,24 @@ pub(crate) fn to_py(e: CoreError) -> PyErr {
                 ],
             ),
             CoreError::TooManyChunks { max } => {
-                (py.get_type::<SchemaError>(), vec![attr(py, "max", *max)])
+                (schema_error_type(py), vec![attr(py, "max", *max)])
             }
-            CoreError::TooManyCommits { generation } => (
-                py.get_type::<IOError>(),
-                vec![attr(py, "generation", *generation)],
-            ),
+            CoreError::TooManyCommits { generation } => {
+                (io_error_type(py), vec![attr(py, "generation", *generation)])
+            }
             CoreError::TooManyRecords { max } => {
-                (py.get_type::<SchemaError>(), vec![attr(py, "max", *max)])
+                (schema_error_type(py), vec![attr(py, "max", *max)])
             }
-            CoreError::Npy { path: p, .. } => (
-                py.get_type::<SchemaError>(),
-                vec![attr(py, "path", path(p))],
-            ),
+            CoreError::Npy { path: p, .. } => {
+                (schema_error_type(py), vec![attr(py, "path", path(p))])
+            }
             CoreError::RowCountMismatch {
                 path: p,
                 rows,
                 reference,
                 expected,
             } => (
-                py.get_type::<SchemaError>(),
+                schema_error_type(py),
                 vec![
                     attr(py, "path", path(p)),
                     attr(py, "rows", *rows),

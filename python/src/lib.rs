@@ -10,6 +10,7 @@ mod collection;
 mod dataset;
 mod errors;
 mod guard;
+mod indices;
 mod loader;
 mod schema;
 mod transfer;
@@ -61,6 +62,7 @@ fn _zrecord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::PyMix>()?;
     m.add_function(wrap_pyfunction!(open, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::_reopen, m)?)?;
+    m.add_function(wrap_pyfunction!(batch::_batch, m)?)?;
     m.add_function(wrap_pyfunction!(loader::mix, m)?)?;
     m.add_function(wrap_pyfunction!(transfer::push, m)?)?;
     m.add_function(wrap_pyfunction!(transfer::pull, m)?)?;

@@ -2,9 +2,10 @@
 //! bucket → batch → prefetch workers), with exact and elastic resume through `state_dict`.
 
 use crate::batch::{Columns, PyBatch};
-use crate::dataset::PyDataset;
+use crate::dataset::{field_names_of, PyDataset};
 use crate::errors::{config_error, to_py, value_error};
 use crate::guard::{guarded, without_gil};
+use crate::indices::option_in_range;
 use futures::task::ArcWake;
 use futures::{Stream, StreamExt};
 use pyo3::prelude::*;
@@ -444,34 +445,68 @@ impl PyLoader {
     fn new(
         py: Python<'_>,
         source: Bound<'_, PyAny>,
-        batch_size: u64,
+        batch_size: i128,
         shuffle: bool,
         sampler: Option<String>,
-        seed: u64,
-        epochs: Option<u64>,
-        shard: Option<(u64, u64)>,
+        seed: i128,
+        epochs: Option<i128>,
+        shard: Option<(i128, i128)>,
         shard_mode: &str,
         pad_to_equal: bool,
         drop_remainder: bool,
-        workers: usize,
+        workers: i128,
         merge: &str,
-        max_lead: Option<u64>,
-        max_skips_per_round: Option<u64>,
+        max_lead: Option<i128>,
+        max_skips_per_round: Option<i128>,
         bucket: Option<Bound<'_, PyAny>>,
         drop_last: bool,
-        lookahead: Option<usize>,
-        gathers_in_flight: Option<usize>,
-        worker_queue_size: Option<usize>,
-        consumer_queue_size: Option<usize>,
-        retries: Option<u32>,
+        lookahead: Option<i128>,
+        gathers_in_flight: Option<i128>,
+        worker_queue_size: Option<i128>,
+        consumer_queue_size: Option<i128>,
+        retries: Option<i128>,
         retry_backoff: Option<f64>,
         on_error: &str,
-        fields: Option<Vec<String>>,
+        fields: Option<Bound<'_, PyAny>>,
         key_field: Option<String>,
         state: Option<Bound<'_, PyAny>>,
         resume_from: Option<Vec<Bound<'_, PyAny>>>,
         collate: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
+        // Integer options: a ValueError naming the option and its range, never an
+        // OverflowError from the conversion.
+        let batch_size: u64 = option_in_range("batch_size", batch_size)?;
+        let seed: u64 = option_in_range("seed", seed)?;
+        let epochs: Option<u64> = epochs.map(|e| option_in_range("epochs", e)).transpose()?;
+        let shard: Option<(u64, u64)> = shard
+            .map(|(rank, world)| -> PyResult<(u64, u64)> {
+                Ok((
+                    option_in_range("shard's rank", rank)?,
+                    option_in_range("shard's world size", world)?,
+                ))
+            })
+            .transpose()?;
+        let workers: usize = option_in_range("workers", workers)?;
+        let max_lead: Option<u64> = max_lead
+            .map(|v| option_in_range("max_lead", v))
+            .transpose()?;
+        let max_skips_per_round: Option<u64> = max_skips_per_round
+            .map(|v| option_in_range("max_skips_per_round", v))
+            .transpose()?;
+        let lookahead: Option<usize> = lookahead
+            .map(|v| option_in_range("lookahead", v))
+            .transpose()?;
+        let gathers_in_flight: Option<usize> = gathers_in_flight
+            .map(|v| option_in_range("gathers_in_flight", v))
+            .transpose()?;
+        let worker_queue_size: Option<usize> = worker_queue_size
+            .map(|v| option_in_range("worker_queue_size", v))
+            .transpose()?;
+        let consumer_queue_size: Option<usize> = consumer_queue_size
+            .map(|v| option_in_range("consumer_queue_size", v))
+            .transpose()?;
+        let retries: Option<u32> = retries.map(|v| option_in_range("retries", v)).transpose()?;
+        let fields = field_names_of(fields)?;
         let collate = collate.filter(|c| !c.is_none(py));
         if let Some(c) = &collate {
             if !c.bind(py).is_callable() {
@@ -594,6 +629,16 @@ impl PyLoader {
             Err(e) => {
                 // The batch stays the next one: the checkpoint does not move past it.
                 *lock(&self.stash) = Some(Kept { batch, before });
+                if e.is_instance_of::<pyo3::exceptions::PyStopIteration>(py) {
+                    // Leaving `__next__` with StopIteration would end the epoch silently (as a
+                    // generator turns a StopIteration inside it into RuntimeError, PEP 479).
+                    let wrapped = pyo3::exceptions::PyRuntimeError::new_err(
+                        "collate raised StopIteration: the batch is kept, and the loader is not \
+                         at its end",
+                    );
+                    wrapped.set_cause(py, Some(e));
+                    return Err(wrapped);
+                }
                 Err(e)
             }
         }
@@ -603,6 +648,7 @@ impl PyLoader {
     /// again and `state_dict()` points at it. For adapters that stop at an epoch boundary
     /// (`zrecord.torch`).
     fn _unget(&self, batch: Py<PyBatch>) -> PyResult<()> {
+        self.loader()?;
         let mut stash = lock(&self.stash);
         if stash.is_some() {
             return Err(config_error("a batch is already given back"));
@@ -617,6 +663,7 @@ impl PyLoader {
     /// The checkpoint after the last batch returned: a JSON-serialisable dict. A loader built
     /// with `state=` this dict continues with exactly the next batch.
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.loader()?;
         let kept = lock(&self.stash).as_ref().map(|k| k.before.clone());
         let state = match kept {
             Some(s) => s,

@@ -163,6 +163,14 @@ impl PyField {
         self.inner.codec.to_string()
     }
 
+    /// Pickles as its name, dtype, shape and codec.
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, pyo3::types::PyTuple>> {
+        let py = slf.py();
+        let f = slf.get();
+        let args = (f.name(), f.dtype(), f.shape(), f.codec()).into_pyobject(py)?;
+        pyo3::types::PyTuple::new(py, [slf.get_type().into_any(), args.into_any()])
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "Field({:?}, {:?}, shape={:?}, codec={:?})",

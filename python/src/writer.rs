@@ -2,29 +2,65 @@
 
 use crate::batch::Ragged;
 use crate::dataset::path_str;
-use crate::errors::{to_py, value_error, Error as ZrecordError};
+use crate::errors::{config_error, to_py, value_error, value_schema_error};
 use crate::guard::{guarded, without_gil};
+use crate::indices::index_of;
 use crate::schema::{dtype_of, schema_from};
 use numpy::{PyArray1, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::PyDict;
 use std::sync::{Arc, Mutex, PoisonError};
 use zrecord::{DType, Field, Writer, WriterConfig};
 
-/// The contiguous bytes of `v` as field `f`'s dtype: a `bytes` object's bytes, or anything
-/// `numpy.asarray` takes, converted without silent changes (`zrecord/_convert.py`: values out
-/// of the dtype's range raise `ValueError`; bf16 fields take bfloat16 arrays, raw 16-bit bits
-/// or floats rounded to bf16).
-fn value_bytes(py: Python<'_>, f: &Field, v: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
-    if let Ok(b) = v.cast::<PyBytes>() {
-        return Ok(b.as_bytes().to_vec());
-    }
-    let arr = py
-        .import("zrecord._convert")?
-        .call_method1("to_bytes", (v, f.dtype.name(), f.name.as_str()))?;
+/// The contiguous bytes of `v` as field `f`'s dtype, checked (`zrecord/_convert.py`): a value
+/// that does not keep its value in the dtype (an integer out of range, a fraction into an
+/// integer field, a 2 into a bool field, a float that overflows), or that has another shape than
+/// a fixed-shape field's, raises `SchemaError` naming the field, the record (`index`) and the
+/// value. With `rows`, `v` is a batch column: its first axis runs over records `index, index +
+/// 1, ...`. `bytes` objects are the value's raw bytes (only their length is checked).
+fn value_bytes(
+    py: Python<'_>,
+    f: &Field,
+    v: &Bound<'_, PyAny>,
+    index: u64,
+    rows: bool,
+) -> PyResult<Vec<u8>> {
+    let arr = py.import("zrecord._convert")?.call_method1(
+        "to_bytes",
+        (
+            v,
+            f.dtype.name(),
+            f.name.as_str(),
+            f.shape.clone(),
+            index,
+            rows,
+        ),
+    )?;
     let flat = arr.cast_into::<PyArray1<u8>>()?;
     let ro = flat.readonly();
     Ok(ro.as_slice()?.to_vec())
+}
+
+/// Whether `f` must have a value in every record: a fixed shape with at least one item (the
+/// schema has no notion of an optional fixed-shape field, and a batch's `(n, *shape)` array has
+/// no slot for an absent value).
+fn required(f: &Field) -> bool {
+    f.shape
+        .as_ref()
+        .is_some_and(|s| s.iter().product::<u64>() > 0)
+}
+
+/// The error for a fixed-shape field given no value for record `index`.
+fn missing(f: &Field, index: u64, given: &str) -> PyErr {
+    value_schema_error(
+        &f.name,
+        index,
+        &format!(
+            "{given}, but the field has fixed shape {:?} and needs a value in every record \
+             (only a variable-length field may be absent)",
+            f.shape.clone().unwrap_or_default()
+        ),
+    )
 }
 
 /// A writer on one dataset: `append`, `append_batch`, `modify`, `delete`, `commit`. Use it as
@@ -52,9 +88,9 @@ impl Drop for PyWriter {
     }
 }
 
-/// The error for a writer used in a child of `fork()`.
+/// The error for a writer used in a child of `fork()`: `ConfigError`, as for a `Loader`.
 fn forked() -> PyErr {
-    ZrecordError::new_err(
+    config_error(
         "this Writer was opened in another process (before a fork): its append tasks and its \
          lock live there; open a Writer in this process",
     )
@@ -79,7 +115,7 @@ impl PyWriter {
             })
         })?;
         match r {
-            None => Err(ZrecordError::new_err("the writer is closed")),
+            None => Err(config_error("the writer is closed")),
             Some(r) => r.map_err(to_py),
         }
     }
@@ -95,18 +131,47 @@ impl PyWriter {
         })
     }
 
-    /// One record's field values, in schema order, from a dict.
-    fn record(&self, py: Python<'_>, record: &Bound<'_, PyDict>) -> PyResult<Vec<Vec<u8>>> {
-        for k in record.keys() {
+    /// The number of records, committed or not (the index the next append gets).
+    fn len(&self, py: Python<'_>) -> PyResult<u64> {
+        if std::process::id() != self.pid {
+            return Err(forked());
+        }
+        let inner = Arc::clone(&self.inner);
+        Ok(py.detach(move || {
+            inner
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_ref()
+                .map_or(0, |w| w.len())
+        }))
+    }
+
+    /// Refuses a key of `d` that names no field.
+    fn known_keys(&self, d: &Bound<'_, PyDict>) -> PyResult<()> {
+        for k in d.keys() {
             let k: String = k.extract()?;
             if !self.fields.iter().any(|f| f.name == k) {
                 return Err(to_py(zrecord::Error::UnknownField { field: k }));
             }
         }
+        Ok(())
+    }
+
+    /// One record's field values, in schema order, from a dict; `index` is the record it
+    /// becomes. A missing or `None` value is an absent one, refused for a fixed-shape field.
+    fn record(
+        &self,
+        py: Python<'_>,
+        record: &Bound<'_, PyDict>,
+        index: u64,
+    ) -> PyResult<Vec<Vec<u8>>> {
+        self.known_keys(record)?;
         self.fields
             .iter()
             .map(|f| match record.get_item(&f.name)? {
-                Some(v) if !v.is_none() => value_bytes(py, f, &v),
+                Some(v) if !v.is_none() => value_bytes(py, f, &v, index, false),
+                Some(_) if required(f) => Err(missing(f, index, "the value is None")),
+                None if required(f) => Err(missing(f, index, "the record has no value")),
                 _ => Ok(Vec::new()),
             })
             .collect()
@@ -151,53 +216,87 @@ impl PyWriter {
         PyWriter::from_writer(w, path)
     }
 
-    /// Appends one record (a dict of field values: arrays, scalars, `bytes`; a missing field
-    /// is an absent value); returns its index. Visible to readers after `commit`.
+    /// Appends one record (a dict of field values: arrays, scalars, `bytes`); returns its
+    /// index. Visible to readers after `commit`. A missing or `None` value is an absent one,
+    /// allowed for a variable-length field only: a fixed-shape field needs a value of exactly
+    /// its shape. A value that does not fit its field raises `SchemaError` (see
+    /// `zrecord/_convert.py`).
     fn append(&self, py: Python<'_>, record: Bound<'_, PyDict>) -> PyResult<u64> {
-        let values = self.record(py, &record)?;
+        let index = self.len(py)?;
+        let values = self.record(py, &record, index)?;
         self.run(py, move |w| w.append(&values))
     }
 
     /// Appends a batch given as a dict of columns: a fixed-shape field as an array of shape
-    /// `(n, *shape)`, a variable-length one as a `Ragged` or a list of arrays/bytes. Returns
-    /// the range of new indices as `(start, stop)`.
+    /// `(n, *shape)` (or a list of values of its shape), a variable-length one as a `Ragged`
+    /// or a list of arrays/bytes (`None` for an absent value). Returns the range of new
+    /// indices as `(start, stop)`. Every value is checked as `append` checks it, and a
+    /// fixed-shape field needs its column; a refusal raises `SchemaError` naming the field and
+    /// the record before any row is appended.
     fn append_batch(&self, py: Python<'_>, batch: Bound<'_, PyDict>) -> PyResult<(u64, u64)> {
-        for k in batch.keys() {
-            let k: String = k.extract()?;
-            if !self.fields.iter().any(|f| f.name == k) {
-                return Err(to_py(zrecord::Error::UnknownField { field: k }));
-            }
-        }
+        self.known_keys(&batch)?;
+        let start = self.len(py)?;
         let mut n: Option<usize> = None;
+        // A fixed-shape field without a column: refused once the batch is known to have rows.
+        let mut without: Option<&Field> = None;
         // Per field: the bytes of every record, end to end, and each record's end.
         let mut columns: Vec<(Vec<u8>, Vec<usize>)> = Vec::with_capacity(self.fields.len());
         for f in &self.fields {
-            let Some(v) = batch.get_item(&f.name)? else {
-                columns.push((Vec::new(), Vec::new()));
-                continue;
+            let v = match batch.get_item(&f.name)? {
+                Some(v) if !v.is_none() => v,
+                _ => {
+                    if required(f) && without.is_none() {
+                        without = Some(f);
+                    }
+                    columns.push((Vec::new(), Vec::new()));
+                    continue;
+                }
             };
             let item = f.dtype.item_bytes() as usize;
             let (bytes, ends) = if let Ok(r) = v.cast::<Ragged>() {
                 let r = r.get();
-                let values = value_bytes(py, f, r.values_ref(py).bind(py))?;
-                let offs: Vec<i64> = r
-                    .offsets_ref(py)
-                    .bind(py)
-                    .call_method0("tolist")?
-                    .extract()?;
-                let ends = offs.iter().skip(1).map(|&o| o as usize * item).collect();
+                let offsets = r.offsets_ref(py);
+                let values = py
+                    .import("zrecord._convert")?
+                    .call_method1(
+                        "ragged_to_bytes",
+                        (
+                            r.values_ref(py),
+                            offsets.bind(py),
+                            f.dtype.name(),
+                            f.name.as_str(),
+                            f.shape.clone(),
+                            start,
+                        ),
+                    )?
+                    .cast_into::<PyArray1<u8>>()?;
+                let values = values.readonly().as_slice()?.to_vec();
+                let offs: Vec<i64> = offsets.bind(py).call_method0("tolist")?.extract()?;
+                let ends = offs
+                    .iter()
+                    .skip(1)
+                    .map(|&o| usize::try_from(o).unwrap_or(0) * item)
+                    .collect();
                 (values, ends)
             } else if v.cast::<numpy::PyUntypedArray>().is_ok() {
                 let arr = v.cast::<numpy::PyUntypedArray>()?;
                 let rows = arr.shape().first().copied().unwrap_or(0);
-                let bytes = value_bytes(py, f, &v)?;
+                let bytes = value_bytes(py, f, &v, start, true)?;
                 let per = bytes.len().checked_div(rows).unwrap_or(0);
                 (bytes, (1..=rows).map(|r| r * per).collect())
             } else {
                 let mut all = Vec::new();
                 let mut ends = Vec::new();
-                for x in v.try_iter()? {
-                    all.extend(value_bytes(py, f, &x?)?);
+                for (r, x) in v.try_iter()?.enumerate() {
+                    let x = x?;
+                    let index = start + r as u64;
+                    if x.is_none() {
+                        if required(f) {
+                            return Err(missing(f, index, "the value is None"));
+                        }
+                    } else {
+                        all.extend(value_bytes(py, f, &x, index, false)?);
+                    }
                     ends.push(all.len());
                 }
                 (all, ends)
@@ -214,6 +313,9 @@ impl PyWriter {
                 _ => {}
             }
             columns.push((bytes, ends));
+        }
+        if let Some(f) = without.filter(|_| n.unwrap_or(0) > 0) {
+            return Err(missing(f, start, "the batch has no column for it"));
         }
         let n = n.unwrap_or(0);
         self.run(py, move |w| {
@@ -278,14 +380,18 @@ impl PyWriter {
         r.map_err(|e| value_error(format!("reading the Arrow stream failed: {e}")))
     }
 
-    /// Replaces field `field` of record `index`.
+    /// Replaces field `field` of record `index` (a record number: negative indices are refused,
+    /// as by `Dataset.take`). The value is checked as `append` checks it; `None` makes a
+    /// variable-length field's value absent.
     fn modify(
         &self,
         py: Python<'_>,
-        index: u64,
+        index: Bound<'_, PyAny>,
         field: String,
         value: Bound<'_, PyAny>,
     ) -> PyResult<()> {
+        let len = self.len(py)?;
+        let index = index_of(&index, Some(len))?;
         let f = self
             .fields
             .iter()
@@ -295,12 +401,22 @@ impl PyWriter {
                     field: field.clone(),
                 })
             })?;
-        let bytes = value_bytes(py, f, &value)?;
+        let bytes = if value.is_none() {
+            if required(f) {
+                return Err(missing(f, index, "the value is None"));
+            }
+            Vec::new()
+        } else {
+            value_bytes(py, f, &value, index, false)?
+        };
         self.run(py, move |w| w.modify(index, &field, &bytes))
     }
 
-    /// Deletes record `index` (the last record moves into its place).
-    fn delete(&self, py: Python<'_>, index: u64) -> PyResult<()> {
+    /// Deletes record `index` (the last record moves into its place). Negative indices are
+    /// refused, as by `modify`.
+    fn delete(&self, py: Python<'_>, index: Bound<'_, PyAny>) -> PyResult<()> {
+        let len = self.len(py)?;
+        let index = index_of(&index, Some(len))?;
         self.run(py, move |w| w.delete(index))
     }
 
@@ -353,17 +469,7 @@ impl PyWriter {
 
     /// Number of records, committed or not.
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
-        if std::process::id() != self.pid {
-            return Err(forked());
-        }
-        let inner = Arc::clone(&self.inner);
-        Ok(py.detach(move || {
-            inner
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .as_ref()
-                .map_or(0, |w| w.len() as usize)
-        }))
+        self.len(py).map(|n| n as usize)
     }
 
     #[getter]
@@ -371,16 +477,19 @@ impl PyWriter {
         self.path.clone()
     }
 
-    /// Drops the writer (what was not committed is not kept) and releases its lock.
-    fn close(&self, py: Python<'_>) {
+    /// Drops the writer (what was not committed is not kept) and releases its lock. In a child
+    /// of `fork()` it raises `ConfigError`, as every other method does there: the writer, its
+    /// lock and its tasks belong to the parent, which still has them.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
         if std::process::id() != self.pid {
-            return;
+            return Err(forked());
         }
         let inner = Arc::clone(&self.inner);
         py.detach(move || {
             let w = inner.lock().unwrap_or_else(PoisonError::into_inner).take();
             drop(w);
         });
+        Ok(())
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
@@ -400,8 +509,8 @@ impl PyWriter {
         } else {
             Ok(())
         };
-        self.close(py);
-        r.map(|_| false)
+        let closed = self.close(py);
+        r.and(closed).map(|_| false)
     }
 }
 

@@ -82,7 +82,7 @@ def test_bad_indices_are_index_errors(small):
         ds.take([-1])
     with pytest.raises(IndexError):
         ds[200]
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError):  # not integers: a TypeError, as for Python's list indices
         ds.take(np.array([0.5]))
 
 

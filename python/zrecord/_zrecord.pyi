@@ -32,6 +32,7 @@ __all__ = [
     "Writer",
     "WriterBusyError",
     "__version__",
+    "_batch",
     "_reopen",
     "commit_collection",
     "convert_npy",
@@ -43,7 +44,10 @@ __all__ = [
 ]
 
 _Path = str | os.PathLike[str]
-_Indices = Sequence[int] | npt.NDArray[np.integer[Any]]
+# One index (an int or a NumPy integer: a batch of one record), a sequence of ints, or a 1-D
+# integer array. Bools (a mask to NumPy), floats, bytes and strings raise TypeError.
+_Indices = int | np.integer[Any] | Sequence[int] | npt.NDArray[np.integer[Any]]
+_Fields = str | Sequence[str]
 
 class Error(Exception): ...
 class CorruptError(Error): ...
@@ -59,9 +63,14 @@ class NotADatasetError(Error):
     path: str
     reason: str
 
-class SchemaError(Error):
+class SchemaError(Error, ValueError):
+    """A schema, field, dtype, shape or value that does not fit (also a ``ValueError``)."""
     field: str
     reason: str
+    # A value given to a writer (append, append_batch, modify): the record and the first
+    # element that does not fit (None where no one element is to blame, e.g. a shape).
+    index: int
+    value: Any
     # Arrow data (Writer.append_arrow), where they apply:
     column: str
     arrow_type: str
@@ -84,10 +93,10 @@ class ResumeMismatch(Error):
 class WriterBusyError(Error):
     path: str
 
-class IOError(Error):
+class IOError(Error, OSError):
+    """A file operation that failed (also an ``OSError``)."""
     path: str
     op: str
-    errno: int | None
 class ChunkGoneError(Error):
     path: str
 
@@ -120,6 +129,7 @@ class Ragged:
     def __len__(self) -> int: ...
     def __getitem__(self, j: int, /) -> np.ndarray: ...
     def to_list(self) -> list[np.ndarray]: ...
+    def __reduce__(self) -> tuple[Any, ...]: ...
 
 @final
 class Batch:
@@ -143,6 +153,18 @@ class Batch:
     def position(self) -> int | None: ...
     @property
     def nbytes(self) -> int: ...
+    def __reduce__(self) -> tuple[Any, ...]: ...
+
+def _batch(
+    names: Sequence[str],
+    dtypes: Sequence[str],
+    shapes: Sequence[Sequence[int] | None],
+    arrays: Sequence[np.ndarray | Ragged],
+    indices: Sequence[int],
+    is_pad: Sequence[bool] | None,
+    epoch: int | None,
+    position: int | None,
+) -> Batch: ...
 
 @final
 class Field:
@@ -157,6 +179,7 @@ class Field:
     def shape(self) -> list[int] | None: ...
     @property
     def codec(self) -> str: ...
+    def __reduce__(self) -> tuple[Any, ...]: ...
 
 @final
 class Dataset:
@@ -185,8 +208,8 @@ class Dataset:
     @property
     def backend(self) -> str: ...
     def refresh(self) -> bool: ...
-    def take(self, indices: _Indices, *, fields: Sequence[str] | None = None) -> Batch: ...
-    def __getitem__(self, index: int, /) -> dict[str, np.ndarray]: ...
+    def take(self, indices: _Indices, *, fields: _Fields | None = None) -> Batch: ...
+    def __getitem__(self, index: int | np.integer[Any], /) -> dict[str, np.ndarray]: ...
     def __getitems__(self, indices: _Indices, /) -> list[dict[str, np.ndarray]]: ...
     def __reduce__(self) -> tuple[Any, ...]: ...
 
@@ -246,7 +269,7 @@ class Loader:
         retries: int | None = None,
         retry_backoff: float | None = None,
         on_error: str = "raise",
-        fields: Sequence[str] | None = None,
+        fields: _Fields | None = None,
         key_field: str | None = None,
         state: dict[str, Any] | str | None = None,
         resume_from: Sequence[dict[str, Any] | str] | None = None,
@@ -279,8 +302,8 @@ class Writer:
         pyarrow Table, RecordBatch or RecordBatchReader, a polars DataFrame, a struct array),
         one record per row; returns ``(start, stop)``. Columns match fields by name; a null is
         an absent value; a misfit raises ``SchemaError`` naming the column."""
-    def modify(self, index: int, field: str, value: Any) -> None: ...
-    def delete(self, index: int) -> None: ...
+    def modify(self, index: int | np.integer[Any], field: str, value: Any) -> None: ...
+    def delete(self, index: int | np.integer[Any]) -> None: ...
     def train_dictionary(self, field: str, samples: Sequence[bytes]) -> int: ...
     def rebalance(self, *, retrain_dictionaries: bool = False) -> dict[str, int]: ...
     def commit(self) -> int: ...
