@@ -199,6 +199,9 @@ pub fn commit(
     }
 }
 
+/// A part's writer lock, held by the commit.
+type PartLock = Box<dyn crate::io::vfs::VfsLock>;
+
 /// How a part got under `parts/`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum How {
@@ -492,7 +495,7 @@ fn place(
     src: &Path,
     parts_dir: &Path,
     placed_now: &HashSet<String>,
-) -> Result<(String, Option<Box<dyn crate::io::vfs::VfsLock>>, How)> {
+) -> Result<(String, Option<PartLock>, How)> {
     let mine = source::ensure(src, true)?;
     let meta_file = crate::store::layout::meta(src);
     let my_meta = std::fs::read(&meta_file).map_err(|e| Error::io(&meta_file, "read", e))?;

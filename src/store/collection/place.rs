@@ -85,7 +85,7 @@ fn copy_part(src: &Path, parts: &Path, target: &Path) -> Result<Placed> {
         return copied;
     }
     fs::sync_dir(parts)?;
-    Ok(copied?)
+    copied
 }
 
 /// The writer lock of the part dataset at `dir`, held: a part is committed only while no
