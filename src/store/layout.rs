@@ -8,7 +8,7 @@ pub const META: &str = "meta.json";
 pub const META_TMP: &str = "meta.json.tmp";
 /// The writer's exclusive lock.
 pub const LOCK: &str = "writer.lock";
-/// What names a dataset being created beside its path: `.<name><CREATE_INFIX><pid>`, renamed to
+/// What names a dataset being created beside its path: `.<name><CREATE_INFIX><pid>-<hex>`, renamed to
 /// the path once it holds an empty commit.
 pub const CREATE_INFIX: &str = ".zrecord-create-";
 /// The directory of chunk files.

@@ -15,7 +15,8 @@ use super::append::{append_parts, Collection};
 use super::manifests::{LocalManifests, ManifestStore};
 use super::options::{stepper, CommitOptions, CommitReport, CommitStep};
 use super::place::{
-    hold_writer_lock, move_back, move_part, remove_part, touch, writer_lock_if_free, Placed,
+    hold_writer_lock, move_back, move_part, remove_part, sync_placed, touch, writer_lock_if_free,
+    Placed,
 };
 use super::schema_difference;
 use super::source;
@@ -92,11 +93,6 @@ pub fn commit(
     let latest = store.latest()?;
 
     // 1. Check every part before moving any.
-    // Part ids no earlier attempt of this commit can have left behind: those a manifest names.
-    let committed: HashSet<String> = latest
-        .iter()
-        .flat_map(|m| m.parts.iter().map(|p| p.id.clone()))
-        .collect();
     let mut given: Vec<Given> = Vec::with_capacity(parts.len());
     // Each part's writer lock, held to the end: no writer may have a part open while it is
     // moved and committed (a part given twice is locked once).
@@ -111,7 +107,7 @@ pub fn commit(
             continue;
         }
         seen.push(key);
-        let g = check_part(&parts_dir, p, &committed)?;
+        let g = check_part(&parts_dir, p)?;
         let at = g.src.canonicalize().unwrap_or_else(|_| g.src.clone());
         if !locks.iter().any(|(p, _)| *p == at) {
             let lock = hold_writer_lock(&g.src)?;
@@ -141,16 +137,11 @@ pub fn commit(
             let id = match &g.inside {
                 Some(id) => id.clone(),
                 None => {
-                    let (id, lock, how) = place(&g.src, &parts_dir, &placed_now)?;
+                    let (id, lock) = place(&g.src, &parts_dir, &placed_now, &mut placed_here)?;
                     if let Some(lock) = lock {
                         locks.push((parts_dir.join(&id), lock));
                     }
                     placed_now.insert(id.clone());
-                    placed_here.push(Placement {
-                        id: id.clone(),
-                        src: g.src.clone(),
-                        how,
-                    });
                     id
                 }
             };
@@ -283,7 +274,7 @@ pub(crate) fn prepare_root(root: &Path, store: &LocalManifests) -> Result<()> {
 }
 
 /// Reads part `path`'s meta: where it is and whether it is under `parts/` already.
-fn check_part(parts_dir: &Path, path: &Path, committed: &HashSet<String>) -> Result<Given> {
+fn check_part(parts_dir: &Path, path: &Path) -> Result<Given> {
     if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
         // Renaming would move the link and leave the data where it is; give the data's path.
         return Err(Error::NotADataset {
@@ -313,16 +304,17 @@ fn check_part(parts_dir: &Path, path: &Path, committed: &HashSet<String>) -> Res
     // Moved (or copied, its original then partly removed, `meta.json` first) by an earlier
     // attempt that did not finish: the part is the one under parts/ whose record says it came
     // from this path (under its plain id or a suffixed one), and the path is gone, or holds
-    // only what is left of a zrecord dataset and no manifest names the part yet (never anything
-    // else: a directory that is not recognisably the rest of a copied part is not touched, and
-    // is `NotADataset`).
+    // only what is left of a zrecord dataset (a commit killed while it removed the original of
+    // a copy its manifest names, or, in a build that removed originals before the manifest,
+    // one no manifest names yet). Never anything else: a directory that is not recognisably the
+    // rest of a copied part is not touched, and is `NotADataset`.
     let mut id = if inside { raw.to_string() } else { id_of(path) };
     let mut src = path.to_path_buf();
     let mut inside = inside;
     if !inside && !crate::store::layout::meta(path).exists() {
         let gone = std::fs::symlink_metadata(path).is_err();
         if gone || is_rest_of_a_dataset(path) {
-            if let Some(found) = earlier_placement(parts_dir, path, gone, committed)? {
+            if let Some(found) = earlier_placement(parts_dir, path, gone)? {
                 if !gone {
                     remove_part(path)?;
                 }
@@ -416,26 +408,20 @@ fn refuse_links_inside(dir: &Path) -> Result<()> {
 
 /// The part under `parts_dir` that an earlier attempt placed from `path` (which is `gone`, or
 /// holds only the rest of a dataset whose copy was placed): the newest part whose record names
-/// this host and path (and the rest's nonce, if its record is still there); for the rest of a
-/// copy, only one no manifest names yet. A part placed by a build that wrote no record is found
-/// by its plain id, as that build found it, if it has no record.
-fn earlier_placement(
-    parts_dir: &Path,
-    path: &Path,
-    gone: bool,
-    committed: &HashSet<String>,
-) -> Result<Option<String>> {
+/// this host and path (and the rest's nonce, if its record is still there), named by a manifest
+/// or not (a commit of a part a manifest names adds nothing). A part placed by a build that
+/// wrote no record is found by its plain id, as that build found it, if it has no record.
+fn earlier_placement(parts_dir: &Path, path: &Path, gone: bool) -> Result<Option<String>> {
     let left = if gone { None } else { source::read(path) };
-    let usable = |id: &str| gone || !committed.contains(id);
     if let Some(id) = source::find_placed(parts_dir, path, left.as_ref().map(|r| r.nonce.as_str()))?
     {
-        return Ok(usable(&id).then_some(id));
+        return Ok(Some(id));
     }
     let plain = id_of(path);
     let dir = parts_dir.join(&plain);
     let old = crate::store::layout::meta(&dir).exists()
         && !dir.join(crate::format::source::SOURCE_FILE).exists();
-    Ok((old && usable(&plain)).then_some(plain))
+    Ok(old.then_some(plain))
 }
 
 /// Checks a part's schema against the collection's.
@@ -495,7 +481,8 @@ fn place(
     src: &Path,
     parts_dir: &Path,
     placed_now: &HashSet<String>,
-) -> Result<(String, Option<PartLock>, How)> {
+    placed_here: &mut Vec<Placement>,
+) -> Result<(String, Option<PartLock>)> {
     let mine = source::ensure(src, true)?;
     let meta_file = crate::store::layout::meta(src);
     let my_meta = std::fs::read(&meta_file).map_err(|e| Error::io(&meta_file, "read", e))?;
@@ -503,14 +490,27 @@ fn place(
     for attempt in 0..64 {
         let id = candidate_id(&base, &mine, attempt);
         let target = parts_dir.join(&id);
+        // Each placement is recorded before anything fallible follows it: a commit that fails
+        // from here on puts the part back.
+        let mut record = |how| {
+            placed_here.push(Placement {
+                id: id.clone(),
+                src: src.to_path_buf(),
+                how,
+            });
+        };
         match move_part(src, parts_dir, &target)? {
             Placed::Moved => {
-                touch(&target)?;
-                return Ok((id, None, How::Renamed));
+                record(How::Renamed);
+                sync_placed(src, parts_dir, true)?;
+                touch(&target);
+                return Ok((id, None));
             }
             Placed::Copied(lock) => {
-                touch(&target)?;
-                return Ok((id, Some(Box::new(lock)), How::Copied));
+                record(How::Copied);
+                sync_placed(src, parts_dir, false)?;
+                touch(&target);
+                return Ok((id, Some(Box::new(lock))));
             }
             Placed::Taken if !placed_now.contains(&id) => {
                 // Tried once: a part found held is another commit's (or, for a moment, a
@@ -523,8 +523,9 @@ fn place(
                     std::fs::read(crate::store::layout::meta(&target)).unwrap_or_default();
                 let found = source::read(&target);
                 if source::is_earlier_copy(&mine, &my_meta, found.as_ref(), &found_meta) {
-                    touch(&target)?;
-                    return Ok((id, Some(Box::new(lock)), How::EarlierCopy));
+                    record(How::EarlierCopy);
+                    touch(&target);
+                    return Ok((id, Some(Box::new(lock))));
                 }
             }
             Placed::Taken => {}

@@ -132,7 +132,7 @@ pub(crate) fn gc_dir(root: &Path, older_than: Duration, now: SystemTime) -> Resu
         if name.starts_with('.') {
             // A copy a dead commit left (`.incoming-…`; a live commit's is not here: `gc`
             // holds the commit lock), or a dataset a writer is creating in place
-            // (`.<name>.zrecord-create-<pid>`: held by its writer from just after its
+            // (`.<name>.zrecord-create-<pid>-<hex>`: held by its writer from just after its
             // directory is made, and kept at least CREATE_FLOOR for that moment).
             let limit = match name.contains(crate::store::layout::CREATE_INFIX) {
                 true => older_than.max(CREATE_FLOOR),
@@ -214,7 +214,10 @@ pub(crate) fn gc_dir(root: &Path, older_than: Duration, now: SystemTime) -> Resu
             report.bytes_freed = report.bytes_freed.saturating_add(bytes);
         }
     }
-    crate::io::fs::sync_dir(&parts_dir)?;
+    // (A collection whose first commit has not made `parts/` yet has nothing there to sync.)
+    if parts_dir.is_dir() {
+        crate::io::fs::sync_dir(&parts_dir)?;
+    }
     crate::io::fs::sync_dir(mdir)?;
     Ok(report)
 }

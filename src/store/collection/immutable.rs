@@ -18,8 +18,22 @@ use std::path::Path;
 /// [`Error::PartCommitted`]; the manifests' errors ([`Error::MetaCorrupt`], I/O errors naming
 /// the file).
 pub(crate) fn refuse_committed_part(dir: &Path) -> Result<()> {
-    let Ok(at) = dir.canonicalize() else {
-        return Ok(());
+    // The directory may be gone (a `Writer::create` at a committed part's path): its parent's
+    // canonical path and its name.
+    let at = match dir.canonicalize() {
+        Ok(at) => at,
+        Err(_) => match (
+            std::path::absolute(dir)
+                .ok()
+                .and_then(|a| a.parent().map(Path::to_path_buf)),
+            dir.file_name(),
+        ) {
+            (Some(parent), Some(name)) => match parent.canonicalize() {
+                Ok(p) => p.join(name),
+                Err(_) => return Ok(()),
+            },
+            _ => return Ok(()),
+        },
     };
     let (Some(parts), Some(id)) = (at.parent(), at.file_name().and_then(|n| n.to_str())) else {
         return Ok(());

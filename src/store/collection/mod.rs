@@ -61,20 +61,29 @@ pub(crate) const COMMIT_LOCK: &str = "commit.lock";
 /// mid-commit releases the lock with its descriptors: what it left is then a leftover like any
 /// other, removed by age.
 ///
-/// A `gc` on the thread of a live commit to the same root (from its
-/// [`CommitOptions::on_step`] callback) would wait for that commit forever: it is refused.
+/// A `gc` on the thread of a live commit to the same collection (from its
+/// [`CommitOptions::on_step`] callback; the collection recognised by its `_collection/`
+/// directory's device and inode, whatever the path) would wait for that commit forever: it is
+/// refused. (A callback that waits for a `gc` on another thread waits forever too: a `gc` runs
+/// after the commit returns.)
 ///
 /// # Errors
 /// [`crate::Error::InvalidConfig`] for that `gc`; I/O errors naming the lock file.
 pub(crate) fn commit_lock(root: &Path, mode: crate::io::lock::Mode) -> Result<CommitLock> {
-    let key = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    let key = {
+        use std::os::unix::fs::MetadataExt;
+        let dir = root.join(manifests::MANIFEST_DIR);
+        let m = std::fs::metadata(&dir).map_err(|e| crate::Error::io(&dir, "stat", e))?;
+        // The process too: a child forked inside a commit holds no lock of its parent's.
+        (m.dev(), m.ino(), std::process::id())
+    };
     let committing = COMMITTING.with(|c| c.borrow().contains(&key));
     if committing && mode == crate::io::lock::Mode::Exclusive {
         return Err(crate::Error::InvalidConfig {
             reason: format!(
                 "gc of {} was called on the thread of a commit to it (from its on_step \
                  callback): it would wait for that commit forever; run it after the commit \
-                 returns, or on another thread",
+                 returns (a callback must never wait for a gc)",
                 root.display()
             ),
         });
@@ -97,16 +106,17 @@ pub(crate) fn commit_lock(root: &Path, mode: crate::io::lock::Mode) -> Result<Co
 }
 
 thread_local! {
-    /// The roots this thread holds the commit lock of, shared (a commit or a pull in progress).
-    static COMMITTING: std::cell::RefCell<Vec<std::path::PathBuf>> =
+    /// The collections (their `_collection/` directory's device and inode) this thread holds
+    /// the commit lock of, shared (a commit or a pull in progress), with the holding process.
+    static COMMITTING: std::cell::RefCell<Vec<(u64, u64, u32)>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// A collection's commit lock, held until dropped.
 pub(crate) struct CommitLock {
     _lock: crate::io::lock::FileLock,
-    /// The root this thread registered as committing to, if held shared.
-    registered: Option<std::path::PathBuf>,
+    /// The collection this thread registered as committing to, if held shared.
+    registered: Option<(u64, u64, u32)>,
 }
 
 impl Drop for CommitLock {

@@ -24,20 +24,27 @@ pub(crate) enum Placed {
 }
 
 /// Moves the dataset directory `src` to `target` (in `parts`, which exists), never replacing
-/// what is there. The parent directories involved are fsynced, so the move is durable when
-/// this returns.
+/// what is there. Nothing fallible follows a successful rename here: the caller records the
+/// placement (so a failed commit can put it back), then makes it durable with [`sync_placed`].
 pub(crate) fn move_part(src: &Path, parts: &Path, target: &Path) -> Result<Placed> {
     match fs::rename_noreplace(src, target) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(Placed::Taken),
-        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => return copy_part(src, parts, target),
-        Err(e) => return Err(Error::io(src, "rename", e)),
+        Ok(()) => Ok(Placed::Moved),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(Placed::Taken),
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => copy_part(src, parts, target),
+        Err(e) => Err(Error::io(src, "rename", e)),
     }
+}
+
+/// Makes a part [`move_part`] placed durable: fsyncs `parts` and, after a rename, the old
+/// parent of `src`.
+pub(crate) fn sync_placed(src: &Path, parts: &Path, renamed: bool) -> Result<()> {
     fs::sync_dir(parts)?;
-    if let Some(parent) = src.parent().filter(|p| !p.as_os_str().is_empty()) {
-        fs::sync_dir(parent)?;
+    if renamed {
+        if let Some(parent) = src.parent().filter(|p| !p.as_os_str().is_empty()) {
+            fs::sync_dir(parent)?;
+        }
     }
-    Ok(Placed::Moved)
+    Ok(())
 }
 
 /// Moves the part back from `placed` to `src` (a commit that failed before any manifest named
@@ -55,7 +62,7 @@ pub(crate) fn move_back(placed: &Path, src: &Path) -> Result<()> {
 
 /// The move across file systems: copy into `parts/.incoming-…` (its writer lock created and
 /// held first, so the copy is held from its first byte), fsync every file and directory,
-/// rename into place. The original is left where it is.
+/// rename into place (made durable by [`sync_placed`]). The original is left where it is.
 fn copy_part(src: &Path, parts: &Path, target: &Path) -> Result<Placed> {
     if std::fs::symlink_metadata(target).is_ok() {
         return Ok(Placed::Taken);
@@ -82,9 +89,7 @@ fn copy_part(src: &Path, parts: &Path, target: &Path) -> Result<Placed> {
     })();
     if !matches!(copied, Ok(Placed::Copied(_))) {
         let _ = std::fs::remove_dir_all(&tmp);
-        return copied;
     }
-    fs::sync_dir(parts)?;
     copied
 }
 
@@ -104,12 +109,15 @@ pub(crate) fn writer_lock_if_free(dir: &Path) -> Result<Option<crate::io::lock::
 }
 
 /// Sets the modification time of the part directory `dir` to now: a part moved under `parts/`
-/// keeps its files' times, and `gc` counts a part's age from its newest time, so a part written
-/// long ago and being committed now is young while its commit runs.
-pub(crate) fn touch(dir: &Path) -> Result<()> {
-    std::fs::File::open(dir)
-        .and_then(|f| f.set_modified(std::time::SystemTime::now()))
-        .map_err(|e| Error::io(dir, "set mtime", e))
+/// keeps its files' times, and `gc` counts a part's age from its newest time, so a part a
+/// killed commit placed long after it was written is young for the whole limit. (A live
+/// commit needs no time: `gc` does not run beside it.) A failure is logged, not returned.
+pub(crate) fn touch(dir: &Path) {
+    let touched =
+        std::fs::File::open(dir).and_then(|f| f.set_modified(std::time::SystemTime::now()));
+    if let Err(e) = touched {
+        tracing::warn!(dir = %dir.display(), error = %e, "could not set a placed part's modification time");
+    }
 }
 
 /// Removes the dataset directory `src` (a part copied into place): its `meta.json` first, so a

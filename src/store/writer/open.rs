@@ -61,14 +61,16 @@ pub(super) fn create(
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
+    // A name no other create uses, in this process or another (two creates of one path never
+    // build in, or remove, each other's directory).
     let tmp = parent.join(format!(
-        ".{name}{}{}",
+        ".{name}{}{}-{:016x}",
         layout::CREATE_INFIX,
-        std::process::id()
+        std::process::id(),
+        crate::store::collection::unique_word()
     ));
-    if vfs.exists(&tmp)? {
-        vfs.remove_dir_all(&tmp)?;
-    }
+    // A committed part of a collection is never replaced: refused before anything is built.
+    crate::store::collection::immutable::refuse_committed_part(path)?;
     // The writer lock is taken in the new directory before anything else is written there, and
     // goes with it through the rename: the dataset is held from its first byte to the writer's
     // drop (a collection's `gc` keeps what a writer holds under `parts/`).
