@@ -96,7 +96,7 @@ pub(crate) fn commit_lock(root: &Path, mode: crate::io::lock::Mode) -> Result<Co
         || tracing::info!(lock = %path.display(), ?mode, "waiting for the collection's commit lock (a gc or a commit holds it)"),
     )?;
     let registered = (mode == crate::io::lock::Mode::Shared).then(|| {
-        COMMITTING.with(|c| c.borrow_mut().push(key.clone()));
+        COMMITTING.with(|c| c.borrow_mut().push(key));
         key
     });
     Ok(CommitLock {
