@@ -453,8 +453,23 @@ impl Store {
 
     /// The size of object `key`, `None` if there is none.
     pub(crate) async fn head(&self, key: &str) -> Result<Option<u64>> {
+        Ok(self.head_version(key).await?.map(|(size, _)| size))
+    }
+
+    /// The size of object `key` and the store's version of it (its ETag, version id and
+    /// modification time, one string: another write of the key, even of the same bytes, has
+    /// another one), `None` if there is none.
+    pub(crate) async fn head_version(&self, key: &str) -> Result<Option<(u64, String)>> {
         match self.inner()?.head(&self.path(key)).await {
-            Ok(m) => Ok(Some(m.size)),
+            Ok(m) => Ok(Some((
+                m.size,
+                format!(
+                    "etag {} version {} modified {}",
+                    m.e_tag.as_deref().unwrap_or("-"),
+                    m.version.as_deref().unwrap_or("-"),
+                    m.last_modified.timestamp_millis()
+                ),
+            ))),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(self.error(key, None, &e)),
         }
