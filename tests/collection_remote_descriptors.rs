@@ -108,6 +108,7 @@ fn child_reads_every_part() {
         RemoteConfig::default()
             .store(s3::options_for(&endpoint))
             .cache_dir(&cache)
+            // Sockets count against the same limit: a few requests at a time leave room.
             .requests_in_flight(4),
     )
     .unwrap();
