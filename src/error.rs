@@ -529,11 +529,31 @@ impl Error {
         }
     }
 
-    /// True if the error means bytes on disk are damaged (as opposed to a usage or I/O error).
     pub(crate) fn internal(reason: String) -> Self {
         Error::Internal { reason }
     }
 
+    /// True if another try of the call that returned this error cannot help: it would fail the
+    /// same way, or the layer that could retry it has (an object-store request is tried as
+    /// `StoreOptions::retries` says, once for a permanent answer; a record failing its checksum
+    /// in a cached copy is read again once from the store). The loader's workers return such an
+    /// error at once instead of trying their batch again: corruption, an index out of range, a
+    /// failed object-store request or damage on the store, a snapshot's chunk or part gone or
+    /// changed, a panic.
+    pub(crate) fn is_permanent(&self) -> bool {
+        self.is_corruption()
+            || matches!(
+                self,
+                Error::IndexOutOfRange { .. }
+                    | Error::Remote { .. }
+                    | Error::RemoteCorrupt { .. }
+                    | Error::ChunkGone { .. }
+                    | Error::PartChanged { .. }
+                    | Error::WorkerPanicked { .. }
+            )
+    }
+
+    /// True if the error means bytes on disk are damaged (as opposed to a usage or I/O error).
     pub fn is_corruption(&self) -> bool {
         matches!(
             self,

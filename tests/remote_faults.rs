@@ -185,8 +185,8 @@ fn truncated_bodies_are_errors_never_data() {
     assert!(failed > 0, "no batch met a cut body");
     assert_eq!(exact + failed, 12);
 
-    // Every body cut: once the client's retries (each resuming the cut body with a range
-    // request) and zrecord's are exhausted, an error naming the object and the range.
+    // Every body cut: once the request's tries are spent (4: `retries(3)`), an error naming
+    // the object and the range.
     proxy.set_config(FaultConfig::default().truncate(1.0));
     let before = proxy.counts().truncated;
     let e = records(&retrying, &[5, 2999]).unwrap_err();
@@ -220,7 +220,7 @@ fn a_permanent_503_is_a_typed_error_in_bounded_time() {
     let (status, _) = remote_error(&e, &url);
     assert_eq!(status, Some(503), "{e}");
     assert!(e.to_string().contains("503"), "{e}");
-    // A hang guard, not a timing claim: 2 retries from 2 ms, re-tried a few times by zrecord.
+    // A hang guard, not a timing claim: 3 tries per request, 2 ms then 4 ms apart.
     assert!(elapsed < Duration::from_secs(30), "{elapsed:?}");
     // Nothing reached the store while the fault was on. (A request the client gave up on
     // mid-send, once a sibling's error ended the gather, counts as a request but neither

@@ -660,7 +660,8 @@ impl<S: Source, T> Loader<S, T> {
     ///
     /// A batch that could not be read (a corrupt record, an I/O error, a failing transform) is
     /// first tried again on the worker's thread as [`PrefetchConfig::retry`] says (3 tries in all
-    /// by default; a panic is not retried). If every try fails, it is `Some(Err(..))` in the
+    /// by default; a panic, corruption, an index out of range and a failed object-store request
+    /// are not retried). If every try fails, it is `Some(Err(..))` in the
     /// place the batch would have had, and then:
     ///
     /// - under [`OnError::Stop`] (the default) the loader ends: every later call returns

@@ -117,7 +117,7 @@ struct Started {
     session: u64,
     size: u64,
     at: std::time::Instant,
-    rx: tokio::sync::oneshot::Receiver<Option<Bytes>>,
+    rx: tokio::sync::oneshot::Receiver<Result<Bytes>>,
     task: tokio::task::AbortHandle,
     /// The request has its permit and is on the wire (not waiting behind later batches').
     begun: Arc<std::sync::atomic::AtomicBool>,
@@ -346,8 +346,8 @@ impl ReadBackend for RemoteBackend {
                     return;
                 };
                 started.store(true, Ordering::Release);
-                let got = store.get_range(&r.key, r.start..r.end).await.ok();
-                if let Some(b) = &got {
+                let got = store.get_range(&r.key, r.start..r.end).await;
+                if let Ok(b) = &got {
                     REQUESTS.fetch_add(1, Ordering::Relaxed);
                     FETCHED.fetch_add(b.len() as u64, Ordering::Relaxed);
                 }
@@ -485,8 +485,11 @@ impl ReadBackend for RemoteBackend {
                 .map(|(i, (r, started))| {
                     let store = Arc::clone(&store);
                     async move {
+                        // A started request that failed was tried as its budget allows: its
+                        // error is this read's (one budget per request, not two).
                         if let Some(s) = started {
-                            if let Ok(Some(b)) = s.rx.await {
+                            if let Ok(got) = s.rx.await {
+                                let b = got?;
                                 HITS.fetch_add(1, Ordering::Relaxed);
                                 return Ok::<_, Error>((i, b));
                             }

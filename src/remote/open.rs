@@ -29,6 +29,7 @@ use crate::checksum::crc32c_append;
 use crate::error::{Error, Result};
 use crate::format::entry::ENTRY_BYTES;
 use crate::store::paged::{PageSource, PagedTable};
+use crate::store::snapshot::Origin;
 use crate::{ChunkAt, Location, ReadBackend, ReadConfig, Snapshot, TableAt, Writer};
 
 /// A dataset URL's store, and what opening it needs again on refresh: the [`Location`] of a
@@ -95,27 +96,25 @@ impl Remote {
         ))
     }
 
-    /// The latest commit slot and its manifest.
-    fn latest(&self) -> Result<(u64, Manifest)> {
+    /// The latest commit: its slot and manifest bytes.
+    fn latest_bytes(&self) -> Result<(u64, bytes::Bytes)> {
         let store = Arc::clone(&self.store);
         let found = block_on(async move { latest(&store).await })??;
-        let Some((slot, bytes)) = found else {
-            return Err(super::collection::probe::no_commit(&self.store));
-        };
-        let (m, _) = Manifest::decode(&self.store.object_url(&slot_key(slot)), &bytes)?;
-        Ok((slot, m))
+        found.ok_or_else(|| super::collection::probe::no_commit(&self.store))
     }
 
-    /// The latest commit slot, without opening it.
-    pub(crate) fn latest_slot(&self) -> Result<u64> {
-        Ok(self.latest()?.0)
+    /// The latest commit's origin (its slot and a hash of its manifest) and manifest.
+    fn latest(&self) -> Result<(Origin, Manifest)> {
+        let (slot, bytes) = self.latest_bytes()?;
+        let (m, _) = Manifest::decode(&self.store.object_url(&slot_key(slot)), &bytes)?;
+        Ok((origin(slot, &bytes), m))
     }
 
     /// A snapshot of the latest commit: the offset tables and patch logs fetched (once per
     /// object key) into the mirror directory, checked against their manifest's sizes and
     /// checksums; chunks as objects, or as local chunks where the chunk cache has them.
     fn open_latest(&self) -> Result<Snapshot> {
-        let (slot, manifest) = self.latest()?;
+        let (origin, manifest) = self.latest()?;
         let root = mirror_root(&self.config, self.store.url());
         let objects = root.join("objects");
         std::fs::create_dir_all(&objects).map_err(|e| Error::io(&objects, "mkdir", e))?;
@@ -140,7 +139,7 @@ impl Remote {
         let opened = self.open_linked(&links, &objects, &tables, &paged, &chunks, &manifest);
         let _ = std::fs::remove_dir_all(&links);
         let mut snap = opened?;
-        snap.origin = Some(slot);
+        snap.origin = Some(origin);
         prune(&root, &objects, &tables, &paged);
         Ok(snap)
     }
@@ -282,12 +281,15 @@ impl Location for Remote {
         self.open_latest()
     }
 
-    /// One listing (and a `HEAD` past the highest listed slot): the latest commit slot is
-    /// the one `current` was opened from. A snapshot is compared by the slot it records, not
-    /// by what this location opened last: two datasets may share the location, and two
-    /// refreshes of one dataset may race.
+    /// One listing (and a `HEAD` past the highest listed slot) and a `GET` of the latest
+    /// manifest: the latest commit is the one `current` was opened from, by slot and by the
+    /// manifest's bytes (a dataset deleted and published again starts again at slot 1; its
+    /// manifest names its objects by their content, so the same bytes are the same dataset).
+    /// A snapshot is compared by the origin it records, not by what this location opened
+    /// last: two datasets may share the location, and two refreshes of one dataset may race.
     fn is_latest(&self, current: &Snapshot) -> Result<bool> {
-        Ok(current.origin == Some(self.latest_slot()?))
+        let (slot, bytes) = self.latest_bytes()?;
+        Ok(current.origin == Some(origin(slot, &bytes)))
     }
 
     fn read_backend(&self) -> Option<Arc<dyn ReadBackend>> {
@@ -302,6 +304,15 @@ impl Location for Remote {
                 self.path.display()
             ),
         })
+    }
+}
+
+/// The origin of the commit in `slot` whose manifest is `bytes`.
+fn origin(slot: u64, bytes: &[u8]) -> Origin {
+    Origin {
+        number: slot,
+        digest: *blake3::hash(bytes).as_bytes(),
+        version: None,
     }
 }
 

@@ -1,6 +1,16 @@
 //! One dataset prefix on an object store: the `object_store` client of its provider (S3, GCS,
-//! Azure), the runtime its requests run on, and typed errors that name the object, the range
-//! and the last HTTP status.
+//! Azure), the runtime its requests run on, the one retry budget of every request, and typed
+//! errors that name the object, the range and the last HTTP status.
+//!
+//! Retries live here and nowhere else: the client is built with `object_store`'s own retries
+//! off (`max_retries: 0`), every request goes through [`Store`]'s loop, which tries it at most
+//! [`StoreOptions::retries`] + 1 times while it fails transiently ([`transient`]: 5xx, 429,
+//! 408, a connection refused, reset or timed out, a body cut short) and returns a permanent
+//! failure (404, 403, 416, any other answer about the request itself) after its first try,
+//! and the loader does not try a failed batch again for an error of a request
+//! ([`crate::Error::Remote`]). The one exception is a multipart upload: its parts are numbered
+//! by the client as they are sent, so each part is retried inside `object_store` (a client of
+//! its own, with the same budget), and the upload is not tried again whole.
 
 use std::future::Future;
 use std::ops::Range;
@@ -50,17 +60,25 @@ use crate::retry::{retry, Failure, RetryPolicy};
 pub struct StoreOptions {
     /// `object_store` configuration pairs, applied in order after the environment.
     pub config: Vec<(String, String)>,
-    /// Retries of a failed request (5xx answers, timeouts, connection resets, short bodies)
-    /// before the error is returned. Default: 5.
+    /// Retries of a request that failed transiently (a 5xx, 429 or 408 answer, a connection
+    /// refused, reset or timed out, a body cut short) before its error is returned: each
+    /// request is tried at most `retries + 1` times, and this is its only retry budget (the
+    /// client's own retries are off, and the loader does not retry an object-store error). A
+    /// permanent failure (404, 403, 416, any other answer about the request itself; a checksum
+    /// mismatch of the bytes) is returned after one try. Default: 5 (6 tries).
     pub retries: u32,
-    /// The first retry's delay; it doubles up to 2 s. Default: 50 ms.
+    /// The wait before the second try; each later wait doubles, up to 2 s. Default: 50 ms
+    /// (waits of 50, 100, 200, 400 and 800 ms: 1.55 s in all).
     pub backoff: Duration,
-    /// Time allowed for one request, connection included. Default: 30 s.
+    /// Time allowed for one try of a request, connection and body included. Default: 30 s. A
+    /// request that fails on every try gives up after at most `(retries + 1) × timeout` plus
+    /// the waits (with the defaults: 6 × 30 s + 1.55 s; 1.55 s when every try is answered at
+    /// once, a 503 say).
     pub timeout: Duration,
 }
 
 impl Default for StoreOptions {
-    /// The environment's settings, 5 retries from 50 ms, 30 s per request.
+    /// The environment's settings, 5 retries (6 tries) from 50 ms, 30 s per try.
     fn default() -> Self {
         Self {
             config: Vec::new(),
@@ -80,21 +98,21 @@ impl StoreOptions {
         self
     }
 
-    /// Sets the retries of a failed request. Default 5.
+    /// Sets the retries of a request that failed transiently (tries: `retries + 1`). Default 5.
     #[must_use]
     pub fn retries(mut self, retries: u32) -> Self {
         self.retries = retries;
         self
     }
 
-    /// Sets the first retry's delay (it doubles up to 2 s). Default 50 ms.
+    /// Sets the wait before the second try (later waits double, up to 2 s). Default 50 ms.
     #[must_use]
     pub fn backoff(mut self, backoff: Duration) -> Self {
         self.backoff = backoff;
         self
     }
 
-    /// Sets the time allowed for one request. Default 30 s.
+    /// Sets the time allowed for one try of a request. Default 30 s.
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
@@ -170,6 +188,12 @@ pub(crate) struct Store {
     /// How to make the client again in a child of `fork()` (`None`: the parent's is kept, for
     /// an in-memory store).
     builder: Option<Rebuild>,
+    /// The client multipart uploads go through: `object_store`'s own retries on (the same
+    /// budget), since it numbers an upload's parts as it sends them; made on first use and
+    /// shared with [`Store::child`]'s stores.
+    uploads: Arc<ForkLocal<std::result::Result<Arc<dyn ObjectStore>, String>>>,
+    /// The retry configuration of [`Store::uploads`].
+    upload_retry: RetryConfig,
     prefix: ObjectPath,
     retries: u32,
     backoff: Duration,
@@ -195,6 +219,20 @@ impl Rebuild {
             Rebuild::Gcs(b) => Arc::new((**b).clone().build()?),
             #[cfg(feature = "azure")]
             Rebuild::Azure(b) => Arc::new((**b).clone().build()?),
+        })
+    }
+
+    /// A new client of this configuration with the retries of `retry` instead.
+    fn build_with(
+        &self,
+        retry: RetryConfig,
+    ) -> std::result::Result<Arc<dyn ObjectStore>, object_store::Error> {
+        Ok(match self {
+            Rebuild::S3(b) => Arc::new((**b).clone().with_retry(retry).build()?),
+            #[cfg(feature = "gcs")]
+            Rebuild::Gcs(b) => Arc::new((**b).clone().with_retry(retry).build()?),
+            #[cfg(feature = "azure")]
+            Rebuild::Azure(b) => Arc::new((**b).clone().with_retry(retry).build()?),
         })
     }
 }
@@ -315,7 +353,8 @@ impl Store {
             .filter(|(k, _)| provider.keeps(k))
             .collect();
         let max = Duration::from_secs(2);
-        let retry = RetryConfig {
+        // The budget of a multipart upload's parts, retried inside the client.
+        let upload_retry = RetryConfig {
             backoff: BackoffConfig {
                 init_backoff: options.backoff,
                 max_backoff: max.max(options.backoff),
@@ -326,7 +365,12 @@ impl Store {
                 .timeout
                 .saturating_mul(options.retries.saturating_add(1)),
         };
-        let builder = configure(provider, scheme, bucket, &pairs, retry).map_err(bad)?;
+        // Every other request: tried once by the client, retried by `Store` alone.
+        let once = RetryConfig {
+            max_retries: 0,
+            ..upload_retry.clone()
+        };
+        let builder = configure(provider, scheme, bucket, &pairs, once).map_err(bad)?;
         let inner = builder
             .build()
             .map_err(|e| bad(format!("cannot configure the store: {e}")))?;
@@ -336,6 +380,8 @@ impl Store {
             url,
             client: ForkLocal::with(Ok(inner)),
             builder: Some(builder),
+            uploads: Arc::new(ForkLocal::new()),
+            upload_retry,
             prefix,
             retries: options.retries,
             backoff: options.backoff,
@@ -353,6 +399,24 @@ impl Store {
                 (None, None) => Err("no client".into()),
             })
             .as_ref()
+            .map_err(|reason| Error::InvalidConfig {
+                reason: format!("{}: cannot configure the store: {reason}", self.url),
+            })
+    }
+
+    /// This process's client for multipart uploads (see [`Store::uploads`]); the one client
+    /// of a store without a configuration (in memory).
+    fn uploads(&self) -> Result<Arc<dyn ObjectStore>> {
+        let Some(b) = &self.builder else {
+            return self.inner().map(Arc::clone);
+        };
+        self.uploads
+            .get_or_init(|_| {
+                b.build_with(self.upload_retry.clone())
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map(Arc::clone)
             .map_err(|reason| Error::InvalidConfig {
                 reason: format!("{}: cannot configure the store: {reason}", self.url),
             })
@@ -392,45 +456,65 @@ impl Store {
         }
     }
 
-    /// Bytes `range` of object `key`, checked to be exactly that long. A short body is
-    /// retried like a failed request.
-    pub(crate) async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        let path = self.path(key);
-        let want = range.end.saturating_sub(range.start);
-        let path = &path;
-        // The client retried failed requests already; short bodies and errors it gave up on get
-        // a few more chances here.
+    /// How a try of a request on `key` that failed with `e` failed: [`Failure::Retry`] if
+    /// another try may succeed ([`transient`]), else [`Failure::Final`].
+    fn failure(
+        &self,
+        key: &str,
+        range: Option<Range<u64>>,
+        e: &object_store::Error,
+    ) -> Failure<Error> {
+        match transient(e) {
+            true => Failure::Retry(self.error(key, range, e)),
+            false => Failure::Final(self.error(key, range, e)),
+        }
+    }
+
+    /// Runs `attempt` (try `n` from 1) under this store's retry budget: at most `retries + 1`
+    /// tries while it fails with [`Failure::Retry`], waiting `backoff` (doubling up to 2 s)
+    /// between them; a [`Failure::Final`] returns at once. `what` names the request in logs.
+    async fn tried<T, F, Fut>(&self, what: impl Fn() -> String, mut attempt: F) -> Result<T>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = std::result::Result<T, Failure<Error>>>,
+    {
         retry(
-            self.retry_policy(self.retries.min(3)),
+            self.retry_policy(),
             &mut (),
-            |_, _| {
+            |_, n| attempt(n),
+            |_, error: &Error, _, delay| self.wait_to_retry(format!("{}: {error}", what()), delay),
+        )
+        .await
+    }
+
+    /// Bytes `range` of object `key`, checked to be exactly that long. A short body is
+    /// transient, like a cut one.
+    pub(crate) async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
+        let path = &self.path(key);
+        let want = range.end.saturating_sub(range.start);
+        self.tried(
+            || self.object_url(key),
+            |_| {
                 let range = range.clone();
                 async move {
-                    let result = self.inner()?.get_range(path, range.clone()).await;
-                    Err(Failure::Retry(match result {
-                        Ok(b) if b.len() as u64 == want => return Ok(b),
-                        Ok(b) => Error::Remote {
+                    match self.inner()?.get_range(path, range.clone()).await {
+                        Ok(b) if b.len() as u64 == want => Ok(b),
+                        Ok(b) => Err(Failure::Retry(Error::Remote {
                             object: self.object_url(key),
                             range: Some(range),
                             status: None,
                             reason: format!("short body: {} of {want} bytes", b.len()),
-                        },
-                        Err(e @ object_store::Error::NotFound { .. }) => {
-                            return Err(Failure::Final(self.error(key, Some(range), &e)))
-                        }
-                        Err(e) => self.error(key, Some(range), &e),
-                    }))
+                        })),
+                        Err(e) => Err(self.failure(key, Some(range), &e)),
+                    }
                 }
-            },
-            |_, error: &Error, _, delay| {
-                self.wait_to_retry(format!("{}: {error}", self.object_url(key)), delay)
             },
         )
         .await
     }
 
-    /// Bytes `range` of object `key` straight through the client (its own retries only), for
-    /// the baseline: returns the number of bytes.
+    /// Bytes `range` of object `key` straight through the client (one try), for the baseline:
+    /// returns the number of bytes.
     #[cfg_attr(
         not(feature = "diagnostics"),
         allow(dead_code, reason = "`zrecord::diagnostics::range_get_loop` uses it")
@@ -445,36 +529,81 @@ impl Store {
 
     /// The whole object `key`.
     pub(crate) async fn get(&self, key: &str) -> Result<Bytes> {
-        let path = self.path(key);
-        let result = self.inner()?.get(&path).await;
-        let got = result.map_err(|e| self.error(key, None, &e))?;
-        got.bytes().await.map_err(|e| self.error(key, None, &e))
+        let path = &self.path(key);
+        self.tried(
+            || self.object_url(key),
+            |_| async move {
+                let got = self.inner()?.get(path).await;
+                let got = got.map_err(|e| self.failure(key, None, &e))?;
+                got.bytes().await.map_err(|e| self.failure(key, None, &e))
+            },
+        )
+        .await
     }
 
     /// The size of object `key`, `None` if there is none.
     pub(crate) async fn head(&self, key: &str) -> Result<Option<u64>> {
-        match self.inner()?.head(&self.path(key)).await {
-            Ok(m) => Ok(Some(m.size)),
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(self.error(key, None, &e)),
-        }
+        Ok(self.head_version(key).await?.map(|(size, _)| size))
     }
 
-    /// Writes object `key` (overwriting).
+    /// The size of object `key` and the store's version of it (its ETag, version id and
+    /// modification time, one string: another write of the key, even of the same bytes, has
+    /// another one), `None` if there is none.
+    pub(crate) async fn head_version(&self, key: &str) -> Result<Option<(u64, String)>> {
+        let path = &self.path(key);
+        self.tried(
+            || format!("the HEAD of {}", self.object_url(key)),
+            |_| async move {
+                match self.inner()?.head(path).await {
+                    Ok(m) => Ok(Some((
+                        m.size,
+                        format!(
+                            "etag {} version {} modified {}",
+                            m.e_tag.as_deref().unwrap_or("-"),
+                            m.version.as_deref().unwrap_or("-"),
+                            m.last_modified.timestamp_millis()
+                        ),
+                    ))),
+                    Err(object_store::Error::NotFound { .. }) => Ok(None),
+                    Err(e) => Err(self.failure(key, None, &e)),
+                }
+            },
+        )
+        .await
+    }
+
+    /// Writes object `key` (overwriting: another try writes the same bytes).
     pub(crate) async fn put(&self, key: &str, bytes: Bytes) -> Result<()> {
-        self.inner()?
-            .put(&self.path(key), PutPayload::from_bytes(bytes))
-            .await
-            .map(|_| ())
-            .map_err(|e| self.error(key, None, &e))
+        let path = &self.path(key);
+        self.tried(
+            || format!("the PUT of {}", self.object_url(key)),
+            |_| {
+                let payload = PutPayload::from_bytes(bytes.clone());
+                async move {
+                    self.inner()?
+                        .put(path, payload)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| self.failure(key, None, &e))
+                }
+            },
+        )
+        .await
     }
 
     /// Deletes object `key` (nothing if there is none).
     pub(crate) async fn delete(&self, key: &str) -> Result<()> {
-        match self.inner()?.delete(&self.path(key)).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(self.error(key, None, &e)),
-        }
+        let path = &self.path(key);
+        self.tried(
+            || format!("the DELETE of {}", self.object_url(key)),
+            |_| async move {
+                match self.inner()?.delete(path).await {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                    Err(e) => Err(self.failure(key, None, &e)),
+                }
+            },
+        )
+        .await
     }
 
     /// Creates object `key` unless one exists (`If-None-Match: *`); never replaces an object
@@ -486,10 +615,9 @@ impl Store {
     /// [`Create::Maybe`], for the caller to read back.
     pub(crate) async fn create(&self, key: &str, bytes: Bytes) -> Result<Create> {
         let path = &self.path(key);
-        retry(
-            self.retry_policy(self.retries),
-            &mut (),
-            |_, tries| {
+        self.tried(
+            || format!("the create of {}", self.object_url(key)),
+            |tries| {
                 let payload = PutPayload::from_bytes(bytes.clone());
                 async move {
                     let opts = PutOptions {
@@ -506,22 +634,17 @@ impl Store {
                         } else {
                             Create::Maybe
                         }),
-                        Err(e) => Err(Failure::Retry(self.error(key, None, &e))),
+                        Err(e) => Err(self.failure(key, None, &e)),
                     }
                 }
-            },
-            |_, error: &Error, _, delay| {
-                self.wait_to_retry(
-                    format!("the create of {}: {error}", self.object_url(key)),
-                    delay,
-                )
             },
         )
         .await
     }
 
     /// Uploads object `key` in parts of `part` bytes read by `read(offset, len)`, several
-    /// parts at once.
+    /// parts at once, each request retried inside the client (see [`Store::uploads`]); the
+    /// upload is not tried again whole.
     pub(crate) async fn put_multipart(
         &self,
         key: &str,
@@ -530,7 +653,7 @@ impl Store {
         read: impl Fn(u64, usize) -> Result<Bytes>,
     ) -> Result<()> {
         let upload = self
-            .inner()?
+            .uploads()?
             .put_multipart(&self.path(key))
             .await
             .map_err(|e| self.error(key, None, &e))?;
@@ -582,6 +705,8 @@ impl Store {
             url: self.object_url(sub),
             client: ForkLocal::with(Ok(client)),
             builder: self.builder.clone(),
+            uploads: Arc::clone(&self.uploads),
+            upload_retry: self.upload_retry.clone(),
             prefix: self.path(sub),
             retries: self.retries,
             backoff: self.backoff,
@@ -598,10 +723,9 @@ impl Store {
         let base = self.path(dir);
         let base = &base;
         let skip = self.prefix.as_ref().len();
-        retry(
-            self.retry_policy(self.retries),
-            &mut (),
-            |_, _| async move {
+        self.tried(
+            || format!("the listing of {}", self.object_url(dir)),
+            |_| async move {
                 let mut out = Vec::new();
                 let mut stream = self.inner()?.list(Some(base));
                 while let Some(item) = stream.next().await {
@@ -614,26 +738,20 @@ impl Store {
                             let at = std::time::UNIX_EPOCH + Duration::from_millis(millis);
                             out.push((key.to_string(), meta.size, at));
                         }
-                        Err(e) => return Err(Failure::Retry(self.error(dir, None, &e))),
+                        Err(e) => return Err(self.failure(dir, None, &e)),
                     }
                 }
                 Ok(out)
-            },
-            |_, error: &Error, _, delay| {
-                self.wait_to_retry(
-                    format!("the listing of {}: {error}", self.object_url(dir)),
-                    delay,
-                )
             },
         )
         .await
     }
 
-    /// The policy of this store's own retries: `retries` after the first try, from
-    /// `backoff` doubling up to 2 s.
-    fn retry_policy(&self, retries: u32) -> RetryPolicy {
+    /// The policy of this store's retries: `retries` after the first try, from `backoff`
+    /// doubling up to 2 s.
+    fn retry_policy(&self) -> RetryPolicy {
         RetryPolicy::default()
-            .attempts(retries.saturating_add(1))
+            .attempts(self.retries.saturating_add(1))
             .backoff(self.backoff)
             .max_backoff(Duration::from_secs(2).max(self.backoff))
     }
@@ -696,6 +814,28 @@ fn configure(
     }
 }
 
+/// Whether another try of a request that failed with `e` may succeed: an answer 5xx, 429 (slow
+/// down) or 408, or no answer at all (a connection refused, reset or timed out, a body cut
+/// short, a listing cut mid-way). Not: a missing object (404), a refused one (401, 403), a
+/// taken create (409, 412), a range past the end (416), or any other answer about the request
+/// itself, which another try would only repeat.
+fn transient(e: &object_store::Error) -> bool {
+    use object_store::Error as E;
+    match e {
+        E::NotFound { .. }
+        | E::AlreadyExists { .. }
+        | E::Precondition { .. }
+        | E::NotModified { .. }
+        | E::PermissionDenied { .. }
+        | E::Unauthenticated { .. }
+        | E::InvalidPath { .. }
+        | E::NotSupported { .. }
+        | E::NotImplemented { .. }
+        | E::UnknownConfigurationKey { .. } => false,
+        _ => http_status(&chain(e)).is_none_or(|s| s >= 500 || s == 429 || s == 408),
+    }
+}
+
 /// An error and its sources, one line.
 fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
@@ -735,6 +875,8 @@ mod tests {
             url: "s3://memory/ds".into(),
             client: ForkLocal::with(Ok(Arc::new(object_store::memory::InMemory::new()))),
             builder: None,
+            uploads: Arc::new(ForkLocal::new()),
+            upload_retry: RetryConfig::default(),
             prefix: ObjectPath::from("ds"),
             retries: 0,
             backoff: Duration::from_millis(1),
@@ -897,6 +1039,49 @@ mod tests {
         }
         assert_eq!(Provider::of_scheme("gcs"), None);
         assert_eq!(Provider::of_scheme("file"), None);
+    }
+
+    #[test]
+    fn transient_failures_are_told_from_permanent_ones() {
+        let generic = |text: &str| object_store::Error::Generic {
+            store: "S3",
+            source: Box::new(std::io::Error::other(text.to_string())),
+        };
+        let status = |code: &str| {
+            generic(&format!(
+                "Error performing GET http://x in 1ms - Server returned non-2xx status code: \
+                 {code}: "
+            ))
+        };
+        for code in [
+            "500 Internal Server Error",
+            "503 Service Unavailable",
+            "429 Too Many Requests",
+            "408 Request Timeout",
+        ] {
+            assert!(transient(&status(code)), "{code}");
+        }
+        for code in [
+            "400 Bad Request",
+            "403 Forbidden",
+            "416 Range Not Satisfiable",
+        ] {
+            assert!(!transient(&status(code)), "{code}");
+        }
+        // No answer: a reset, a timeout, a cut body.
+        assert!(transient(&generic(
+            "HTTP error: error sending request: connection error: Connection reset by peer"
+        )));
+        let not_found = object_store::Error::NotFound {
+            path: "k".into(),
+            source: Box::new(std::io::Error::other("404")),
+        };
+        assert!(!transient(&not_found));
+        let denied = object_store::Error::PermissionDenied {
+            path: "k".into(),
+            source: Box::new(std::io::Error::other("500 in the text of a 403")),
+        };
+        assert!(!transient(&denied));
     }
 
     #[test]

@@ -157,9 +157,7 @@ impl Dataset {
             return Ok(false);
         }
         let snap = Arc::new(self.location.snapshot()?);
-        let changed = snap.generation() != current.generation()
-            || snap.meta_id != current.meta_id
-            || snap.meta != current.meta;
+        let changed = !snap.same_commit(&current);
         match self.current.write() {
             Ok(mut g) => *g = snap,
             Err(poisoned) => *poisoned.into_inner() = snap,

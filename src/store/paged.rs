@@ -15,15 +15,24 @@
 //!   "never wrong bytes".
 //! - At most [`RESIDENT_PAGES`] pages of a table stay in memory beyond those of the load in
 //!   progress; a dropped page is read from the page file, or fetched again without one.
+//! - A page file is opened (created the table's size) on first use and closed when least
+//!   recently used under the process's descriptor budget, the one chunk files use
+//!   (`store/read/chunks.rs`): a collection of thousands of parts holds at most that many
+//!   descriptors, whatever its number of tables.
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use crate::error::{Error, Result};
 use crate::format::entry::{Entry, ENTRY_BYTES};
+use crate::io::fork::{take_unlocked, ForkLocal};
+use crate::store::read::chunks::{
+    enlist_file, release_descriptor, reserve_descriptor, BudgetedFile,
+};
 
 /// Pages of one table kept in memory after a load, at most (64 MiB at 64 KiB pages). A table
 /// with a page file keeps them there too.
@@ -60,9 +69,120 @@ pub(crate) struct PagedTable {
     /// Entries per page.
     page_entries: u64,
     source: Arc<dyn PageSource>,
-    /// The local page file (sparse, the table's size), if it could be opened.
-    file: Option<(File, PathBuf)>,
+    /// The local page file (sparse, the table's size), if the table has one.
+    file: Option<PageFile>,
     resident: RwLock<Resident>,
+}
+
+/// A table's page file: opened on use within the process's descriptor budget, closed by it
+/// when least recently used.
+#[derive(Debug)]
+struct PageFile {
+    path: PathBuf,
+    /// The table's size in bytes: the file is made at least this long when opened.
+    len: u64,
+    held: Arc<HeldFile>,
+}
+
+/// The descriptor of a page file, while the budget lets it stay open.
+#[derive(Debug, Default)]
+struct HeldFile {
+    /// The open file, per process (a child of `fork()` takes over the parent's unless a
+    /// parent thread held the lock at the fork).
+    file: ForkLocal<Mutex<Option<Arc<File>>>>,
+    used: AtomicBool,
+    /// The file cannot be made here (a read-only cache directory, say): the table's pages
+    /// stay in memory only, as without a page file.
+    refused: AtomicBool,
+}
+
+impl HeldFile {
+    fn slot(&self) -> &Mutex<Option<Arc<File>>> {
+        self.file
+            .get_or_init(|parent| Mutex::new(parent.and_then(take_unlocked).flatten()))
+    }
+}
+
+impl BudgetedFile for HeldFile {
+    fn used(&self) -> &AtomicBool {
+        &self.used
+    }
+
+    fn take(&self) -> Option<Arc<File>> {
+        self.slot()
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
+
+impl Drop for HeldFile {
+    fn drop(&mut self) {
+        let held = self
+            .slot()
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if held.is_some() {
+            release_descriptor();
+        }
+    }
+}
+
+impl PageFile {
+    /// The open file, opened (and created or extended to the table's size) within the
+    /// descriptor budget if it is not; `None` if it cannot be.
+    fn get(&self) -> Option<Arc<File>> {
+        self.held.used.store(true, Ordering::Release);
+        let slot = self.held.slot();
+        if let Some(f) = &*slot.lock().unwrap_or_else(PoisonError::into_inner) {
+            return Some(Arc::clone(f));
+        }
+        if self.held.refused.load(Ordering::Acquire) {
+            return None;
+        }
+        reserve_descriptor();
+        let opened = self.open();
+        let file = match opened {
+            Ok(f) => Arc::new(f),
+            Err(e) => {
+                release_descriptor();
+                // Out of descriptors is passing; anything else is this directory's for good.
+                let passing = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+                if !passing && !self.held.refused.swap(true, Ordering::AcqRel) {
+                    tracing::debug!(path = %self.path.display(), error = %e,
+                        "cannot keep offset-table pages in a file; they stay in memory");
+                }
+                return None;
+            }
+        };
+        let mut guard = slot.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(theirs) = &*guard {
+            let theirs = Arc::clone(theirs);
+            drop(guard);
+            release_descriptor();
+            return Some(theirs);
+        }
+        *guard = Some(Arc::clone(&file));
+        drop(guard);
+        let held: Arc<dyn BudgetedFile> = Arc::clone(&self.held) as Arc<dyn BudgetedFile>;
+        enlist_file(Arc::downgrade(&held));
+        Some(file)
+    }
+
+    fn open(&self) -> std::io::Result<File> {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&self.path)?;
+        if f.metadata()?.len() < self.len {
+            f.set_len(self.len)?;
+        }
+        crate::io::fs::advise_random(&f);
+        Ok(f)
+    }
 }
 
 /// The pages in memory, and the order they came in (the oldest is dropped first).
@@ -75,8 +195,8 @@ struct Resident {
 impl PagedTable {
     /// The table of `table_len` entries in object `object` (named `path` in errors), read
     /// through `source` in pages of `page_bytes` (rounded down to whole entries, at least one),
-    /// kept in the page file `file` if it can be opened or created there. Made by the
-    /// object-store backend only (feature `remote`).
+    /// kept in the page file `file` if it can be opened or created there (on first use, within
+    /// the descriptor budget). Made by the object-store backend only (feature `remote`).
     #[cfg_attr(not(feature = "remote"), allow(dead_code))]
     pub(crate) fn new(
         path: PathBuf,
@@ -87,21 +207,10 @@ impl PagedTable {
         file: Option<&Path>,
     ) -> PagedTable {
         let page_entries = (page_bytes / ENTRY_BYTES as u64).max(1);
-        let want = table_len.saturating_mul(ENTRY_BYTES as u64);
-        let file = file.and_then(|p| {
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(p)
-                .ok()?;
-            let len = f.metadata().ok()?.len();
-            if len < want {
-                f.set_len(want).ok()?;
-            }
-            crate::io::fs::advise_random(&f);
-            Some((f, p.to_path_buf()))
+        let file = file.map(|p| PageFile {
+            path: p.to_path_buf(),
+            len: table_len.saturating_mul(ENTRY_BYTES as u64),
+            held: Arc::new(HeldFile::default()),
         });
         PagedTable {
             path,
@@ -187,20 +296,21 @@ impl PagedTable {
     /// Entry `index` from the page file, if it is there and intact (its own CRC, with its
     /// index: a hole of the sparse file reads as zeros, which no entry's CRC accepts).
     fn entry_in_file(&self, index: u64) -> Option<[u8; ENTRY_BYTES]> {
-        let (file, path) = self.file.as_ref()?;
+        let pages = self.file.as_ref()?;
+        let file = pages.get()?;
         let mut raw = [0u8; ENTRY_BYTES];
         let at = index.checked_mul(ENTRY_BYTES as u64)?;
-        crate::io::fs::read_exact_at(file, path, &mut raw, at).ok()?;
+        crate::io::fs::read_exact_at(&file, &pages.path, &mut raw, at).ok()?;
         Entry::decode(index, &raw).is_ok().then_some(raw)
     }
 
     /// Keeps `bytes` as page `page` (and in the page file if it is intact).
     fn keep(&self, page: u64, bytes: Vec<u8>) {
         if self.intact(page, &bytes) {
-            if let Some((file, path)) = &self.file {
+            if let Some((pages, file)) = self.file.as_ref().and_then(|p| Some((p, p.get()?))) {
                 let at = Self::bytes(&self.entries(page)).start;
                 // The file is a cache: a failed write costs a later fetch, never a result.
-                let _ = crate::io::fs::write_all_at(file, path, &bytes, at);
+                let _ = crate::io::fs::write_all_at(&file, &pages.path, &bytes, at);
             }
         }
         if let Ok(mut r) = self.resident.write() {

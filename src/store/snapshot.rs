@@ -250,13 +250,10 @@ pub struct Snapshot {
     /// again at the same path is told apart from this one even at the same generation.
     pub(crate) meta_id: Option<FileId>,
     /// What the location that made this snapshot recorded of where it came from (an object
-    /// store's commit slot), so [`crate::Location::is_latest`] compares the latest commit with
-    /// this snapshot's, not with whatever the location opened last.
-    #[allow(
-        dead_code,
-        reason = "read by the object-store location (remote/), which a build may leave out"
-    )]
-    pub(crate) origin: Option<u64>,
+    /// store's commit slot or manifest, by number and content), so
+    /// [`crate::Location::is_latest`] compares the latest commit with this snapshot's, not with
+    /// whatever the location opened last.
+    pub(crate) origin: Option<Origin>,
     /// A collection's parts; `None` for a plain dataset (its own one part). A collection's
     /// snapshot has no tables and no chunks of its own: its `meta` is made from the manifest
     /// (generation = the manifest's number, len = the parts' total, the schema's fields).
@@ -264,6 +261,26 @@ pub struct Snapshot {
     /// Whether a table of this snapshot (or of one of its parts) is read in pages: a gather
     /// loads the pages it needs first ([`Snapshot::load_pages`]).
     pub(crate) any_paged: bool,
+}
+
+/// What a location recorded of the commit a snapshot shows, for its
+/// [`crate::Location::is_latest`] to compare with the latest: a number alone does not name a
+/// commit, since a dataset or collection deleted and published again at the same place starts
+/// numbering again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(
+    not(feature = "remote"),
+    allow(dead_code, reason = "made by the object-store locations (remote/)")
+)]
+pub(crate) struct Origin {
+    /// The commit's number: an object store's commit slot, a collection's manifest number.
+    pub(crate) number: u64,
+    /// A hash of the manifest's bytes (BLAKE3).
+    pub(crate) digest: [u8; 32],
+    /// The store's version of the manifest object (its ETag, version id and modification
+    /// time), read before the manifest: a re-created object has another one even where its
+    /// bytes are the same. `None` where it was not read.
+    pub(crate) version: Option<String>,
 }
 
 /// The parts of a collection's snapshot: each an ordinary snapshot, with the global index of
@@ -760,6 +777,26 @@ impl Snapshot {
     /// True if this is a snapshot of a collection (a manifest's parts, each a dataset).
     pub fn is_collection(&self) -> bool {
         self.parts.is_some()
+    }
+
+    /// True if `other` shows the same commit as this snapshot: the same generation, `meta`,
+    /// `meta.json` file and origin, and for a collection the same parts (ids, and each part the
+    /// same commit).
+    pub(crate) fn same_commit(&self, other: &Snapshot) -> bool {
+        let parts = match (&self.parts, &other.parts) {
+            (None, None) => true,
+            (Some(a), Some(b)) => {
+                a.ids == b.ids
+                    && a.snaps.len() == b.snaps.len()
+                    && a.snaps.iter().zip(&b.snaps).all(|(x, y)| x.same_commit(y))
+            }
+            _ => false,
+        };
+        parts
+            && self.generation() == other.generation()
+            && self.meta_id == other.meta_id
+            && self.origin == other.origin
+            && self.meta == other.meta
     }
 
     /// The snapshots of a collection's parts, in global index order (part `k`'s records follow

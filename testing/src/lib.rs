@@ -40,4 +40,4 @@ pub use fault::{
     ContentMode, CrashState, FaultFile, FaultFs, FaultKind, Image, ImageSpec, SimFile, SimFs,
     SECTOR_BYTES,
 };
-pub use proxy::{FaultConfig, FaultCounts, FaultProxy};
+pub use proxy::{FaultConfig, FaultCounts, FaultProxy, Logged};

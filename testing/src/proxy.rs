@@ -151,6 +151,23 @@ pub struct FaultCounts {
     pub forwarded: u64,
 }
 
+/// One request a [`FaultProxy`] read the head of, as [`FaultProxy::log`] lists it: what was
+/// asked and what was answered. A connection reset before its request was read is not in the
+/// log (only in [`FaultCounts::resets`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Logged {
+    /// The method (`GET`, `PUT`, `HEAD`, …).
+    pub method: String,
+    /// The request target: the path, and the query if any.
+    pub target: String,
+    /// The `Range` header, if the request had one (`bytes=0-99`).
+    pub range: Option<String>,
+    /// The status answered: 503 by the proxy, else the upstream's; `None` if the exchange
+    /// broke before an answer (the upstream could not be reached, or the client went away).
+    pub status: Option<u16>,
+}
+
 /// The fault kinds, as hash salts.
 #[derive(Debug, Clone, Copy)]
 enum Fault {
@@ -170,6 +187,9 @@ struct Shared {
     resets: AtomicU64,
     truncated: AtomicU64,
     forwarded: AtomicU64,
+    /// Every request whose head was read, in arrival order; a request's status is filled in
+    /// when it is answered.
+    log: Mutex<Vec<Logged>>,
     /// Open sockets (client and upstream sides) by connection number, shut down on drop.
     open: Mutex<Vec<(u64, TcpStream)>>,
     /// The connection threads not yet joined.
@@ -280,6 +300,7 @@ impl FaultProxy {
             resets: AtomicU64::new(0),
             truncated: AtomicU64::new(0),
             forwarded: AtomicU64::new(0),
+            log: Mutex::new(Vec::new()),
             open: Mutex::new(Vec::new()),
             workers: Mutex::new(Vec::new()),
         });
@@ -330,6 +351,17 @@ impl FaultProxy {
             truncated: s.truncated.load(Ordering::Relaxed),
             forwarded: s.forwarded.load(Ordering::Relaxed),
         }
+    }
+
+    /// Every request whose head the proxy read so far, in arrival order, with its answer's
+    /// status: what a test counts the tries of one range with.
+    pub fn log(&self) -> Vec<Logged> {
+        lock(&self.shared.log).clone()
+    }
+
+    /// Empties the log ([`FaultProxy::log`]); the counts are kept.
+    pub fn clear_log(&self) {
+        lock(&self.shared.log).clear();
     }
 }
 
@@ -550,6 +582,26 @@ fn serve(shared: &Shared, id: u64, client: &TcpStream) -> std::io::Result<()> {
         .next()
         .unwrap_or_default()
         .to_string();
+    let entry = {
+        let mut log = lock(&shared.log);
+        log.push(Logged {
+            method: method.clone(),
+            target: request
+                .line
+                .split(' ')
+                .nth(1)
+                .unwrap_or_default()
+                .to_string(),
+            range: request.get("range").map(str::to_string),
+            status: None,
+        });
+        log.len() - 1
+    };
+    let answered = |status: u16| {
+        if let Some(e) = lock(&shared.log).get_mut(entry) {
+            e.status = Some(status);
+        }
+    };
     let mut out = client;
     if request
         .get("expect")
@@ -566,6 +618,7 @@ fn serve(shared: &Shared, id: u64, client: &TcpStream) -> std::io::Result<()> {
 
     if Shared::hits(&config, n, Fault::Unavailable, config.unavailable) {
         shared.unavailable.fetch_add(1, Ordering::Relaxed);
+        answered(503);
         let resource = request.line.split(' ').nth(1).unwrap_or("/");
         let xml = format!(
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>ServiceUnavailable</Code>\
@@ -628,6 +681,7 @@ fn serve(shared: &Shared, id: u64, client: &TcpStream) -> std::io::Result<()> {
     drop(up_reader);
     let _ = up.shutdown(Shutdown::Both);
     shared.forwarded.fetch_add(1, Ordering::Relaxed);
+    answered(status);
 
     out.write_all(&response.encode(length))?;
     let truncate = method.eq_ignore_ascii_case("GET")

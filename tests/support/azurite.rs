@@ -172,9 +172,23 @@ impl Azurite {
     /// Starts `azurite-blob` with the container [`CONTAINER`]. Panics, saying why, if it
     /// cannot.
     pub fn start() -> Azurite {
+        Azurite::start_on(s3::free_port())
+    }
+
+    /// Stops this server and starts an empty one (the container [`CONTAINER`] and nothing in
+    /// it) on the same port: everything stored is deleted, and clients of the old one reach
+    /// the new one at the same endpoint.
+    pub fn restart_empty(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let port: u16 = self.endpoint.rsplit(':').next().unwrap().parse().unwrap();
+        *self = Azurite::start_on(port);
+    }
+
+    /// Starts `azurite-blob` on `port` with the container [`CONTAINER`].
+    fn start_on(port: u16) -> Azurite {
         let script = script();
         let dir = tempfile::tempdir().unwrap();
-        let port = s3::free_port();
         let log = dir.path().join("azurite.log");
         let out = std::fs::File::create(&log).unwrap();
         let mut child = Command::new(node())

@@ -72,7 +72,10 @@ pub struct PrefetchConfig {
     /// The merge. Default: [`MergePolicy::Strict`].
     pub merge: MergePolicy,
     /// How a worker retries a failing batch. Default: [`RetryPolicy::default`] (3 tries, 10 ms
-    /// backoff doubling up to 1 s).
+    /// backoff doubling up to 1 s). An error another try cannot help is not retried: corruption
+    /// (a checksum mismatch, a damaged offset entry), an index out of range, a failed
+    /// object-store request (each request has its own retry budget,
+    /// `zrecord::remote::StoreOptions::retries`), a chunk or part gone, a panic.
     #[serde(default)]
     pub retry: RetryPolicy,
     /// What the stream does after a failed batch. Default: [`OnError::Stop`].

@@ -123,7 +123,9 @@ impl<T> Worker<T> {
 ///
 /// A gather or transform that fails is tried again on the worker's thread, as
 /// [`PrefetchConfig::retry`] says (3 tries in all by default, 10 ms apart, then 20 ms, …; the
-/// thread sleeps, never a runtime worker). A panic is not retried. What fails on every try
+/// thread sleeps, never a runtime worker). A panic is not retried, nor an error another try
+/// cannot help (corruption, an index out of range, a failed object-store request, whose request
+/// had its own retries: see [`PrefetchConfig::retry`]). What fails on every try
 /// reaches the consumer as `Err` in the place of its batch, and then [`PrefetchConfig::on_error`]
 /// decides:
 ///

@@ -188,7 +188,8 @@ impl<Src: Source> Window<Src> {
     /// transform, or its error once the retry policy gives up (each retry waits, the other
     /// gathers of the window going on, then starts the item again, `compute` included if its
     /// batch was never computed); `None` if the window is empty or `tx`'s consumer went away
-    /// meanwhile. A panic is not retried.
+    /// meanwhile. A panic, and an error another try cannot help (`Error::is_permanent`), are
+    /// not retried.
     pub(crate) fn finish_head<X, T>(
         &mut self,
         tx: &Sender<X>,
@@ -242,6 +243,10 @@ impl<Src: Source> Window<Src> {
                     return Err(Failure::Final(Some(error)));
                 }
                 this.counters.failed_attempt();
+                // Nor is an error another try cannot help (or that was retried below).
+                if error.is_permanent() {
+                    return Err(Failure::Final(Some(error)));
+                }
                 *head = Some(p);
                 Err(Failure::Retry(Some(error)))
             },

@@ -171,7 +171,8 @@ where
 
     /// Produces the item at `pos`, trying a failed gather or transform again as the retry
     /// policy allows, sleeping on this thread between tries (a dropped stream cuts the sleep
-    /// short and returns the error at once). A panic is not retried.
+    /// short and returns the error at once). A panic, and an error another try cannot help
+    /// (`Error::is_permanent`), are not retried.
     fn produce_with_retries(&mut self, pos: Position) -> Result<LoaderBatch<T>> {
         retry_blocking(
             self.retry,
@@ -180,7 +181,11 @@ where
                 Ok(Ok(batch)) => Ok(batch),
                 Ok(Err(e)) => {
                     this.counters.failed_attempt();
-                    Err(Failure::Retry(e))
+                    // Another try cannot help (or was made below): the error, at once.
+                    match e.is_permanent() {
+                        true => Err(Failure::Final(e)),
+                        false => Err(Failure::Retry(e)),
+                    }
                 }
                 Err(panic) => Err(Failure::Final(panicked(this.name(), pos, panic.as_ref()))),
             },

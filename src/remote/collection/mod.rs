@@ -47,6 +47,7 @@ use crate::store::collection::manifests::{
 };
 use crate::store::collection::open::snapshot_of;
 use crate::store::collection::CommitStep;
+use crate::store::snapshot::Origin;
 use crate::{Dataset, Location, ReadBackend, ReadConfig, Snapshot};
 
 /// The key of manifest `number`, relative to the collection's prefix.
@@ -139,6 +140,19 @@ impl RemoteCollection {
     }
 }
 
+impl RemoteCollection {
+    /// The latest manifest's number and the version of its object, `None` if there is none.
+    fn newest(&self) -> Result<Option<(u64, String)>> {
+        let Some(number) = self.manifests.list()?.into_iter().max() else {
+            return Ok(None);
+        };
+        let store = Arc::clone(&self.store);
+        let key = manifest_key(number);
+        let found = block_on(async move { store.head_version(&key).await })??;
+        Ok(found.map(|(_, version)| (number, version)))
+    }
+}
+
 /// Parts opened at once, at most.
 const OPENING: usize = 8;
 
@@ -207,10 +221,19 @@ impl Location for RemoteCollection {
     }
 
     fn snapshot(&self) -> Result<Snapshot> {
+        // The manifest object's version first: one replaced after this is seen as new.
+        let before = self.newest()?;
         let manifest = self.manifests.latest()?.ok_or_else(|| Error::NotADataset {
             path: self.path.clone(),
             reason: "a collection with no manifest yet (commit parts to it first)".to_string(),
         })?;
+        let origin = Origin {
+            number: manifest.number,
+            digest: *blake3::hash(&manifest.encode()).as_bytes(),
+            version: before
+                .filter(|(n, _)| *n == manifest.number)
+                .map(|(_, v)| v),
+        };
         let file = self.manifests.name_of(manifest.number);
         // Every part opened first, several at once (each open is a few round trips).
         let opened = std::sync::Mutex::new(self.open_parts(&manifest, &file));
@@ -224,14 +247,37 @@ impl Location for RemoteCollection {
         })?;
         // A snapshot read on its own (`Snapshot::gather_with`) reads its parts' objects too.
         snap.native = self.read_backend();
+        snap.origin = Some(origin);
         Ok(snap)
     }
 
-    // Manifests are create-only and parts immutable: the same latest number is the same
-    // collection.
+    /// One listing (and a `HEAD` past the highest listed number), then a `HEAD` of the latest
+    /// manifest: the same number and the same version of its object (ETag, version id,
+    /// modification time). Manifests are create-only and parts immutable, but a collection
+    /// deleted and published again starts again from manifest 1, possibly with the same part
+    /// ids and lengths and so the same manifest bytes: its manifest object is another write,
+    /// with another version (where the store's versions do not tell, S3's ETag being the
+    /// bytes' MD5 and its modification time in seconds, one re-created within the same second
+    /// is not told apart). Where the version was not read, the manifest's bytes are compared.
     fn is_latest(&self, current: &Snapshot) -> Result<bool> {
-        let latest = self.manifests.list()?.into_iter().max();
-        Ok(current.is_collection() && latest == Some(current.generation()))
+        let Some(was) = current.origin.as_ref().filter(|_| current.is_collection()) else {
+            return Ok(false);
+        };
+        let Some((number, version)) = self.newest()? else {
+            return Ok(false);
+        };
+        if number != was.number {
+            return Ok(false);
+        }
+        if let Some(v) = &was.version {
+            return Ok(*v == version);
+        }
+        let bytes = self.manifests.read(number)?;
+        let digest = match Manifest::decode(&bytes) {
+            Ok(m) => *blake3::hash(&m.encode()).as_bytes(),
+            Err(_) => return Ok(false),
+        };
+        Ok(digest == was.digest)
     }
 
     /// One backend over the collection's store reads every part's chunks (`parts/<id>/…`).

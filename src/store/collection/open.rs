@@ -11,7 +11,7 @@ use crate::format::FORMAT_VERSION;
 use crate::io::job::FileId;
 use crate::store::location::Location;
 use crate::store::schema::DEFAULT_CHUNK_SIZE_BYTES;
-use crate::store::snapshot::Snapshot;
+use crate::store::snapshot::{meta_id, read_meta, Snapshot};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -61,11 +61,49 @@ impl Location for CollectionDir {
         )
     }
 
-    // Manifests are create-only and parts immutable: the same latest number is the same
-    // collection.
+    // Manifests are create-only and parts immutable, but a number alone does not name a
+    // collection: one deleted and committed again starts again from manifest 1, possibly with
+    // the same part ids, lengths and generations (and so the same manifest bytes). The same
+    // latest number, manifest file and manifest, and each part's `meta.json` the same file
+    // with the same meta (as `LocalDir::is_latest` checks a dataset), is the same collection.
     fn is_latest(&self, current: &Snapshot) -> Result<bool> {
-        let latest = self.manifests.list()?.into_iter().max();
-        Ok(current.is_collection() && latest == Some(current.generation()))
+        let Some(parts) = &current.parts else {
+            return Ok(false);
+        };
+        let number = current.generation();
+        if self.manifests.list()?.into_iter().max() != Some(number) {
+            return Ok(false);
+        }
+        let file = self.manifests.name_of(number);
+        if current.meta_id.is_none() || FileId::at(&file).ok() != current.meta_id {
+            return Ok(false);
+        }
+        let Some(manifest) = self.manifests.latest()? else {
+            return Ok(false);
+        };
+        let listed = manifest.number == number
+            && manifest.parts.len() == parts.ids.len()
+            && manifest
+                .parts
+                .iter()
+                .zip(&parts.ids)
+                .zip(&parts.snaps)
+                .all(|((p, id), s)| {
+                    p.id == *id
+                        && s.dir == self.root.join(&p.path)
+                        && s.generation() == p.generation
+                        && s.len() == p.len
+                });
+        if !listed {
+            return Ok(false);
+        }
+        for s in &parts.snaps {
+            if s.meta_id.is_none() || meta_id(&s.dir) != s.meta_id || read_meta(&s.dir)?.1 != s.meta
+            {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 }
 

@@ -1,7 +1,9 @@
 //! A snapshot's chunk files: opened on first read, closed least-recently-used under a
 //! process-wide budget derived from `RLIMIT_NOFILE`, and mapped under a budget derived from
 //! `vm.max_map_count`, so the number of chunks a process can read is bounded by the format
-//! (65,535 per dataset), not by its descriptors.
+//! (65,535 per dataset), not by its descriptors. Other files a snapshot reads again and again
+//! (the offset-table page files of a dataset on an object store, `store/paged.rs`) count
+//! against the same descriptor budget ([`BudgetedFile`]).
 //!
 //! A handle records the identity (device, inode, generation, birth time) of the file its commit named when
 //! the snapshot was loaded. Every later open checks it: a chunk that a rebalance removed, or
@@ -38,6 +40,54 @@ enum Kind {
 struct Taken {
     files: Vec<Arc<ReadFile>>,
     maps: Vec<SharedMap>,
+    others: Vec<Arc<std::fs::File>>,
+}
+
+/// A file other than a chunk that holds one descriptor counted in the process's descriptor
+/// budget, opened on use and closed by the budget when least recently used, like a chunk's:
+/// an offset-table page file (`store/paged.rs`). It takes [`reserve_descriptor`] before it
+/// opens its file and [`enlist_file`]s itself once it holds it; it gives the reservation back
+/// with [`release_descriptor`] when it drops the file itself.
+pub(crate) trait BudgetedFile: Send + Sync {
+    /// Its reference bit: set on every use, cleared by the budget's sweep.
+    fn used(&self) -> &AtomicBool;
+
+    /// Lets go of its descriptor, if it holds one (the budget counts it back): the file is
+    /// closed once the last use in progress ends. It must not take the budget's lock.
+    fn take(&self) -> Option<Arc<std::fs::File>>;
+}
+
+/// What the descriptor budget's ring holds: a chunk, or another budgeted file.
+enum Holder {
+    Chunk(Weak<ChunkHandle>),
+    File(Weak<dyn BudgetedFile>),
+}
+
+impl Holder {
+    fn alive(&self) -> bool {
+        match self {
+            Holder::Chunk(w) => w.strong_count() > 0,
+            Holder::File(w) => w.strong_count() > 0,
+        }
+    }
+}
+
+/// Counts one descriptor of a [`BudgetedFile`] in the process's budget, first closing
+/// least-recently-used chunks and files while the budget is full.
+pub(crate) fn reserve_descriptor() {
+    fds().reserve(1);
+}
+
+/// Gives back one descriptor [`reserve_descriptor`] counted (a file that could not be opened,
+/// or one dropped by its owner rather than by the budget).
+pub(crate) fn release_descriptor() {
+    fds().unreserve(1);
+}
+
+/// Puts `file` (holding its descriptor now) in the budget's ring, where it is closed when
+/// least recently used.
+pub(crate) fn enlist_file(file: Weak<dyn BudgetedFile>) {
+    fds().enlist_holder(Holder::File(file));
 }
 
 /// A CLOCK approximation of least-recently-used: handles holding a resource sit in a ring; a
@@ -51,7 +101,7 @@ struct Budget {
     kind: Kind,
     cap: usize,
     held: AtomicUsize,
-    ring: Mutex<VecDeque<Weak<ChunkHandle>>>,
+    ring: Mutex<VecDeque<Holder>>,
 }
 
 impl Budget {
@@ -90,10 +140,25 @@ impl Budget {
             let mut steps = 2 * ring.len() + 2;
             while self.held.load(Ordering::Acquire) + n > self.cap && steps > 0 {
                 steps -= 1;
-                let Some(w) = ring.pop_front() else { break };
+                let Some(entry) = ring.pop_front() else { break };
+                let w = match entry {
+                    Holder::Chunk(w) => w,
+                    Holder::File(w) => {
+                        let Some(f) = w.upgrade() else { continue };
+                        if f.used().swap(false, Ordering::AcqRel) {
+                            ring.push_back(Holder::File(w));
+                            continue;
+                        }
+                        if let Some(file) = f.take() {
+                            self.unreserve(1);
+                            taken.others.push(file);
+                        }
+                        continue;
+                    }
+                };
                 let Some(h) = w.upgrade() else { continue };
                 if h.used(self.kind).swap(false, Ordering::AcqRel) {
-                    ring.push_back(w);
+                    ring.push_back(Holder::Chunk(w));
                     continue;
                 }
                 // A cached copy has its object to fall back to: closing it frees its blocks.
@@ -120,10 +185,14 @@ impl Budget {
     /// Puts `h` in the ring. Entries of dropped handles are swept out once they outnumber the
     /// live ones, so a process that opens and drops snapshots forever keeps a bounded ring.
     fn enlist(&self, h: &Arc<ChunkHandle>) {
+        self.enlist_holder(Holder::Chunk(Arc::downgrade(h)));
+    }
+
+    fn enlist_holder(&self, h: Holder) {
         let mut ring = lock(&self.ring);
-        ring.push_back(Arc::downgrade(h));
+        ring.push_back(h);
         if ring.len() > 2 * self.held.load(Ordering::Acquire) + 64 {
-            ring.retain(|w| w.strong_count() > 0);
+            ring.retain(Holder::alive);
         }
     }
 }
@@ -287,7 +356,10 @@ pub(crate) fn release_unlinked_copies() {
     for budget in [fds(), maps()] {
         let handles: Vec<Arc<ChunkHandle>> = lock(&budget.ring)
             .iter()
-            .filter_map(Weak::upgrade)
+            .filter_map(|h| match h {
+                Holder::Chunk(w) => w.upgrade(),
+                Holder::File(_) => None,
+            })
             .filter(|h| h.fallback.is_some())
             .collect();
         for h in handles {

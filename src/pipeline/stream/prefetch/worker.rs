@@ -174,7 +174,8 @@ fn position(batch: &IndexBatch) -> Position {
 }
 
 /// Gathers and transforms `batch`, trying again as `retry` allows (sleeping on this thread; a
-/// dropped stream cuts the sleep short). A panic is not retried.
+/// dropped stream cuts the sleep short). A panic, and an error another try cannot help
+/// (`Error::is_permanent`), are not retried.
 fn produce<Src: Source, T>(
     w: usize,
     source: &Src,
@@ -197,13 +198,17 @@ fn produce<Src: Source, T>(
                 let start = std::time::Instant::now();
                 let data = transform(gathered, &batch)?;
                 counters.transform_time(start);
-                Ok(data)
+                Ok::<_, Error>(data)
             }));
             match attempt {
                 Ok(Ok(data)) => Ok(data),
                 Ok(Err(e)) => {
                     counters.failed_attempt();
-                    Err(Failure::Retry(e))
+                    // Another try cannot help (or was made below): the error, at once.
+                    match e.is_permanent() {
+                        true => Err(Failure::Final(e)),
+                        false => Err(Failure::Retry(e)),
+                    }
                 }
                 Err(panic) => {
                     let message = panic
