@@ -34,7 +34,11 @@ impl Source for FailsOnce {
 
     fn gather(&self, indices: &[u64]) -> Result<Self::Batch> {
         if indices.contains(&7) && self.failed.lock().unwrap().insert(7) {
-            return Err(Error::IndexOutOfRange { index: 7, len: 0 });
+            // An error a retry can cure (an index out of range, corruption or a failed remote
+            // request is permanent: the loader returns it at once).
+            return Err(Error::InvalidConfig {
+                reason: "a transient failure".into(),
+            });
         }
         self.inner.gather(indices)
     }

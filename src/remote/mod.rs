@@ -30,6 +30,7 @@ pub(crate) mod backend;
 pub(crate) mod baseline;
 pub(crate) mod cache;
 pub(crate) mod collection;
+mod failure;
 mod manifest;
 pub(crate) mod open;
 mod pages;
