@@ -2,14 +2,17 @@
 //! store whose conditional create is atomic (moto's server), against a plain model: every part a
 //! successful commit reported reads back byte-exact, in every snapshot a reader opens and at the
 //! end; every commit succeeds; and `gc` removes only what no manifest and no live process holds:
-//! after a last run, `parts/` holds exactly the committed parts and no lease is left.
+//! after a last run, `parts/` holds the committed parts and nothing else but what a lease still
+//! holds (only a commit cut short by a panic leaves one, to die within `LEASE_TTL`).
 //!
 //! Two committer threads commit small local parts (one or two per commit, which the commit
-//! pushes under `parts/`), one commit at a time; writers push parts of their own under `parts/`
-//! that no commit ever takes (garbage for `gc`). Parts a writer pushes and a commit takes later
-//! by URL are left out: they are protected by the age limit alone until a commit takes them
-//! (README, "Collections"), which a 0 s limit does not give. `ZRECORD_HEAVY=1` runs 12 cases
-//! instead of 3.
+//! pushes under `parts/`), one commit at a time, some of them cut short after their pushes and
+//! run again (the second run takes the first's pushes, unless a `gc` is removing them); writers
+//! push parts of their own under `parts/` that no commit ever takes (garbage for `gc`). Parts a
+//! writer pushes and a commit takes later by URL are left out: they are protected by the age
+//! limit alone until a commit takes them (README, "Collections"), which a 0 s limit does not
+//! give. Before commits held leases (issue #30) this failed: a reader found a committed part
+//! gone. `ZRECORD_HEAVY=1` runs 12 cases instead of 3.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 #[path = "support/moto.rs"]

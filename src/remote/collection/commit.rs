@@ -2,7 +2,8 @@
 //! pushed under `<url>/parts/<id>` (a distributed writer's task pushed it there itself), taken
 //! in place, or a local dataset directory, pushed there first. Then the next manifest is
 //! created with a conditional `PUT`, rebasing on the latest when another committer took the
-//! number (`store/collection/append.rs`, shared with local collections).
+//! number (`store/collection/append.rs`, shared with local collections). All of it under a
+//! lease (`lease.rs`) that keeps `gc` off the parts (`gc.rs` argues why).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -63,6 +64,14 @@ struct Given {
 /// N+2, and so on. A part already listed at the same generation is not added twice: a retried
 /// commit adds nothing and creates no manifest.
 ///
+/// `gc` never removes a part this commit pushes or takes, whatever its limit: after reading the
+/// latest manifest the commit writes a lease, `_collection/leases/commit-<nonce>.json`, naming
+/// each part's id before anything is pushed under it or taken from it, keeps it fresh (every
+/// [`LEASE_TTL`]` / 4`) and deletes it once the manifest exists. A part a `gc` is removing (its
+/// own lease names it) is not taken: a local part goes under its next suffixed id, a part
+/// given by URL is [`Error::NotADataset`]. A lease not written again for [`LEASE_TTL`]` / 2`
+/// is lost, and the commit creates no manifest then ([`Error::Remote`] naming the lease).
+///
 /// The store is probed first, as [`push`] does: one that ignores conditional creates (Garage
 /// 2.5.0) is refused unless [`TransferOptions::single_writer`] says one committer writes to
 /// this collection. `options.on_step` is told [`CommitStep::PartsChecked`], each
@@ -76,11 +85,13 @@ struct Given {
 /// commit);
 /// [`Error::PartMismatch`] naming the part and the first differing field; [`Error::PartChanged`]
 /// for a part listed at another generation; [`Error::ConditionalCreateIgnored`] as above;
-/// [`Error::MetaCorrupt`] naming a damaged manifest's URL; [`Error::InvalidConfig`] for a first
+/// [`Error::MetaCorrupt`] naming a damaged manifest's URL, or a live lease under
+/// `_collection/leases/` that cannot be read; [`Error::InvalidConfig`] for a first
 /// commit without parts, or a URL or options that do not work; [`Error::Remote`] for requests
 /// that failed after their retries.
 ///
 /// [`push`]: crate::remote::push
+/// [`LEASE_TTL`]: crate::collection::LEASE_TTL
 pub fn commit_url(
     url: &str,
     parts: &[impl AsRef<str>],
@@ -116,7 +127,7 @@ pub fn commit_url(
         .iter()
         .filter_map(|p| first_id(&store, p.as_ref()))
         .collect();
-    let lease = HeldLease::take(&store, LeaseKind::Commit, ids.clone())?;
+    let lease = HeldLease::take(&store, LeaseKind::Commit, ids)?;
     let leased = LeasedManifests::new(&manifests, &lease);
     let out = commit_leased(
         &store,
@@ -124,7 +135,6 @@ pub fn commit_url(
         parts,
         latest_manifest,
         &leased,
-        ids,
         transfer,
         &step,
     );
@@ -146,10 +156,14 @@ fn commit_leased(
     parts: &[impl AsRef<str>],
     latest_manifest: Option<CollectionManifest>,
     leased: &LeasedManifests<'_>,
-    first_ids: Vec<String>,
     transfer: &TransferOptions,
     step: Step<'_>,
 ) -> Result<CommitReport> {
+    // The lease names each part's first id already.
+    let first_ids = parts
+        .iter()
+        .filter_map(|p| first_id(store, p.as_ref()))
+        .collect();
     let mut guard = Guard::new(store, leased.lease(), first_ids)?;
 
     // 1. Check every part before pushing any.

@@ -5,10 +5,11 @@
 //! committer left (older than the limit and than [`LEASE_TTL`]), and dead leases.
 //!
 //! There is no lock on a store: commits and `gc` keep off each other's parts with leases
-//! (`lease.rs`). A commit writes its lease naming a part before it writes any object under the
-//! part's prefix, and before it takes a part it found there (an earlier attempt's push, a part
-//! a writer pushed) it reads the `gc` leases; it deletes its lease only once its manifest
-//! exists. `gc` reads, in this order:
+//! (`lease.rs`). A commit writes its lease naming a part, and then reads the `gc` leases,
+//! before it writes any object under the part's prefix or takes a part it found there (an
+//! earlier attempt's push, a part a writer pushed); it deletes its lease only once its manifest
+//! exists, and a holder whose lease may have been taken for dead (not written for
+//! `LEASE_TTL / 2`) publishes or removes nothing more. `gc` reads, in this order:
 //!
 //! 1. the objects under `parts/`;
 //! 2. the commit leases: a part a live one names is kept;
@@ -214,7 +215,7 @@ impl<'a> Reading<'a> {
     }
 
     fn was_read(&self, number: u64) -> bool {
-        self.read.lock().map_or(false, |r| r.contains(&number))
+        self.read.lock().is_ok_and(|r| r.contains(&number))
     }
 }
 
