@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use crate::error::Result;
 
 #[cfg(feature = "remote")]
-pub use crate::remote::collection::commit_url;
+pub use crate::remote::collection::{commit_url, LEASE_TTL};
 pub use crate::store::collection::{
     commit, CollectionDir, CommitOptions, CommitReport, CommitStep, GcReport,
 };
@@ -16,7 +16,8 @@ pub use crate::store::collection::{
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
 pub struct GcOptions {
-    /// The time ages are measured from. Default: `None`, the system clock when `gc` starts.
+    /// The time ages (of parts, and of leases on an object store) are measured from. Default:
+    /// `None`, the system clock when `gc` starts.
     pub now: Option<SystemTime>,
     /// The object-store client's options, for a collection at a URL. Default: the
     /// environment's.
@@ -48,13 +49,14 @@ impl GcOptions {
 
 /// Removes from the collection at `root_or_url` (a directory, or with the `remote` feature an
 /// `s3://`/`gs://`/`az://` URL) every part under `parts/` that **no manifest names** (any
-/// manifest, not only the latest: a reader may still be on an older one) and that is **older
-/// than `older_than`**: locally, the newest modification time of the part's directory and
-/// everything in it (placing a part under `parts/` sets its directory's time to the time it
-/// was placed); on an object store, the newest last-modified time of its objects. Leftovers of
-/// failed commits older than the limit go too (temporary manifests and incomplete copies
-/// locally, probe objects on a store). A part a manifest names is never removed, nor one
-/// younger than the limit.
+/// manifest, not only the latest: a reader may still be on an older one), that **no live
+/// process holds**, and that is **older than `older_than`**: locally, the newest modification
+/// time of the part's directory and everything in it (placing a part under `parts/` sets its
+/// directory's time to the time it was placed); on an object store, the newest last-modified
+/// time of its objects. Leftovers of failed commits go too: locally temporary manifests and
+/// incomplete copies older than the limit; on a store probe objects older than the limit and
+/// than `LEASE_TTL`, and dead leases. A part a manifest names is never removed, nor one
+/// younger than the limit, nor one a live process holds, whatever the limit.
 ///
 /// Locally, `gc` holds the collection's commit lock exclusively, which every committer (and a
 /// pull into the collection) holds shared: it waits for the commits in progress and never
@@ -62,11 +64,20 @@ impl GcOptions {
 /// called on the thread of a commit to the same collection, from its `on_step` callback, is
 /// [`crate::Error::InvalidConfig`]: it would wait for that commit forever). A part whose
 /// writer lock is held (a writer writing it under `parts/`) is kept however old, and a
-/// symlink under `parts/` is removed itself, never its target. On an object store a part
-/// pushed but not committed yet is protected by the age limit only: `older_than` must exceed
-/// the longest commit, and, for parts pushed under `parts/` by writers that commit them later
-/// (or written under a local `parts/` and not yet given to a commit), the longest time from a
-/// part's push to its commit.
+/// symlink under `parts/` is removed itself, never its target.
+///
+/// On an object store there is no lock: what a live process holds is a part a live lease
+/// names. A commit (`commit_url`, or a push of a whole collection) writes a lease under
+/// `_collection/leases/` naming each part before it pushes or takes it, and keeps it fresh
+/// until its manifest exists. A lease last written more than `LEASE_TTL` (10 minutes; feature
+/// `remote`) ago is dead (its holder died): it holds nothing, and `gc` removes it. Before it
+/// removes anything, `gc` writes a lease of its own naming those parts, which commits read: a
+/// commit never takes a part `gc` is removing. Leases are judged by the store's last-modified
+/// times against the clock `gc` measures from, which must agree with the store's to within
+/// `LEASE_TTL / 2`. A part nobody holds is protected by the limit alone: on a store, a part a
+/// writer pushes under `parts/` itself and a commit takes later by URL (the Ray sink's parts),
+/// from the start of its push until that commit starts, so `older_than` must exceed that time;
+/// locally, a part written under `parts/` and not yet given to a commit.
 ///
 /// # Errors
 /// [`crate::Error::NotADataset`] if there is no collection there; a damaged manifest's

@@ -10,6 +10,10 @@ pub mod codec;
 pub mod collection;
 pub mod dtype;
 pub mod entry;
+#[cfg(feature = "remote")]
+pub(crate) mod envelope;
+#[cfg(feature = "remote")]
+pub mod lease;
 pub mod meta;
 pub mod npy;
 pub mod source;

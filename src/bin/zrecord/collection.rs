@@ -51,10 +51,12 @@ pub struct InfoArgs {
 #[command(
     after_help = "A part no manifest names (any manifest, not only the latest: a reader may \
     still be on an older one) is removed once its newest file (object) is older than \
-    --older-than. A part placed but not committed yet is protected by that limit only: it must \
-    exceed the longest commit (and, for parts pushed under URL/parts/ by writers that commit \
-    them later, the longest time from a push to its commit). Leftovers of failed commits older \
-    than the limit go too."
+    --older-than. A part a live commit holds is kept whatever the limit (locally by its lock; \
+    on an object store by the commit's lease under URL/_collection/leases/, dead 10 minutes \
+    after its holder stopped refreshing it). A part nobody holds is protected by the limit \
+    only: for parts pushed under URL/parts/ by writers that a commit takes later by URL, it \
+    must exceed the time from the start of a push to the start of its commit. Leftovers of \
+    failed commits older than the limit go too."
 )]
 pub struct GcArgs {
     /// The collection's directory or URL.

@@ -2,22 +2,27 @@
 //! pushed under `<url>/parts/<id>` (a distributed writer's task pushed it there itself), taken
 //! in place, or a local dataset directory, pushed there first. Then the next manifest is
 //! created with a conditional `PUT`, rebasing on the latest when another committer took the
-//! number (`store/collection/append.rs`, shared with local collections).
+//! number (`store/collection/append.rs`, shared with local collections). All of it under a
+//! lease (`lease.rs`) that keeps `gc` off the parts (`gc.rs` argues why).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::lease::{removing, HeldLease, LeasedManifests};
 use super::RemoteManifests;
 use crate::error::{Error, Result};
-use crate::format::collection::{valid_part_id, ManifestField, PartMeta};
+use crate::format::collection::{
+    valid_part_id, Manifest as CollectionManifest, ManifestField, PartMeta,
+};
+use crate::format::lease::LeaseKind;
 use crate::format::meta::Meta;
 use crate::format::source::{candidate_id, PartSource, SOURCE_FILE};
 use crate::remote::manifest::{latest, slot_key, Manifest};
 use crate::remote::push::{honours_conditional_create, push_with, Stack, TransferOptions};
 use crate::remote::store::{block_on, Create, Store};
 use crate::store::collection::append::{append_parts, Collection};
-use crate::store::collection::manifests::ManifestStore;
+use crate::store::collection::manifests::{ManifestStore, Step};
 use crate::store::collection::options::stepper;
 use crate::store::collection::place::hold_writer_lock;
 use crate::store::collection::source;
@@ -59,6 +64,14 @@ struct Given {
 /// N+2, and so on. A part already listed at the same generation is not added twice: a retried
 /// commit adds nothing and creates no manifest.
 ///
+/// `gc` never removes a part this commit pushes or takes, whatever its limit: after reading the
+/// latest manifest the commit writes a lease, `_collection/leases/commit-<nonce>.json`, naming
+/// each part's id before anything is pushed under it or taken from it, keeps it fresh (every
+/// [`LEASE_TTL`]` / 4`) and deletes it once the manifest exists. A part a `gc` is removing (its
+/// own lease names it) is not taken: a local part goes under its next suffixed id, a part
+/// given by URL is [`Error::NotADataset`]. A lease not written again for [`LEASE_TTL`]` / 2`
+/// is lost, and the commit creates no manifest then ([`Error::Remote`] naming the lease).
+///
 /// The store is probed first, as [`push`] does: one that ignores conditional creates (Garage
 /// 2.5.0) is refused unless [`TransferOptions::single_writer`] says one committer writes to
 /// this collection. `options.on_step` is told [`CommitStep::PartsChecked`], each
@@ -72,11 +85,13 @@ struct Given {
 /// commit);
 /// [`Error::PartMismatch`] naming the part and the first differing field; [`Error::PartChanged`]
 /// for a part listed at another generation; [`Error::ConditionalCreateIgnored`] as above;
-/// [`Error::MetaCorrupt`] naming a damaged manifest's URL; [`Error::InvalidConfig`] for a first
+/// [`Error::MetaCorrupt`] naming a damaged manifest's URL, or a live lease under
+/// `_collection/leases/` that cannot be read; [`Error::InvalidConfig`] for a first
 /// commit without parts, or a URL or options that do not work; [`Error::Remote`] for requests
 /// that failed after their retries.
 ///
 /// [`push`]: crate::remote::push
+/// [`LEASE_TTL`]: crate::collection::LEASE_TTL
 pub fn commit_url(
     url: &str,
     parts: &[impl AsRef<str>],
@@ -105,6 +120,52 @@ pub fn commit_url(
     let manifests = RemoteManifests::new(Arc::clone(&store));
     let latest_manifest = manifests.latest()?;
 
+    // The lease before anything else: no object under parts/ is written, and no part found
+    // there is taken, before a lease naming its id exists (gc.rs argues why that keeps gc off
+    // them). It names each part's first id now; a suffixed id is added before it is tried.
+    let ids: Vec<String> = parts
+        .iter()
+        .filter_map(|p| first_id(&store, p.as_ref()))
+        .collect();
+    let lease = HeldLease::take(&store, LeaseKind::Commit, ids)?;
+    let leased = LeasedManifests::new(&manifests, &lease);
+    let out = commit_leased(
+        &store,
+        &root,
+        parts,
+        latest_manifest,
+        &leased,
+        transfer,
+        &step,
+    );
+    // Deleted once the manifest exists, or when no manifest can have been created: a failed
+    // commit's parts are garbage then. A commit that failed after it tried to create its
+    // manifest leaves its lease to die (a create whose answer was lost may still land).
+    if out.is_ok() || !leased.tried() {
+        if let Err(e) = lease.release() {
+            tracing::debug!("deleting a commit's lease: {e}");
+        }
+    }
+    out
+}
+
+/// The rest of [`commit_url`], under `leased`'s lease.
+fn commit_leased(
+    store: &Arc<Store>,
+    root: &Path,
+    parts: &[impl AsRef<str>],
+    latest_manifest: Option<CollectionManifest>,
+    leased: &LeasedManifests<'_>,
+    transfer: &TransferOptions,
+    step: Step<'_>,
+) -> Result<CommitReport> {
+    // The lease names each part's first id already.
+    let first_ids = parts
+        .iter()
+        .filter_map(|p| first_id(store, p.as_ref()))
+        .collect();
+    let mut guard = Guard::new(store, leased.lease(), first_ids)?;
+
     // 1. Check every part before pushing any.
     let mut given = Vec::with_capacity(parts.len());
     // A part given twice is one part, taken where it is first given (a local one's writer lock
@@ -123,10 +184,10 @@ pub fn commit_url(
             continue;
         }
         seen.push(key);
-        given.push(check_part(&store, p)?);
+        given.push(check_part(store, p, &mut guard)?);
     }
     let fields = crate::store::collection::collection_fields(
-        &root,
+        root,
         latest_manifest.as_ref().map(|m| m.fields.as_slice()),
         given.first().map(|g| g.meta.fields.as_slice()),
     )?;
@@ -149,7 +210,7 @@ pub fn commit_url(
                 generation: g.meta.generation,
             },
             Source::Local { dir, meta_text, .. } => {
-                place(&store, dir, meta_text, &placed_now, transfer)?
+                place(store, dir, meta_text, &placed_now, transfer, &mut guard)?
             }
         };
         placed_now.insert(part.id.clone());
@@ -159,29 +220,92 @@ pub fn commit_url(
         step(CommitStep::PartPlaced { index });
     }
 
-    // 3. Manifest N+1 on top of the latest; rebase and retry when it is taken.
+    // 3. Manifest N+1 on top of the latest; rebase and retry when it is taken. Each create
+    // is tried only while the lease is held.
     let parts_url = |id: &str| PathBuf::from(store.object_url(&format!("parts/{id}")));
     append_parts(
         Collection {
-            store: &manifests,
-            root: &root,
+            store: leased,
+            root,
             part_path: &parts_url,
         },
         latest_manifest,
         fields,
         &placed,
         &check,
-        &step,
+        step,
     )
 }
 
-/// Reads part `part` (a URL under `<store>/parts/<id>`, or a local dataset directory).
-fn check_part(store: &Arc<Store>, part: &str) -> Result<Given> {
+/// The id a given part is first tried under: its id in `<url>/parts/<id>`, or a local
+/// directory's name as a part id; `None` for a URL elsewhere (refused by its check).
+fn first_id(store: &Arc<Store>, part: &str) -> Option<String> {
+    if crate::remote::is_url(part) {
+        return id_in(store.url(), part);
+    }
+    Some(id_of(Path::new(
+        part.strip_prefix("file://").unwrap_or(part),
+    )))
+}
+
+/// What the `gc` leases of a collection name, read after this commit's lease named the ids
+/// asked about: a `gc` that did not see this commit's lease wrote its own before that read, so
+/// a part it is removing is seen here (gc.rs).
+struct Guard<'a> {
+    store: &'a Arc<Store>,
+    lease: &'a HeldLease,
+    /// The ids the lease named when `removing` was read.
+    named: HashSet<String>,
+    /// The parts live `gc` leases name.
+    removing: HashSet<String>,
+}
+
+impl<'a> Guard<'a> {
+    /// Reads the `gc` leases, `lease` being written already naming `named`.
+    fn new(store: &'a Arc<Store>, lease: &'a HeldLease, named: Vec<String>) -> Result<Guard<'a>> {
+        let mut g = Guard {
+            store,
+            lease,
+            named: named.into_iter().collect(),
+            removing: HashSet::new(),
+        };
+        g.read()?;
+        Ok(g)
+    }
+
+    fn read(&mut self) -> Result<()> {
+        self.removing = removing(self.store)?;
+        Ok(())
+    }
+
+    /// Whether a live `gc` lease names part `id`: its prefix is being removed, and nothing
+    /// under it may be taken or written. The lease names `id` when this returns.
+    fn removing(&mut self, id: &str) -> Result<bool> {
+        if !self.named.contains(id) {
+            self.lease.hold(&[id.to_string()])?;
+            self.named.insert(id.to_string());
+            self.read()?;
+        }
+        Ok(self.removing.contains(id))
+    }
+}
+
+/// Reads part `part` (a URL under `<store>/parts/<id>`, or a local dataset directory). A part
+/// given by URL that a `gc` is removing is no dataset.
+fn check_part(store: &Arc<Store>, part: &str, guard: &mut Guard<'_>) -> Result<Given> {
     if crate::remote::is_url(part) {
         let id = id_in(store.url(), part).ok_or_else(|| Error::PartOutsideCollection {
             part: part.to_string(),
             collection: store.url().to_string(),
         })?;
+        if guard.removing(&id)? {
+            return Err(Error::NotADataset {
+                path: PathBuf::from(part),
+                reason: "zrecord gc is removing it (a part pushed under parts/ is protected by \
+                         gc's --older-than limit alone until a commit takes it)"
+                    .into(),
+            });
+        }
         let meta = pushed_meta(store, &id)?.ok_or_else(|| Error::NotADataset {
             path: PathBuf::from(part),
             reason: "no commit under it: push the part there before committing it".into(),
@@ -264,7 +388,8 @@ fn check_schema(fields: &[ManifestField], g: &Given) -> Result<()> {
 /// record: this host, `dir`'s path, the nonce written once into `dir`) with a conditional
 /// create. A part found under an id is this part's earlier push only by the rule every commit
 /// uses ([`source::is_earlier_copy`]: the same record, the same `meta.json` text); a claim of
-/// ours without a dataset yet (a push cut short) is pushed again. Returns the part as the
+/// ours without a dataset yet (a push cut short) is pushed again. An id is tried only once the
+/// commit's lease names it, and one a `gc` is removing is skipped. Returns the part as the
 /// store has it.
 fn place(
     store: &Arc<Store>,
@@ -272,6 +397,7 @@ fn place(
     meta_text: &[u8],
     placed_now: &HashSet<String>,
     transfer: &TransferOptions,
+    guard: &mut Guard<'_>,
 ) -> Result<PartMeta> {
     let mine = source::ensure(dir, false)?;
     let base = id_of(dir);
@@ -279,7 +405,7 @@ fn place(
     let options = transfer.clone().single_writer(true);
     for attempt in 0..64 {
         let id = candidate_id(&base, &mine, attempt);
-        if placed_now.contains(&id) {
+        if placed_now.contains(&id) || guard.removing(&id)? {
             continue;
         }
         let ours = match pushed(store, &id)? {

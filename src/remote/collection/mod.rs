@@ -9,7 +9,9 @@
 //! mod.rs     RemoteManifests (the ManifestStore of a prefix: LIST, GET, conditional PUT) and
 //!            RemoteCollection, the Location whose snapshot is the latest manifest's parts
 //! commit.rs  commit_url(): reference parts pushed under parts/, push local ones there, append
-//! gc.rs      gc of a prefix: remove parts no manifest names once older than a limit
+//! gc.rs      gc of a prefix: remove parts no manifest names and no live commit holds once
+//!            older than a limit
+//! lease.rs   leases under _collection/leases/: what a live commit holds, what a gc removes
 //! push.rs    push of a whole local collection: its parts, then a manifest listing them
 //! pull.rs    pull of a whole collection into a local one, through the local committer
 //! mirror.rs  what push and pull compare: does the target list a prefix of the source's parts
@@ -21,6 +23,7 @@
 
 mod commit;
 mod gc;
+mod lease;
 mod mirror;
 pub(crate) mod probe;
 mod pull;
@@ -28,6 +31,7 @@ mod push;
 
 pub use commit::commit_url;
 pub(crate) use gc::gc_url;
+pub use lease::LEASE_TTL;
 pub(crate) use pull::pull_collection;
 pub(crate) use push::push_collection;
 

@@ -8,10 +8,12 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use super::lease::{removing, HeldLease, LeasedManifests};
 use super::mirror::{compare, Target};
 use super::RemoteManifests;
 use crate::error::{Error, Result};
 use crate::format::collection::{Manifest, PartMeta};
+use crate::format::lease::LeaseKind;
 use crate::remote::push::{
     push_with, require_conditional_create, Stack, TransferOptions, TransferReport,
 };
@@ -46,7 +48,7 @@ pub(crate) fn push_collection(
             root.display()
         ),
     };
-    let mut report = TransferReport {
+    let report = TransferReport {
         url: store.url().to_string(),
         generation: ours.number,
         slot: 0,
@@ -56,11 +58,56 @@ pub(crate) fn push_collection(
         parts: Some(ours.parts.len() as u64),
     };
     let theirs = manifests.latest()?;
+    // The number of the store's manifest if it lists exactly our parts already.
     let same = match compare(&ours, theirs.as_ref()) {
-        Target::Same => true,
-        Target::Prefix(_) => false,
+        Target::Same => Some(theirs.map_or(0, |m| m.number)),
+        Target::Prefix(_) => None,
         Target::Diverged(why) => return Err(diverged(why)),
     };
+
+    // A lease naming every part before any is pushed, or found there and taken: gc keeps them
+    // until the manifest names them (gc.rs). A part a gc is removing (what an earlier push of
+    // it left) is not pushed on top of.
+    let ids: Vec<String> = ours.parts.iter().map(|p| p.id.clone()).collect();
+    let lease = HeldLease::take(&store, LeaseKind::Commit, ids)?;
+    let leased = LeasedManifests::new(&manifests, &lease);
+    let out = push_leased(root, &store, &ours, &leased, same, report, options);
+    // As a commit's: deleted once the manifest exists, or when none can have been created.
+    if out.is_ok() || !leased.tried() {
+        if let Err(e) = lease.release() {
+            tracing::debug!("deleting a push's lease: {e}");
+        }
+    }
+    out
+}
+
+/// The parts, then the manifest, of [`push_collection`], under `leased`'s lease.
+fn push_leased(
+    root: &Path,
+    store: &Arc<Store>,
+    ours: &Manifest,
+    manifests: &LeasedManifests<'_>,
+    same: Option<u64>,
+    mut report: TransferReport,
+    options: &TransferOptions,
+) -> Result<TransferReport> {
+    let diverged = |why: String| Error::PublishConflict {
+        url: store.url().to_string(),
+        reason: format!(
+            "the collection there is not a prefix of {} ({why}): a push only appends the parts \
+             a collection lacks; push to another URL",
+            root.display()
+        ),
+    };
+    let being_removed = removing(store)?;
+    if let Some(p) = ours.parts.iter().find(|p| being_removed.contains(&p.id)) {
+        return Err(Error::PublishConflict {
+            url: store.object_url(&format!("parts/{}", p.id)),
+            reason: "zrecord gc is removing what an earlier push left there (no manifest named \
+                     it); push again once it is done"
+                .into(),
+        });
+    }
 
     // 1. Every part, those the store's manifest lists already too: the manifests compare parts
     // by id, generation and length only, and ids are directory names ("part-0"), so another
@@ -71,12 +118,12 @@ pub(crate) fn push_collection(
     // once for the whole push.
     let each = options.clone().single_writer(true);
     for part in &ours.parts {
-        let r = push_part(root, &store, part, &each)?;
+        let r = push_part(root, store, part, &each)?;
         report.transferred = add(report.transferred, r.transferred);
         report.skipped = add(report.skipped, r.skipped);
     }
-    if same {
-        report.slot = theirs.map_or(0, |m| m.number);
+    if let Some(slot) = same {
+        report.slot = slot;
         report.already_done = true;
         return Ok(report);
     }
@@ -85,7 +132,7 @@ pub(crate) fn push_collection(
     // the same collection may create it first: its result is this one's.
     loop {
         let theirs = manifests.latest()?;
-        let number = match compare(&ours, theirs.as_ref()) {
+        let number = match compare(ours, theirs.as_ref()) {
             Target::Same => {
                 report.slot = theirs.map_or(0, |m| m.number);
                 report.already_done = true;
