@@ -20,7 +20,10 @@ the collection's record order is the input's.
 A task that dies and is retried by Ray writes a new part under a new id; the dead attempt's
 part is never committed (only parts a finished task returned are), so every input row is in the
 collection exactly once. What a dead attempt left under ``parts/`` is removed by
-``zrecord gc ROOT --older-than DURATION``. A write that fails as a whole commits nothing.
+``zrecord gc ROOT --older-than DURATION``. A part is protected from ``gc`` only by that limit
+between its task's push and the driver's commit (on an object store, and locally while no
+writer holds it): ``DURATION`` must exceed the longest write job. A write that fails as a whole
+commits nothing.
 
 For an object-store collection each task writes its part into a local scratch directory,
 ``<tempdir>/zrecord-ray-scratch/<hash of the url>/<part id>/``, beside a lock file
