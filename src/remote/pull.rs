@@ -113,10 +113,16 @@ fn remove_leftovers(dir: &Path) {
     }
 }
 
-/// Takes the writer lock of `dir` for a pull, waiting while another pull (or a writer) holds
-/// it.
-fn lock_dir(dir: &Path) -> Result<crate::io::lock::FileLock> {
+/// Takes the writer lock of `dir` for a pull: waiting while another pull (or a writer) holds
+/// it, or, with `wait` false, [`Error::WriterBusy`] if it is still held after the spawn grace
+/// (a collection's pull, which holds the collection's commit lock: waiting there on a writer
+/// would hold up every `gc` of the collection for as long as the writer lives).
+fn lock_dir(dir: &Path, wait: bool) -> Result<crate::io::lock::FileLock> {
     let path = dir.join(crate::store::layout::LOCK);
+    if !wait {
+        return crate::io::lock::FileLock::try_take(&path, crate::io::lock::Target::File)?
+            .ok_or(Error::WriterBusy { path });
+    }
     crate::io::lock::FileLock::take_waiting(
         &path,
         crate::io::lock::Target::File,
@@ -137,6 +143,25 @@ pub(crate) fn pull(
     local: impl AsRef<Path>,
     options: &TransferOptions,
 ) -> Result<TransferReport> {
+    pull_with(url, local, options, true)
+}
+
+/// [`pull`] of a collection's part into `<root>/parts/<id>`: a writer holding the part's
+/// directory is [`Error::WriterBusy`] at once (after the spawn grace), never waited for.
+pub(crate) fn pull_part(
+    url: &str,
+    local: impl AsRef<Path>,
+    options: &TransferOptions,
+) -> Result<TransferReport> {
+    pull_with(url, local, options, false)
+}
+
+fn pull_with(
+    url: &str,
+    local: impl AsRef<Path>,
+    options: &TransferOptions,
+    wait: bool,
+) -> Result<TransferReport> {
     options.check()?;
     let dir = local.as_ref().to_path_buf();
     let store = Store::open(url, &options.store)?;
@@ -150,7 +175,7 @@ pub(crate) fn pull(
         });
     }
     std::fs::create_dir_all(dir.join("chunk")).map_err(|e| Error::io(&dir, "mkdir", e))?;
-    let _lock = lock_dir(&dir)?;
+    let _lock = lock_dir(&dir, wait)?;
     remove_leftovers(&dir);
     remove_leftovers(&dir.join("chunk"));
     let s = Arc::clone(&store);

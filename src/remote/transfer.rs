@@ -109,7 +109,10 @@ pub fn push(
 /// anything else is refused ([`Error::InvalidConfig`]) and left unchanged. A pull killed
 /// mid-way leaves the local manifest as it was (the manifest comes last); run again, it
 /// downloads only what is missing. Pulls into one directory run one after the other (each
-/// holds a lock on the directory itself). [`TransferReport::already_done`] means every file of
+/// holds a lock on the directory itself), and each holds the local collection's commit lock
+/// for its whole run, so no `gc` removes a part it pulled before its manifest names it; a part
+/// directory a writer holds is [`Error::WriterBusy`] at once, never waited for (the wait would
+/// hold up every `gc` of the collection). [`TransferReport::already_done`] means every file of
 /// every part checked and no manifest was added; [`TransferReport::generation`] is the local
 /// manifest's number (the local committer numbers its own), [`TransferReport::slot`] the
 /// store's, and [`TransferReport::parts`] their count. A part whose commit on the store is not
@@ -124,7 +127,8 @@ pub fn push(
 /// collection where `url` holds a dataset (or the reverse), or another collection;
 /// [`Error::PartChanged`] for a part on the store no longer at the generation its manifest
 /// pins, [`Error::RemoteCorrupt`] for one of another length, [`Error::PartMismatch`] for one
-/// with other fields; [`Error::Remote`] for a request that failed after its retries; [`Error::Io`] for local
+/// with other fields; [`Error::WriterBusy`] for a collection's part a writer holds locally;
+/// [`Error::Remote`] for a request that failed after its retries; [`Error::Io`] for local
 /// file work that failed (a file that does not read back as written among them).
 ///
 /// [`Error::WriterBusy`]: crate::Error::WriterBusy

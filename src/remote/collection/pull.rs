@@ -11,7 +11,7 @@ use super::mirror::{compare, Target};
 use super::push::add;
 use super::RemoteManifests;
 use crate::error::{Error, Result};
-use crate::remote::pull::pull;
+use crate::remote::pull::pull_part;
 use crate::remote::push::{TransferOptions, TransferReport};
 use crate::remote::store::Store;
 use crate::store::collection::manifests::{LocalManifests, ManifestStore};
@@ -69,7 +69,7 @@ pub(crate) fn pull_collection(
     for part in &theirs.parts {
         let dir = root.join("parts").join(&part.id);
         let url = store.object_url(&format!("parts/{}", part.id));
-        let r = pull(&url, &dir, options)?;
+        let r = pull_part(&url, &dir, options)?;
         if r.generation != part.generation {
             return Err(Error::PartChanged {
                 part: part.id.clone(),
