@@ -10,7 +10,6 @@ use super::dtype::{Codec, DType};
 use super::meta::{validate_fields, MetaError};
 use super::MAX_RECORDS;
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 
 /// The `format` of every collection manifest.
 pub const COLLECTION_FORMAT: &str = "zrecord-collection";
@@ -69,14 +68,6 @@ pub struct PartMeta {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EnvelopeIn<'a> {
-    #[serde(borrow)]
-    collection: &'a RawValue,
-    crc32c: u32,
-}
-
-#[derive(Deserialize)]
 struct VersionOnly {
     format: String,
     version: u32,
@@ -103,12 +94,7 @@ impl Manifest {
     pub fn encode(&self) -> Vec<u8> {
         // Serialising plain data structs to JSON cannot fail; the fallback keeps this panic-free.
         let body = serde_json::to_string(self).unwrap_or_default();
-        let crc = crate::checksum::crc32c(body.as_bytes());
-        let mut out = Vec::with_capacity(body.len().saturating_add(40));
-        out.extend_from_slice(b"{\"collection\":");
-        out.extend_from_slice(body.as_bytes());
-        out.extend_from_slice(format!(",\"crc32c\":{crc}}}\n").as_bytes());
-        out
+        super::envelope::seal("collection", &body)
     }
 
     /// Decodes and checks manifest bytes: the envelope's CRC32C, the format and version, then
@@ -118,17 +104,7 @@ impl Manifest {
     /// [`MetaError::Version`] for a well-formed manifest of another version;
     /// [`MetaError::Corrupt`] for anything else wrong.
     pub fn decode(bytes: &[u8]) -> Result<Manifest, MetaError> {
-        let env: EnvelopeIn<'_> = serde_json::from_slice(bytes).map_err(|e| {
-            MetaError::Corrupt(format!("not a zrecord collection manifest envelope: {e}"))
-        })?;
-        let body = env.collection.get();
-        let crc = crate::checksum::crc32c(body.as_bytes());
-        if crc != env.crc32c {
-            return Err(MetaError::Corrupt(format!(
-                "checksum mismatch: stored {:#010x}, computed {crc:#010x}",
-                env.crc32c
-            )));
-        }
+        let body = super::envelope::open("collection", bytes)?;
         let v: VersionOnly = serde_json::from_str(body)
             .map_err(|e| MetaError::Corrupt(format!("no format/version: {e}")))?;
         if v.format != COLLECTION_FORMAT {

@@ -1,8 +1,8 @@
 //! The checksummed JSON envelope of zrecord's small records: one JSON object
 //! `{"<name>":{...},"crc32c":N}`, where `N` is the CRC32C of the exact bytes of the `<name>`
-//! value as they appear in the file. `meta.json`, collection manifests and provenance records
-//! use this envelope (each with its own copy of the code, older than this module); collection
-//! leases use this one. See `docs/FORMAT.md`.
+//! value as they appear in the file. Collection manifests, provenance records and collection
+//! leases are read and written here; `meta.json` (the same envelope) still has its own copy of
+//! the code in `meta.rs`. See `docs/FORMAT.md`.
 
 use super::meta::MetaError;
 use serde_json::value::RawValue;

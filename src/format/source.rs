@@ -9,7 +9,6 @@
 
 use super::meta::MetaError;
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 
 /// The name of the record, in a part's directory (and in a source dataset's directory).
 pub const SOURCE_FILE: &str = "_source";
@@ -40,26 +39,13 @@ pub struct PartSource {
     pub created_unix_ms: u64,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EnvelopeIn<'a> {
-    #[serde(borrow)]
-    source: &'a RawValue,
-    crc32c: u32,
-}
-
 impl PartSource {
     /// Encodes the envelope: the bytes of a `_source` file.
     pub fn encode(&self) -> Vec<u8> {
         // Serialising a plain data struct to JSON cannot fail; the fallback keeps this
         // panic-free.
         let body = serde_json::to_string(self).unwrap_or_default();
-        let crc = crate::checksum::crc32c(body.as_bytes());
-        let mut out = Vec::with_capacity(body.len().saturating_add(36));
-        out.extend_from_slice(b"{\"source\":");
-        out.extend_from_slice(body.as_bytes());
-        out.extend_from_slice(format!(",\"crc32c\":{crc}}}\n").as_bytes());
-        out
+        super::envelope::seal("source", &body)
     }
 
     /// Decodes and checks a record: the envelope's CRC32C, the format and the version.
@@ -68,16 +54,7 @@ impl PartSource {
     /// [`MetaError::Version`] for a well-formed record of another version;
     /// [`MetaError::Corrupt`] for anything else wrong.
     pub fn decode(bytes: &[u8]) -> Result<PartSource, MetaError> {
-        let env: EnvelopeIn<'_> = serde_json::from_slice(bytes)
-            .map_err(|e| MetaError::Corrupt(format!("not a zrecord part source envelope: {e}")))?;
-        let body = env.source.get();
-        let crc = crate::checksum::crc32c(body.as_bytes());
-        if crc != env.crc32c {
-            return Err(MetaError::Corrupt(format!(
-                "checksum mismatch: stored {:#010x}, computed {crc:#010x}",
-                env.crc32c
-            )));
-        }
+        let body = super::envelope::open("source", bytes)?;
         let v: serde_json::Value =
             serde_json::from_str(body).map_err(|e| MetaError::Corrupt(e.to_string()))?;
         if v.get("format").and_then(|f| f.as_str()) != Some(SOURCE_FORMAT) {
