@@ -10,7 +10,6 @@ pub mod codec;
 pub mod collection;
 pub mod dtype;
 pub mod entry;
-#[cfg(feature = "remote")]
 pub(crate) mod envelope;
 #[cfg(feature = "remote")]
 pub mod lease;
