@@ -63,12 +63,12 @@ fn column_is_every_value_end_to_end_or_none() {
             if backend == Backend::Psync || codec == Codec::Deflate {
                 assert!(some >= 2, "{codec:?} {backend:?}: {some} columns");
             }
-            // With mapped records copied into the slab, on every backend.
+            // In columns, on every backend.
             let copied = Dataset::open_with(
                 &dir,
                 ReadConfig::default()
                     .with_backend(backend)
-                    .with_copy_mapped(true),
+                    .with_columns(true),
             )
             .unwrap();
             for name in ["c", "a"] {

@@ -41,7 +41,7 @@ impl OpenOptions {
         let mut c = ReadConfig::default()
             .with_verify_checksums(self.verify)
             .with_direct_io(self.direct)
-            .with_copy_mapped(self.copy_mapped);
+            .with_columns(self.copy_mapped);
         if let Some(b) = &self.backend {
             let backend: Backend = b.parse().map_err(to_py)?;
             c = c.with_backend(backend);

@@ -108,7 +108,7 @@ pub struct ReadConfig {
     pub(crate) custom: Option<Arc<dyn ReadBackend>>,
     pub(crate) verify_checksums: bool,
     pub(crate) direct_io: bool,
-    pub(crate) copy_mapped: bool,
+    pub(crate) columns: bool,
     pub(crate) queue_depth: usize,
     pub(crate) max_bytes_in_flight: usize,
     pub(crate) threads: usize,
@@ -121,7 +121,7 @@ impl Default for ReadConfig {
             custom: None,
             verify_checksums: true,
             direct_io: false,
-            copy_mapped: false,
+            columns: false,
             queue_depth: DEFAULT_QUEUE_DEPTH,
             max_bytes_in_flight: DEFAULT_MAX_BYTES_IN_FLIGHT,
             threads: DEFAULT_THREADS,
@@ -160,14 +160,27 @@ impl ReadConfig {
         self
     }
 
-    /// Copy records served from chunk mappings into the batch's slab (one copy, in the same pass
-    /// as the checksum) instead of handing out views of the mappings. For consumers that need a
-    /// field's values back to back in memory of their own (the Python package: a
-    /// single-field batch of records whose lengths are multiples of 64 bytes then lies in the
-    /// slab end to end, see [`crate::Batch::column`]). Default false.
-    pub fn with_copy_mapped(mut self, copy: bool) -> Self {
-        self.copy_mapped = copy;
+    /// Lays each field of a gathered batch out end to end, in record order, in a buffer of its
+    /// own: [`crate::Batch::column`] then gives every field's values as one [`bytes::Bytes`],
+    /// the layout a NumPy or Arrow column needs. A field whose values already lie back to back
+    /// in a chunk mapping (records read in file order) is a view of the mapping; any other is
+    /// copied once, record by record in the pass that checks it, into a buffer that is not
+    /// zero-filled first. Records are not padded 64 bytes apart; each buffer
+    /// is aligned for its field's dtype. Default false (every record a view of a mapping, or a
+    /// 64-byte-aligned slot of one slab per batch).
+    pub fn with_columns(mut self, columns: bool) -> Self {
+        self.columns = columns;
         self
+    }
+
+    /// The name of [`ReadConfig::with_columns`] in 0.1.0, when it only copied mapped records
+    /// into the batch's slab.
+    #[deprecated(
+        note = "renamed to `with_columns`, which lays every field out end to end; \
+                         kept for one release, see CHANGELOG.md"
+    )]
+    pub fn with_copy_mapped(self, copy: bool) -> Self {
+        self.with_columns(copy)
     }
 
     /// Reads in flight at most, across every batch the engine serves (the io_uring ring's
@@ -216,9 +229,16 @@ impl ReadConfig {
         self.direct_io
     }
 
-    /// Whether records served from chunk mappings are copied into the batch's slab.
+    /// Whether each field of a gathered batch lies end to end in a buffer of its own
+    /// ([`ReadConfig::with_columns`]).
+    pub fn columns(&self) -> bool {
+        self.columns
+    }
+
+    /// The name of [`ReadConfig::columns`] in 0.1.0.
+    #[deprecated(note = "renamed to `columns`; kept for one release, see CHANGELOG.md")]
     pub fn copy_mapped(&self) -> bool {
-        self.copy_mapped
+        self.columns
     }
 
     /// Reads in flight at most.

@@ -322,8 +322,9 @@ pub(crate) struct Engine {
     pools: ForkLocal<Arc<Pools>>,
     pub(crate) verify_checksums: bool,
     pub(crate) direct_io: bool,
-    /// Records served from mappings are copied into the slab ([`ReadConfig::with_copy_mapped`]).
-    pub(crate) copy_mapped: bool,
+    /// Each field of a batch lies end to end in a buffer of its own
+    /// ([`ReadConfig::with_columns`]).
+    pub(crate) columns: bool,
     /// The read window's residency probes: announced batches found resident in a row, and
     /// announcements seen (see [`Engine::probe_lookahead`]).
     warm_streak: std::sync::atomic::AtomicU32,
@@ -401,7 +402,7 @@ impl Engine {
             pools: ForkLocal::with(pools),
             verify_checksums: cfg.verify_checksums,
             direct_io: cfg.direct_io,
-            copy_mapped: cfg.copy_mapped,
+            columns: cfg.columns,
             warm_streak: Default::default(),
             announced: Default::default(),
         })

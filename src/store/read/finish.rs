@@ -54,7 +54,7 @@ impl Task<'_> {
 }
 
 /// Checks `bytes` against `w`'s entry: its stored bytes, or for zstd its logical ones.
-fn checksum(res: &Resolved<'_>, w: &Want, bytes: &[u8]) -> Result<()> {
+pub(crate) fn checksum(res: &Resolved<'_>, w: &Want, bytes: &[u8]) -> Result<()> {
     let actual = crate::checksum::crc32c(bytes);
     if actual == w.e.data_crc {
         return Ok(());

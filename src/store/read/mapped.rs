@@ -11,6 +11,9 @@ use crate::io::mmap::SharedMap;
 use crate::store::batch::{slab, Span, Values, EMPTY, SLOT_ALIGN};
 use bytes::Bytes;
 
+/// The mapping index of an absent value (no stored bytes).
+pub(super) const NONE: u32 = u32::MAX;
+
 /// Records probed with `mincore` per batch under [`ZeroCopy::WhenResident`].
 ///
 /// [`ZeroCopy::WhenResident`]: super::backend::ZeroCopy::WhenResident
@@ -45,17 +48,17 @@ pub(crate) fn resident(res: &Resolved<'_>) -> Result<bool> {
 /// Without verification nothing reads a zero-copy record here, but its caller is about to: the
 /// first KiB of each is prefetched (up to [`UNVERIFIED_PREFETCH`] bytes a batch), so the
 /// caller's reads find them in cache instead of waiting on each record's misses in turn.
-/// With `copy_all`, every record is copied into the slab (none is a view of a mapping).
+/// With `columns`, each field is laid out end to end in a buffer of its own
+/// ([`super::columns`]).
 pub(crate) fn gather(
     res: &Resolved<'_>,
     fin: &Finisher,
     verify: bool,
-    copy_all: bool,
+    columns: bool,
 ) -> Result<Option<Values>> {
     let wants = &res.wants;
     // The batch's mappings, each asked of its chunk once (`PerChunk` remembers which), and per
     // value the index of its mapping (`NONE` for an absent value).
-    const NONE: u32 = u32::MAX;
     let mut maps: Vec<SharedMap> = Vec::new();
     let mut index_of = PerChunk::<u32>::new();
     let mut which: Vec<u32> = Vec::with_capacity(wants.len());
@@ -78,14 +81,16 @@ pub(crate) fn gather(
         }
         which.push(k);
     }
+    if columns {
+        return super::columns::gather(res, fin, verify, &maps, &which).map(Some);
+    }
     let map_of = |k: u32| maps.get(k as usize);
     let copied: Vec<bool> = wants
         .iter()
         .zip(&which)
         .map(|(w, &k)| {
             map_of(k).is_some_and(|m| {
-                copy_all
-                    || w.e.codec.compressed()
+                w.e.codec.compressed()
                     || !(m.bytes().as_ptr() as usize)
                         .wrapping_add(w.e.offset as usize)
                         .is_multiple_of(res.item_bytes(w))

@@ -18,6 +18,7 @@
 
 mod backend;
 pub(crate) mod chunks;
+mod columns;
 mod config;
 mod engine;
 mod finish;
@@ -143,7 +144,7 @@ fn gather_part_once(
     let zero_copy = match mapped {
         true => {
             let _span = tracing::trace_span!("zrecord.mapped", values = res.wants.len()).entered();
-            mapped::gather(&res, &engine.pools().finish, verify, engine.copy_mapped)?
+            mapped::gather(&res, &engine.pools().finish, verify, engine.columns)?
         }
         false => None,
     };
@@ -320,7 +321,10 @@ pub(crate) fn lookahead(
 fn gather_io(res: &Resolved<'_>, engine: &Engine) -> Result<Values> {
     let wants = &res.wants;
     let verify = engine.verify_checksums;
-    let (out, starts) = slab(wants.iter().map(|w| w.e.logical_len as usize), SLOT_ALIGN);
+    let (out, starts) = match engine.columns {
+        true => columns::slab(wants, res.fields.len()),
+        false => slab(wants.iter().map(|w| w.e.logical_len as usize), SLOT_ALIGN),
+    };
 
     let extents = extents(res, engine, &starts)?;
     let mut plan = plan::plan(&extents);

@@ -41,6 +41,11 @@ pub struct GatherArgs {
     /// Seed of the random indices.
     #[arg(long, default_value_t = 1)]
     pub(super) seed: u64,
+    /// Lay each field of every batch out end to end in memory of its own, as the Python
+    /// package's batches are (`ReadConfig::with_columns`): one copy per record, in the pass
+    /// that checks it, instead of views of the chunk mappings.
+    #[arg(long)]
+    pub(super) columns: bool,
     /// Instead of zrecord's engine, run the baseline: a plain loop of one `pread` per record
     /// (first field) into a reused buffer, summing its bytes. Same indices, same consumption.
     #[arg(long)]
@@ -97,7 +102,8 @@ fn run_gather(a: &GatherArgs) -> Result<GatherStats, Box<dyn std::error::Error>>
     let opts = ReadConfig::default()
         .with_backend(backend)
         .with_direct_io(a.direct)
-        .with_verify_checksums(!a.no_verify);
+        .with_verify_checksums(!a.no_verify)
+        .with_columns(a.columns);
     let remote = zrecord::remote::RemoteConfig::default()
         .requests_in_flight(a.requests)
         .cache_bytes(a.cache.unwrap_or(0));
@@ -180,6 +186,7 @@ pub(super) fn gather_on(
         "cpu_seconds": cpu,
         "verify": !a.no_verify,
         "consume": a.consume || a.no_verify,
+        "columns": a.columns,
         "direct": a.direct,
         "evicted": a.evict,
         "remote": remote_json(&remote_before),

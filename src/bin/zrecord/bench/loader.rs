@@ -71,6 +71,10 @@ pub struct LoaderArgs {
     /// records no earlier run read: no cache below the page cache serves them).
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Lay each field of every batch out end to end in memory of its own, as the Python
+    /// package's batches are (`ReadConfig::with_columns`); the raw gathers compared do too.
+    #[arg(long)]
+    columns: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -80,7 +84,8 @@ pub(super) fn loader(a: &LoaderArgs) -> Res {
     let backend = Backend::from(a.backend);
     let config = ReadConfig::default()
         .with_backend(backend)
-        .with_direct_io(a.direct);
+        .with_direct_io(a.direct)
+        .with_columns(a.columns);
     let remote = zrecord::remote::RemoteConfig::default()
         .requests_in_flight(a.requests)
         .cache_bytes(a.cache.unwrap_or(0))
@@ -116,6 +121,7 @@ pub(super) fn loader(a: &LoaderArgs) -> Res {
         no_verify: false,
         consume: false,
         seed: a.seed,
+        columns: a.columns,
         pread_loop: false,
         inflate_loop: false,
         range_get_loop: false,
@@ -229,6 +235,7 @@ pub(super) fn loader(a: &LoaderArgs) -> Res {
         "lookahead": a.lookahead.unwrap_or(zrecord::pipeline::PrefetchConfig::default().lookahead),
         "evicted": a.evict,
         "direct": a.direct,
+        "columns": a.columns,
         "seed": a.seed,
         "stats": run.stats,
         "remote": remote,
