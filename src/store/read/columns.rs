@@ -29,8 +29,9 @@ use bytes::Bytes;
 const AHEAD: usize = 8;
 
 /// Bytes checked then copied at a time within a long value: the check leaves them in the
-/// core's first-level cache for the copy.
-const BLOCK: usize = 16 << 10;
+/// core's first-level cache for the copy. (64 KiB records from the page cache, one core: 4 KiB
+/// blocks cost 1.10–1.15× a plain copy, 16 KiB 1.15–1.3×, whole records 1.2×.)
+const BLOCK: usize = 4 << 10;
 
 /// Lays the batch out in columns. `maps` are the batch's mappings and `which[i]` the mapping of
 /// `res.wants[i]` ([`NONE`] for an absent value). Owner `f` of the result is field `f`'s buffer
