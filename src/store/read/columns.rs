@@ -251,3 +251,43 @@ pub(super) fn slab(wants: &[Want], fields: usize) -> (Vec<u8>, Vec<usize>) {
     }
     (buf, starts)
 }
+
+/// The values of a batch of several fields read into one column-major [`slab`] (`starts` in
+/// `wants` order), each field copied into a buffer of its own: a field's array is then memory
+/// nothing else holds (writable in the Python package), as on the mapped path. One more copy,
+/// on the path that waited for reads.
+pub(super) fn split(out: &[u8], wants: &[Want], starts: &[usize], fields: usize) -> Result<Values> {
+    let nf = fields.max(1);
+    let mut spans = vec![EMPTY; wants.len()];
+    let mut owners = Vec::with_capacity(nf);
+    for f in 0..nf {
+        let positions = (f..wants.len()).step_by(nf);
+        let first = positions
+            .clone()
+            .find_map(|i| starts.get(i))
+            .copied()
+            .unwrap_or(0);
+        let mut len = 0usize;
+        for i in positions {
+            let (Some(w), Some(s)) = (wants.get(i), spans.get_mut(i)) else {
+                continue;
+            };
+            let n = w.e.logical_len as usize;
+            if n > 0 {
+                *s = Span {
+                    owner: f as u32,
+                    start: len,
+                    len: n,
+                };
+            }
+            len += n;
+        }
+        let col = out.get(first..first + len).ok_or_else(|| {
+            crate::error::Error::internal(format!(
+                "column {f} of a batch ({len} bytes at {first}) is not inside its slab"
+            ))
+        })?;
+        owners.push(Bytes::copy_from_slice(col));
+    }
+    Ok(Values { owners, spans })
+}

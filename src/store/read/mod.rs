@@ -391,6 +391,9 @@ fn gather_io(res: &Resolved<'_>, engine: &Engine) -> Result<Values> {
     }
     run_parallel(&engine.pools().finish, res, &staged, &mut out, verify)?;
     drop(staged);
+    if engine.columns && res.fields.len() > 1 {
+        return columns::split(&out, wants, &starts, res.fields.len());
+    }
     let spans = wants
         .iter()
         .zip(&starts)
