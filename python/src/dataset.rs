@@ -36,8 +36,8 @@ impl OpenOptions {
     }
 
     pub(crate) fn read_config(&self) -> PyResult<ReadConfig> {
-        // Records read through mappings are copied into the slab in the checksum's pass, so a
-        // field's values lie back to back there and NumPy gets them without a second copy.
+        // Each field of a batch is laid out end to end in a buffer of its own by the gather (one
+        // copy, in the checksum's pass), so NumPy gets it without a second copy.
         let mut c = ReadConfig::default()
             .with_verify_checksums(self.verify)
             .with_direct_io(self.direct)
@@ -162,6 +162,10 @@ impl PyDataset {
 #[pymethods]
 impl PyDataset {
     /// Opens the dataset at `path` (a directory, or an `s3://bucket/prefix` URL).
+    ///
+    /// `copy_mapped=True` (the default) has the gather lay each field of a batch out end to
+    /// end in a buffer of its own, the one copy a NumPy array needs; False leaves records read
+    /// through chunk mappings as views of them, copied together by the binding afterwards.
     #[new]
     #[pyo3(signature = (path, *, backend=None, verify=true, direct=false, cache_bytes=None,
                         cache_dir=None, lookahead_bytes=None, storage_options=None, copy_mapped=true))]
