@@ -141,12 +141,18 @@
 mod batch;
 mod bucket;
 mod chain;
+mod checkpoint;
+mod checkpoint_ext;
 mod checkpoints;
 mod collate;
 mod concat;
 mod description;
 mod elastic;
+mod epoch_count;
+mod filter_items;
+mod group;
 mod loader;
+mod map_items;
 mod mix;
 mod prefetch;
 mod queue;
@@ -161,16 +167,22 @@ mod state;
 mod stats;
 mod stream;
 
-pub use batch::{BatchConfig, Batcher, IndexBatch};
-pub use bucket::{Bucket, BucketConfig, BucketKey};
+pub use batch::{BatchConfig, BatchState, Batcher, IndexBatch};
+pub use bucket::{Bucket, BucketConfig, BucketKey, BucketState};
 pub use chain::IndexChain;
+pub use checkpoint::Checkpoint;
+pub use checkpoint_ext::CheckpointExt;
 pub use collate::{
     pad_stack, pad_stack_field, pooling_mask, stack, PadConfig, PadSide, PaddedBatch, PoolingType,
     StackedBatch,
 };
 pub use concat::{Concat, Concatenate};
 pub use elastic::ElasticChain;
+pub use epoch_count::EpochCount;
+pub use filter_items::FilterItems;
+pub use group::{Counted, GroupStart};
 pub use loader::{Loader, LoaderBuilder, LoaderConfig};
+pub use map_items::MapItems;
 pub use mix::{Exhausted, Mix, MixConfig};
 pub use prefetch::{
     identity, LoaderBatch, MergePolicy, OnError, Prefetch, PrefetchConfig, RetryPolicy, Transform,
@@ -179,17 +191,13 @@ pub use prefetch::{
 pub use residual::{ElasticState, ResidualEpoch, Run};
 pub use root::{ResidualRoot, Root};
 pub use sampler::{Sampler, SamplerConfig, SamplerMode};
-pub use shard::{Shard, ShardConfig, ShardMode};
+pub use shard::{Shard, ShardConfig, ShardMode, ShardState};
 pub use source::{DatasetSource, MemorySource, Source, SourceFuture};
 pub use stage::{describe, Cursor, CursorIter, CursorState, Sample, Stage};
 pub use stage_ext::StageExt;
 pub use state::{LoaderState, Position, PrefetchState, WorkerState, LOADER_STATE_VERSION};
 pub use stats::{LoaderStats, LATENCY_BUCKETS};
-pub use stream::{
-    BatchStream, BatchStreamState, BucketStream, BucketStreamState, Checkpoint, CheckpointExt,
-    Counted, EpochCount, FilterItems, GroupStart, MapItems, PrefetchStream, PrefetchStreamState,
-    ShardStream, ShardStreamState,
-};
+pub use stream::{PrefetchStream, PrefetchStreamState};
 
 /// The name of [`Batcher`], the batch stage, in 0.1.0 (`zrecord::Batch` is a batch of records).
 #[deprecated(
@@ -205,3 +213,45 @@ pub type Batch<S> = Batcher<S>;
             returns); this alias is kept for one release, see CHANGELOG.md"
 )]
 pub type GatherFuture<B> = SourceFuture<B>;
+
+/// The stream form of [`Shard`] before #31, when it was a type of its own: [`Shard`] over a
+/// [`Checkpoint`] stream is that stream now (`CheckpointExt::shard` returns it).
+#[deprecated(
+    note = "one shard type: `Shard` over a stream is the stream (`CheckpointExt::shard` returns \
+            it); this alias is kept for one release, see CHANGELOG.md"
+)]
+pub type ShardStream<S> = Shard<S>;
+
+/// The name of [`ShardState`] before #31 (the same JSON).
+#[deprecated(
+    note = "renamed to `ShardState`; this alias is kept for one release, see CHANGELOG.md"
+)]
+pub type ShardStreamState<St> = ShardState<St>;
+
+/// The stream form of [`Bucket`] before #31, when it was a type of its own: [`Bucket`] over a
+/// [`Checkpoint`] stream is that stream now (`CheckpointExt::bucket` returns it).
+#[deprecated(
+    note = "one bucket type: `Bucket` over a stream is the stream (`CheckpointExt::bucket` \
+            returns it); this alias is kept for one release, see CHANGELOG.md"
+)]
+pub type BucketStream<S> = Bucket<S, <S as Checkpoint>::State>;
+
+/// The name of [`BucketState`] before #31 (the same JSON).
+#[deprecated(
+    note = "renamed to `BucketState`; this alias is kept for one release, see CHANGELOG.md"
+)]
+pub type BucketStreamState<St> = BucketState<St>;
+
+/// The stream form of [`Batcher`] before #31, when it was a type of its own: [`Batcher`] over a
+/// [`Checkpoint`] stream is that stream now (`CheckpointExt::batch` returns it).
+#[deprecated(
+    note = "one batch type: `Batcher` over a stream is the stream (`CheckpointExt::batch` \
+            returns it); this alias is kept for one release, see CHANGELOG.md"
+)]
+pub type BatchStream<S> = Batcher<S, <S as Checkpoint>::State>;
+
+/// The name of [`BatchState`] before #31 (the same JSON).
+#[deprecated(
+    note = "renamed to `BatchState`; this alias is kept for one release, see CHANGELOG.md"
+)]
+pub type BatchStreamState<St> = BatchState<St>;

@@ -5,9 +5,9 @@
 use futures::executor::block_on;
 use futures::StreamExt;
 
-use super::super::testing::{all, every_split, sampler};
-use super::super::CheckpointExt;
 use super::*;
+use crate::pipeline::checkpoint::testing::{all, every_split, sampler};
+use crate::pipeline::checkpoint_ext::CheckpointExt;
 use crate::pipeline::RetryPolicy;
 use crate::pipeline::{BatchConfig, MemorySource, Stage, StageExt};
 
