@@ -7,11 +7,10 @@ use super::bucket::{Bucket, BucketConfig, BucketKey};
 use super::checkpoint::Checkpoint;
 use super::filter_items::FilterItems;
 use super::map_items::MapItems;
-use super::prefetch::{identity, PrefetchConfig, Transform};
+use super::prefetch::{identity, PrefetchConfig, PrefetchStream, Transform};
 use super::shard::{Shard, ShardConfig};
 use super::source::Source;
 use super::stage::Sample;
-use super::stream::PrefetchStream;
 use crate::Result;
 
 /// The chain's stages over any [`Checkpoint`] stream, a user's own stage included:

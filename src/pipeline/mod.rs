@@ -165,7 +165,6 @@ mod stage;
 mod stage_ext;
 mod state;
 mod stats;
-mod stream;
 
 pub use batch::{BatchConfig, BatchState, Batcher, IndexBatch};
 pub use bucket::{Bucket, BucketConfig, BucketKey, BucketState};
@@ -185,8 +184,8 @@ pub use loader::{Loader, LoaderBuilder, LoaderConfig};
 pub use map_items::MapItems;
 pub use mix::{Exhausted, Mix, MixConfig};
 pub use prefetch::{
-    identity, LoaderBatch, MergePolicy, OnError, Prefetch, PrefetchConfig, RetryPolicy, Transform,
-    MAX_NUM_WORKERS, MAX_QUEUE_SIZE,
+    identity, LoaderBatch, MergePolicy, OnError, Prefetch, PrefetchConfig, PrefetchStream,
+    PrefetchStreamState, RetryPolicy, Transform, MAX_NUM_WORKERS, MAX_QUEUE_SIZE,
 };
 pub use residual::{ElasticState, ResidualEpoch, Run};
 pub use root::{ResidualRoot, Root};
@@ -197,7 +196,6 @@ pub use stage::{describe, Cursor, CursorIter, CursorState, Sample, Stage};
 pub use stage_ext::StageExt;
 pub use state::{LoaderState, Position, PrefetchState, WorkerState, LOADER_STATE_VERSION};
 pub use stats::{LoaderStats, LATENCY_BUCKETS};
-pub use stream::{PrefetchStream, PrefetchStreamState};
 
 /// The name of [`Batcher`], the batch stage, in 0.1.0 (`zrecord::Batch` is a batch of records).
 #[deprecated(

@@ -6,7 +6,9 @@
 
 mod config;
 mod merge;
+mod produce;
 mod split;
+mod stream;
 mod window;
 mod worker;
 
@@ -23,7 +25,9 @@ pub use config::{
     MergePolicy, OnError, PrefetchConfig, RetryPolicy, MAX_NUM_WORKERS, MAX_QUEUE_SIZE,
 };
 pub(crate) use merge::scan_best_effort;
+pub(crate) use produce::Producer;
 pub(crate) use split::{fresh_state, restore, Split};
+pub use stream::{PrefetchStream, PrefetchStreamState};
 pub(crate) use window::{Window, WorkerName};
 pub(crate) use worker::wait_exits;
 use worker::WorkerJob;

@@ -5,7 +5,6 @@
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::channel::oneshot;
 
@@ -15,10 +14,9 @@ use super::super::source::Source;
 use super::super::stage::Stage;
 use super::super::state::Position;
 use super::super::stats::Counters;
-use super::window::{panicked, wait_to_retry, Window, WorkerName};
-use super::{LoaderBatch, RetryPolicy, Split, Transform, WorkerItem};
-use crate::retry::{retry_blocking, Failure};
-use crate::{Error, Result};
+use super::window::{Window, WorkerName};
+use super::{LoaderBatch, Producer, RetryPolicy, Split, Transform, WorkerItem};
+use crate::Result;
 
 /// Everything one worker thread owns.
 pub(super) struct WorkerJob<St, Src: Source, T> {
@@ -169,42 +167,43 @@ where
         }
     }
 
-    /// Produces the item at `pos`, trying a failed gather or transform again as the retry
-    /// policy allows, sleeping on this thread between tries (a dropped stream cuts the sleep
-    /// short and returns the error at once). A panic, and an error another try cannot help
-    /// (`Error::is_permanent`), are not retried.
+    /// Produces the item at `pos` ([`Producer::produce`]): its index batch the lookahead's if
+    /// computed there, else computed now.
     fn produce_with_retries(&mut self, pos: Position) -> Result<LoaderBatch<T>> {
-        retry_blocking(
-            self.retry,
-            self,
-            |this, _| match catch_unwind(AssertUnwindSafe(|| this.produce(pos))) {
-                Ok(Ok(batch)) => Ok(batch),
-                Ok(Err(e)) => {
-                    this.counters.failed_attempt();
-                    // Another try cannot help (or was made below): the error, at once.
-                    match e.is_permanent() {
-                        true => Err(Failure::Final(e)),
-                        false => Err(Failure::Retry(e)),
-                    }
+        let name = self.name();
+        let k = self.k;
+        let Self {
+            stage,
+            source,
+            transform,
+            retry,
+            ahead,
+            tx,
+            counters,
+            ..
+        } = self;
+        let producer = Producer {
+            name,
+            source: &**source,
+            transform,
+            retry: *retry,
+            counters,
+        };
+        producer.produce(tx, pos, &mut || {
+            let computed = ahead
+                .front()
+                .filter(|(a, _)| *a == k)
+                .map(|(_, b)| b.clone());
+            match computed {
+                Some(b) => Ok(b),
+                None => {
+                    let start = std::time::Instant::now();
+                    let b = stage.get(pos.epoch, pos.position)?;
+                    counters.index_time(start);
+                    Ok(b)
                 }
-                Err(panic) => Err(Failure::Final(panicked(this.name(), pos, panic.as_ref()))),
-            },
-            |this, error, tries, backoff| this.wait_to_retry(pos, tries, error, backoff),
-        )
-    }
-
-    /// Waits `backoff` before another try of the batch at `pos`; false if the stream was dropped
-    /// meanwhile.
-    fn wait_to_retry(&self, pos: Position, tries: u32, error: &Error, backoff: Duration) -> bool {
-        wait_to_retry(
-            &self.tx,
-            &self.counters,
-            self.name(),
-            pos,
-            tries,
-            error,
-            backoff,
-        )
+            }
+        })
     }
 
     /// Computes this worker's batches after the current one, up to `lookahead` of them, and
@@ -245,33 +244,6 @@ where
             };
             next = after;
         }
-    }
-
-    fn produce(&mut self, pos: Position) -> Result<LoaderBatch<T>> {
-        let computed = self
-            .ahead
-            .front()
-            .filter(|(k, _)| *k == self.k)
-            .map(|(_, b)| b.clone());
-        let batch = match computed {
-            Some(b) => b,
-            None => {
-                let start = std::time::Instant::now();
-                let b = self.stage.get(pos.epoch, pos.position)?;
-                self.counters.index_time(start);
-                b
-            }
-        };
-        let indices = batch.indices();
-        let gathered = {
-            let _span = tracing::trace_span!("zrecord.gather", records = indices.len()).entered();
-            let _in_flight = self.counters.gather_started(indices.len());
-            self.source.gather(&indices)?
-        };
-        let start = std::time::Instant::now();
-        let data = (self.transform)(gathered, &batch)?;
-        self.counters.transform_time(start);
-        Ok(LoaderBatch { data, batch })
     }
 }
 

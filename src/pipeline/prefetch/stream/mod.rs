@@ -14,11 +14,11 @@ use serde::{Deserialize, Serialize};
 
 use super::super::batch::IndexBatch;
 use super::super::checkpoint::Checkpoint;
-use super::super::prefetch::{
-    scan_best_effort, wait_exits, LoaderBatch, MergePolicy, OnError, PrefetchConfig, Transform,
-};
 use super::super::source::Source;
 use super::super::stats::{ConsumerCounters, Counters, LoaderStats};
+use super::{
+    scan_best_effort, wait_exits, LoaderBatch, MergePolicy, OnError, PrefetchConfig, Transform,
+};
 use crate::{Error, Result};
 
 mod worker;

@@ -1,8 +1,8 @@
 //! A [`super::PrefetchStream`] worker thread: takes the batches the consumer deals it, gathers
-//! them (one at a time, or several in flight in the seekable prefetch's [`Window`]), transforms,
-//! retries, and pushes the results into its bounded queue in its jobs' order.
+//! them (one at a time with the seekable prefetch's [`Producer`], or several in flight in its
+//! [`Window`]), transforms, retries, and pushes the results into its bounded queue in its jobs'
+//! order.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -10,14 +10,11 @@ use futures::channel::{mpsc, oneshot};
 use futures::stream::StreamExt;
 
 use super::super::super::batch::IndexBatch;
-use super::super::super::prefetch::{
-    LoaderBatch, PrefetchConfig, RetryPolicy, Transform, Window, WorkerName,
-};
 use super::super::super::queue::{self, Receiver, Sender};
 use super::super::super::source::Source;
 use super::super::super::state::Position;
 use super::super::super::stats::Counters;
-use crate::retry::{retry_blocking, Failure};
+use super::super::{LoaderBatch, PrefetchConfig, Producer, Transform, Window, WorkerName};
 use crate::{Error, Result};
 
 /// A job: the batch with its sequence number.
@@ -66,9 +63,24 @@ pub(super) fn spawn_worker<Src: Source, T: Send + 'static>(
                 );
                 run_window(window, &transform, &tx, &counters, &mut jobs);
             } else {
+                let producer = Producer {
+                    name: WorkerName {
+                        what: "stream prefetch worker",
+                        w: w as u64,
+                    },
+                    source: &*source,
+                    transform: &transform,
+                    retry: config.retry,
+                    counters: &counters,
+                };
                 while let Some((seq, batch)) = next_job(&tx, &mut jobs) {
-                    let result =
-                        produce(w, &*source, &transform, config.retry, &tx, &counters, batch);
+                    let pos = position(&batch);
+                    let mut given = Some(batch);
+                    let result = producer.produce(&tx, pos, &mut || {
+                        given.take().ok_or_else(|| {
+                            Error::internal("a stream prefetch job without its batch".into())
+                        })
+                    });
                     if !deliver(&tx, &counters, seq, result) {
                         break;
                     }
@@ -171,67 +183,4 @@ fn position(batch: &IndexBatch) -> Position {
         epoch: batch.epoch,
         position: batch.position,
     }
-}
-
-/// Gathers and transforms `batch`, trying again as `retry` allows (sleeping on this thread; a
-/// dropped stream cuts the sleep short). A panic, and an error another try cannot help
-/// (`Error::is_permanent`), are not retried.
-fn produce<Src: Source, T>(
-    w: usize,
-    source: &Src,
-    transform: &Transform<Src::Batch, T>,
-    retry: RetryPolicy,
-    tx: &Sender<Done<T>>,
-    counters: &Arc<Counters>,
-    batch: IndexBatch,
-) -> Result<LoaderBatch<T>> {
-    retry_blocking(
-        retry,
-        &mut (),
-        |_, _| {
-            let attempt = catch_unwind(AssertUnwindSafe(|| {
-                let indices = batch.indices();
-                let gathered = {
-                    let _in_flight = counters.gather_started(indices.len());
-                    source.gather(&indices)?
-                };
-                let start = std::time::Instant::now();
-                let data = transform(gathered, &batch)?;
-                counters.transform_time(start);
-                Ok::<_, Error>(data)
-            }));
-            match attempt {
-                Ok(Ok(data)) => Ok(data),
-                Ok(Err(e)) => {
-                    counters.failed_attempt();
-                    // Another try cannot help (or was made below): the error, at once.
-                    match e.is_permanent() {
-                        true => Err(Failure::Final(e)),
-                        false => Err(Failure::Retry(e)),
-                    }
-                }
-                Err(panic) => {
-                    let message = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| (*s).to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "non-string panic payload".into());
-                    Err(Failure::Final(Error::WorkerPanicked {
-                        what: format!(
-                            "stream prefetch worker {w} (batch at epoch {} position {})",
-                            batch.epoch, batch.position
-                        ),
-                        message,
-                    }))
-                }
-            }
-        },
-        |_, _, _, backoff| {
-            let slept = std::time::Instant::now();
-            let closed = tx.wait_closed(backoff);
-            counters.retry_wait(slept);
-            !closed
-        },
-    )
-    .map(|data| LoaderBatch { data, batch })
 }
