@@ -67,7 +67,7 @@ struct InFlight<St> {
     state: St,
 }
 
-/// The stream of [`super::CheckpointExt::prefetch`].
+/// The stream of [`super::super::CheckpointExt::prefetch`].
 ///
 /// # Work split
 ///
