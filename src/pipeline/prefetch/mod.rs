@@ -25,7 +25,7 @@ pub use config::{
     MergePolicy, OnError, PrefetchConfig, RetryPolicy, MAX_NUM_WORKERS, MAX_QUEUE_SIZE,
 };
 pub(crate) use merge::scan_best_effort;
-pub(crate) use produce::Producer;
+pub(crate) use produce::{deliver, Done, Producer};
 pub(crate) use split::{fresh_state, restore, Split};
 pub use stream::{PrefetchStream, PrefetchStreamState};
 pub(crate) use window::{Window, WorkerName};
@@ -79,12 +79,6 @@ impl<T> LoaderBatch<T> {
     }
 }
 
-/// What a worker pushes: its `k`-th item.
-struct WorkerItem<T> {
-    k: u64,
-    result: Result<LoaderBatch<T>>,
-}
-
 /// A merged item waiting for the consumer, with the checkpoint it leaves once consumed.
 struct Merged<T> {
     /// The worker and its consumed count after this item; `None` for an error that is not one
@@ -96,7 +90,8 @@ struct Merged<T> {
 
 struct Worker<T> {
     /// `None` once the stream stopped at an error: the worker thread sees its queue closed.
-    rx: Option<Receiver<WorkerItem<T>>>,
+    /// The worker's queue of `(k, result)`: its `k`-th item.
+    rx: Option<Receiver<Done<T>>>,
     exit: Option<oneshot::Receiver<()>>,
     /// Items of this worker merged so far (from `base`).
     merged: u64,

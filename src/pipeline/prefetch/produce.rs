@@ -1,7 +1,7 @@
 //! The blocking producer of a prefetch worker thread: one batch gathered from the source and
 //! transformed, tried again as the retry policy allows. The one copy both index sides' workers
-//! run (a worker that seeks its own share, and a worker fed by the stream prefetch's consumer);
-//! [`super::Window`] is the one copy for several gathers in flight.
+//! run (a worker that seeks its own share, and a worker fed by the stream prefetch's consumer),
+//! and the push of its result; [`super::Window`] is the one copy for several gathers in flight.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -16,6 +16,29 @@ use super::window::{panicked, wait_to_retry, WorkerName};
 use super::{LoaderBatch, RetryPolicy, Transform};
 use crate::retry::{retry_blocking, Failure};
 use crate::{Error, Result};
+
+/// What a worker thread pushes into its queue: the number of its job (the seekable worker's
+/// item count `k`, the stream prefetch's sequence number) and the gathered batch.
+pub(crate) type Done<T> = (u64, Result<LoaderBatch<T>>);
+
+/// Pushes the result of job `tag` into a worker's queue, counting it (produced, and the time
+/// blocked on a full queue); false once the consumer went away.
+pub(crate) fn deliver<T>(
+    tx: &Sender<Done<T>>,
+    counters: &Counters,
+    tag: u64,
+    result: Result<LoaderBatch<T>>,
+) -> bool {
+    if let Ok(b) = &result {
+        counters.produced(b.batch.samples.len());
+    }
+    let pushed = Instant::now();
+    if tx.push((tag, result)).is_err() {
+        return false;
+    }
+    counters.blocked(pushed);
+    true
+}
 
 /// What a worker thread produces with: its name (in panic reports and traces), the source, the
 /// transform, the retry policy and the counters it shares with the consumer.

@@ -15,7 +15,7 @@ use super::super::stage::Stage;
 use super::super::state::Position;
 use super::super::stats::Counters;
 use super::window::{Window, WorkerName};
-use super::{LoaderBatch, Producer, RetryPolicy, Split, Transform, WorkerItem};
+use super::{deliver, Done, LoaderBatch, Producer, RetryPolicy, Split, Transform};
 use crate::Result;
 
 /// Everything one worker thread owns.
@@ -32,7 +32,7 @@ pub(super) struct WorkerJob<St, Src: Source, T> {
     pub(super) split: Split,
     pub(super) w: u64,
     pub(super) k: u64,
-    pub(super) tx: Sender<WorkerItem<T>>,
+    pub(super) tx: Sender<Done<T>>,
     pub(super) exit: oneshot::Sender<()>,
     pub(super) counters: Arc<Counters>,
     pub(super) gathers_in_flight: usize,
@@ -92,15 +92,9 @@ where
     /// stream was dropped, or past item `u64::MAX`, where there is no global position: the
     /// merge then reports the worker as exited rather than seeing the last item twice).
     fn deliver(&mut self, result: Result<LoaderBatch<T>>) -> bool {
-        if let Ok(b) = &result {
-            self.counters.produced(b.batch.samples.len());
-        }
-        let item = WorkerItem { k: self.k, result };
-        let pushed = std::time::Instant::now();
-        if self.tx.push(item).is_err() {
+        if !deliver(&self.tx, &self.counters, self.k, result) {
             return false;
         }
-        self.counters.blocked(pushed);
         match self.k.checked_add(1) {
             Some(k) => {
                 self.k = k;

@@ -14,14 +14,11 @@ use super::super::super::queue::{self, Receiver, Sender};
 use super::super::super::source::Source;
 use super::super::super::state::Position;
 use super::super::super::stats::Counters;
-use super::super::{LoaderBatch, PrefetchConfig, Producer, Transform, Window, WorkerName};
+use super::super::{deliver, Done, PrefetchConfig, Producer, Transform, Window, WorkerName};
 use crate::{Error, Result};
 
 /// A job: the batch with its sequence number.
 pub(super) type Job = (u64, IndexBatch);
-
-/// A result: the sequence number of its job and the gathered batch.
-pub(super) type Done<T> = (u64, Result<LoaderBatch<T>>);
 
 /// One worker thread's ends.
 pub(super) struct Worker<T> {
@@ -109,24 +106,6 @@ fn next_job<X>(tx: &Sender<X>, jobs: &mut mpsc::UnboundedReceiver<Job>) -> Optio
         }
         jobs.poll_next_unpin(cx)
     }))
-}
-
-/// Pushes the result of job `seq`; false once the stream is gone.
-fn deliver<T>(
-    tx: &Sender<Done<T>>,
-    counters: &Counters,
-    seq: u64,
-    result: Result<LoaderBatch<T>>,
-) -> bool {
-    if let Ok(b) = &result {
-        counters.produced(b.batch.samples.len());
-    }
-    let pushed = std::time::Instant::now();
-    if tx.push((seq, result)).is_err() {
-        return false;
-    }
-    counters.blocked(pushed);
-    true
 }
 
 /// A worker with several gathers in flight: takes its jobs into the [`Window`] as they come
