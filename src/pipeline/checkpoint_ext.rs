@@ -114,3 +114,44 @@ pub trait CheckpointExt: Checkpoint {
 }
 
 impl<S: Checkpoint + ?Sized> CheckpointExt for S {}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+    use super::super::checkpoint::testing::{all, sampler};
+    use super::super::sampler::Sampler;
+    use super::super::stage::{Cursor, CursorState, Stage};
+    use super::super::{BucketKey, ShardState};
+    use super::*;
+
+    fn send_sync<X: Send + Sync>(_: &X) {}
+
+    /// The stage types over a stream are the old stream types: code that names the deprecated
+    /// aliases compiles and gets the same values, and the stream forms cross tasks.
+    #[test]
+    #[allow(deprecated)]
+    fn the_deprecated_names_are_the_stage_types_over_a_stream() {
+        use super::super::{
+            BatchStream, BatchStreamState, BucketStream, BucketStreamState, ShardStream,
+            ShardStreamState,
+        };
+        let shard: ShardStream<Cursor<Sampler>> = sampler(9, 2)
+            .cursor()
+            .shard(ShardConfig::new(2, 1))
+            .unwrap();
+        let state: ShardStreamState<CursorState> = shard.checkpoint();
+        let _: ShardState<CursorState> = state;
+        let key = BucketKey::new("id", Ok);
+        let bucket: BucketStream<ShardStream<Cursor<Sampler>>> = shard
+            .bucket(BucketConfig::default().buffer_size(3).pack_size(2), key)
+            .unwrap();
+        let _: BucketStreamState<ShardState<CursorState>> = bucket.checkpoint();
+        let batch: BatchStream<BucketStream<ShardStream<Cursor<Sampler>>>> =
+            bucket.batch(BatchConfig::new(2)).unwrap();
+        let _: BatchStreamState<_> = batch.checkpoint();
+        send_sync(&batch);
+        let batches = all(batch, |b: IndexBatch| b.indices().len());
+        assert_eq!(batches.iter().sum::<usize>(), 8);
+    }
+}
