@@ -28,9 +28,9 @@ pub(crate) use merge::scan_best_effort;
 pub(crate) use produce::{deliver, Done, Producer};
 pub(crate) use split::{fresh_state, restore, Split};
 pub use stream::{PrefetchStream, PrefetchStreamState};
-pub(crate) use window::{Window, WorkerName};
-pub(crate) use worker::wait_exits;
-use worker::WorkerJob;
+pub(crate) use window::WorkerName;
+use worker::OwnShare;
+pub(crate) use worker::{wait_exits, Job, Jobs, WorkerLoop};
 
 use super::batch::IndexBatch;
 use super::queue::{self, Receiver};
@@ -38,7 +38,7 @@ use super::source::Source;
 use super::stage::Stage;
 use super::state::{PrefetchState, WorkerState};
 use super::stats::{ConsumerCounters, Counters, LoaderStats};
-use crate::{Error, Result};
+use crate::Result;
 
 /// A user function applied to every gathered batch on the worker thread (decode, collate, …).
 pub type Transform<B, T> = Arc<dyn Fn(B, &IndexBatch) -> Result<T> + Send + Sync>;
@@ -277,29 +277,33 @@ impl<T: Send + 'static> Prefetch<T> {
         for (w, &start_k) in consumed.iter().enumerate() {
             let (tx, rx) = queue::bounded(config.worker_queue_size);
             let (exit_tx, exit_rx) = oneshot::channel();
-            let job = WorkerJob {
+            let jobs = OwnShare {
                 stage: stage.clone(),
                 source: Arc::clone(&source),
-                transform: Arc::clone(&transform),
-                retry: config.retry,
+                counters: Arc::clone(&counters),
                 lookahead: config.lookahead as u64,
                 session,
                 ahead: VecDeque::new(),
                 split: split.clone(),
                 w: w as u64,
                 k: start_k,
+                issue: Some(start_k),
+            };
+            let worker = WorkerLoop {
+                jobs,
+                name: WorkerName {
+                    what: "prefetch worker",
+                    w: w as u64,
+                },
+                source: Arc::clone(&source),
+                transform: Arc::clone(&transform),
+                retry: config.retry,
+                gathers_in_flight: config.gathers_in_flight,
                 tx,
                 exit: exit_tx,
                 counters: Arc::clone(&counters),
-                gathers_in_flight: config.gathers_in_flight,
             };
-            std::thread::Builder::new()
-                .name(format!("zrecord-prefetch-{w}"))
-                .spawn(move || job.run())
-                .map_err(|e| Error::ThreadSpawn {
-                    what: "a prefetch worker",
-                    reason: e.to_string(),
-                })?;
+            worker.spawn(format!("zrecord-prefetch-{w}"), "a prefetch worker")?;
             workers.push(Worker {
                 rx: Some(rx),
                 exit: Some(exit_rx),
