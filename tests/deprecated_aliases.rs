@@ -81,3 +81,45 @@ fn loader_builder_prefetch_setters_set_the_prefetch_configuration() {
     let one = new.num_workers(1);
     assert_eq!(one.current_config().prefetch, want.num_workers(1));
 }
+
+fn send_sync<X: Send + Sync>(_: &X) {}
+
+/// The stream stages' names before #31 (`ShardStream`, `BucketStream`, `BatchStream` and their
+/// `*StreamState`s) name the one stage types over a stream, and `get_ref` is `upstream`.
+#[test]
+fn the_stream_stage_names_are_the_stage_types_over_a_stream() {
+    use futures::executor::block_on;
+    use futures::TryStreamExt;
+    use zrecord::pipeline::{
+        BatchConfig, BatchStream, BatchStreamState, BucketConfig, BucketKey, BucketStream,
+        BucketStreamState, Checkpoint, CheckpointExt, Cursor, CursorState, IndexBatch, Sampler,
+        SamplerConfig, ShardConfig, ShardState, ShardStream, ShardStreamState, Stage,
+    };
+
+    let sampler = Sampler::new(9, SamplerConfig::default().seed(4).epochs(Some(2))).unwrap();
+    let shard: ShardStream<Cursor<Sampler>> = sampler
+        .clone()
+        .cursor()
+        .shard(ShardConfig::new(2, 1))
+        .unwrap();
+    let state: ShardStreamState<CursorState> = shard.checkpoint();
+    let _: ShardState<CursorState> = state;
+    let bucket: BucketStream<ShardStream<Cursor<Sampler>>> = shard
+        .bucket(
+            BucketConfig::default().buffer_size(3).pack_size(2),
+            BucketKey::new("id", Ok),
+        )
+        .unwrap();
+    let _: BucketStreamState<ShardState<CursorState>> = bucket.checkpoint();
+    let batch: BatchStream<BucketStream<ShardStream<Cursor<Sampler>>>> =
+        bucket.batch(BatchConfig::new(2)).unwrap();
+    let _: BatchStreamState<_> = batch.checkpoint();
+    assert_eq!(
+        batch.get_ref().get_ref().get_ref().state(),
+        batch.upstream().upstream().upstream().state()
+    );
+    send_sync(&batch);
+    let batches: Vec<IndexBatch> = block_on(batch.try_collect()).unwrap();
+    // 9 items an epoch, shard 1 of 2 keeps 4 of each.
+    assert_eq!(batches.iter().map(|b| b.samples.len()).sum::<usize>(), 8);
+}

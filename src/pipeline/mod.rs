@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! Sampler ─┐
-//!          ├► Shard ─► Bucket ─► Batch       index side: pure functions of (epoch, position)
+//!          ├► Shard ─► Bucket ─► Batcher     index side: pure functions of (epoch, position)
 //! Mix ─────┘  (Mix: K parts by weight, indices in the parts' concatenated space)
 //!                                  │
 //!            Prefetch: N worker threads, worker w runs global items base + w + k·N:
@@ -13,62 +13,60 @@
 //!                          Loader::next().await   (collate: stack / pad_stack in the transform)
 //! ```
 //!
-//! # Stages
+//! # One chain
 //!
-//! Every index-side stage ([`Sampler`], [`Mix`], [`Shard`], [`Bucket`], [`Batcher`]) implements
-//! [`Stage`]: a deterministic, seekable function from `(epoch, position)` to an item,
-//! composable by hand with [`StageExt`]
-//! (`sampler.shard(..)?.bucket(..)?.batch(..)?.prefetch(..)?`). Because every stage is such a
-//! function — the bucket derives its sorted buffer from `(seed, epoch, buffer index)` and
-//! rebuilds it on demand — the state of a whole chain is a cursor, `(epoch, position)`: a
-//! [`Cursor`] streams any stage (a [`futures::Stream`], or an iterator through
-//! [`Cursor::into_iter`]) with a serde [`CursorState`], and seeking is O(1) (one bucket buffer
-//! at most).
+//! There is one chain, the way [`std::iter`] has one adapter per concept: one [`Shard`], one
+//! [`Bucket`], one [`Batcher`], each composable by hand (`….shard(..)?.bucket(..)?.batch(..)?
+//! .prefetch(..)?`). Seeking is a capability a stage has when its input has it:
 //!
-//! # Streams
+//! - Over a seekable [`Stage`] ([`Sampler`], [`Mix`], or another seekable stage, through
+//!   [`StageExt`]) every stage is seekable: a deterministic function from `(epoch, position)` to
+//!   an item. Because every stage is such a function — the bucket derives its sorted buffer from
+//!   `(seed, epoch, buffer index)` and rebuilds it on demand — the state of a whole chain is a
+//!   cursor, `(epoch, position)`, seeking is O(1) (one bucket buffer at most), and each prefetch
+//!   worker runs its own share without coordination ([`Prefetch`]).
+//! - Over a [`Checkpoint`] stream (through [`CheckpointExt`]) every stage is a checkpointable
+//!   [`futures::Stream`]: a stream with a serde [`Checkpoint::State`], the position after the
+//!   last item yielded, and [`Checkpoint::restore`] to go back there. So a stage of your own —
+//!   a filter, a stage that drops or repeats items, a stream read from elsewhere — fits
+//!   anywhere in a checkpointed chain, and the state of the whole chain is one nested value,
+//!   each stage's state ([`ShardState`], [`BucketState`], [`BatchState`]) holding its input's.
 //!
-//! The same stages exist as [`futures::Stream`] adapters, so a stage of your own fits anywhere
-//! in a checkpointed chain (`sampler.cursor().filter_items(..).shard(..)?…`). The seekable chain
-//! above is the fast path (workers split the work without coordination, O(1) resume, every shard
-//! mode, best-effort merge); the stream chain accepts any stage.
+//! A [`Cursor`] turns a seekable stage into a stream: it streams any stage (a
+//! [`futures::Stream`], or an iterator through [`Cursor::into_iter`]) and is a [`Checkpoint`]
+//! whose state is its [`CursorState`]. `sampler.cursor()` starts a stream chain;
+//! `sampler.shard(c)?.cursor()` starts one after a seekable shard.
 //!
 //! ```text
-//! any Checkpoint stream ─► shard ─► bucket ─► batch ─► prefetch ─► Result<LoaderBatch<T>>
-//!   (a Cursor over a stage,    (each adapter a Checkpoint stream; map_items / filter_items
-//!    or your own stage)         or your own stage fit between any two)
+//!  seekable:  Sampler | Mix ─► Shard ─► Bucket ─► Batcher ─► Prefetch        (StageExt)
+//!                 │                                           workers seek their own share
+//!               .cursor()  (at any point: a seekable stage becomes a Checkpoint stream)
+//!                 ▼
+//!  stream:    Cursor ─► [your stage] ─► Shard ─► Bucket ─► Batcher ─► PrefetchStream
+//!             (CheckpointExt; map_items / filter_items or your own stage fit between any two;
+//!              the prefetch pulls index batches on the consumer's task, deals them to workers)
 //! ```
 //!
-//! - [`Checkpoint`] says what a checkpointable stream is: a [`futures::Stream`] with a serde
-//!   [`Checkpoint::State`], the position after the last item yielded, and
-//!   [`Checkpoint::restore`] to go back there. Its documentation is the contract.
-//! - [`CheckpointExt`] (blanket-implemented) adds the adapters `.shard() .bucket() .batch()
-//!   .prefetch() .map_items() .filter_items()`:
-//!   [`ShardStream`], [`BucketStream`], [`BatchStream`], [`PrefetchStream`], [`MapItems`],
-//!   [`FilterItems`]. Each adapter's state is a small serde struct holding its input's state,
-//!   so the state of a whole chain is one nested value, checkpointed wherever each input can
-//!   report and restore its position.
-//! - A [`Cursor`] over any seekable [`Stage`] is a [`Checkpoint`] stream (its
-//!   state is its [`CursorState`]): `sampler.cursor()` starts a stream chain.
-//!
-//! Over a cursor, the adapters place items exactly as the seekable stages do (they count the
+//! Over a cursor, the stream form places items exactly as the seekable form does (it counts the
 //! items of each epoch, an epoch being a run of one [`Sample::epoch`] value), so
 //! `sampler.cursor().shard(c)?.bucket(..)?.batch(..)?` yields the batches of
-//! `sampler.shard(c)?.bucket(..)?.batch(..)?.cursor()`, for the interleaved shard. Each stage's
-//! order is computed once, for both forms: which items a shard keeps and in what order by
-//! `shard.rs` (`Geometry`), the bucket buffers by `bucket.rs` (`order`, `sizes`), the batch
-//! boundaries, `drop_last` and the epoch's end by `batch.rs` (`span`); the adapters only count.
+//! `sampler.shard(c)?.bucket(..)?.batch(..)?.cursor()`. Each stage's order is computed once,
+//! for both forms: which items a shard keeps and in what order by its `Geometry`, the bucket
+//! buffers by its `order`, the batch boundaries, `drop_last` and the epoch's end by its `span`;
+//! the stream form only counts.
 //!
-//! ## Which chain
+//! ## Which form
 //!
-//! - The **seekable chain** ([`StageExt`], [`LoaderBuilder`]) is the fast path:
-//!   every stage is a pure function of `(epoch, position)`, so each prefetch worker runs its own
-//!   share without coordination, a resume is O(1), the shard has every mode, and the merge can
-//!   be best-effort. Use it (through [`Loader`]) unless you need a stage of your own.
-//! - The **stream chain** accepts any stage: a filter, a stage that drops or repeats items, a
-//!   stream read from elsewhere. The index side runs on the consumer's task, the gathers on
-//!   worker threads; a restore replays at most one bucket buffer from its input. Its prefetch
-//!   ([`PrefetchStream`]) has what the loader's has: the best-effort merge, several gathers in
-//!   flight per worker, and [`PrefetchStream::stats`].
+//! - The **seekable form** ([`StageExt`], [`LoaderBuilder`]) is the fast path: each prefetch
+//!   worker runs its own share without coordination, a resume is O(1), the shard has every
+//!   mode, and the merge can be best-effort. Use it (through [`Loader`]) unless you need a stage
+//!   of your own.
+//! - The **stream form** accepts any stage. The index side runs on the consumer's task, the
+//!   gathers on worker threads; a restore replays at most one bucket buffer from its input. A
+//!   stream has no known epoch length, so its shard is interleaved only (shard the seekable
+//!   stage first for the other modes). Its prefetch ([`PrefetchStream`]) runs the loader's
+//!   workers' producer and gather window and has what the loader's has: the best-effort merge,
+//!   several gathers in flight per worker, and [`PrefetchStream::stats`].
 //!
 //! ```
 //! use std::sync::Arc;
@@ -141,12 +139,18 @@
 mod batch;
 mod bucket;
 mod chain;
+mod checkpoint;
+mod checkpoint_ext;
 mod checkpoints;
 mod collate;
 mod concat;
 mod description;
 mod elastic;
+mod epoch_count;
+mod filter_items;
+mod group;
 mod loader;
+mod map_items;
 mod mix;
 mod prefetch;
 mod queue;
@@ -159,37 +163,37 @@ mod stage;
 mod stage_ext;
 mod state;
 mod stats;
-mod stream;
 
-pub use batch::{BatchConfig, Batcher, IndexBatch};
-pub use bucket::{Bucket, BucketConfig, BucketKey};
+pub use batch::{BatchConfig, BatchState, Batcher, IndexBatch};
+pub use bucket::{Bucket, BucketConfig, BucketKey, BucketState};
 pub use chain::IndexChain;
+pub use checkpoint::Checkpoint;
+pub use checkpoint_ext::CheckpointExt;
 pub use collate::{
     pad_stack, pad_stack_field, pooling_mask, stack, PadConfig, PadSide, PaddedBatch, PoolingType,
     StackedBatch,
 };
 pub use concat::{Concat, Concatenate};
 pub use elastic::ElasticChain;
+pub use epoch_count::EpochCount;
+pub use filter_items::FilterItems;
+pub use group::{Counted, GroupStart};
 pub use loader::{Loader, LoaderBuilder, LoaderConfig};
+pub use map_items::MapItems;
 pub use mix::{Exhausted, Mix, MixConfig};
 pub use prefetch::{
-    identity, LoaderBatch, MergePolicy, OnError, Prefetch, PrefetchConfig, RetryPolicy, Transform,
-    MAX_NUM_WORKERS, MAX_QUEUE_SIZE,
+    identity, LoaderBatch, MergePolicy, OnError, Prefetch, PrefetchConfig, PrefetchStream,
+    PrefetchStreamState, RetryPolicy, Transform, MAX_NUM_WORKERS, MAX_QUEUE_SIZE,
 };
 pub use residual::{ElasticState, ResidualEpoch, Run};
 pub use root::{ResidualRoot, Root};
 pub use sampler::{Sampler, SamplerConfig, SamplerMode};
-pub use shard::{Shard, ShardConfig, ShardMode};
+pub use shard::{Shard, ShardConfig, ShardMode, ShardState};
 pub use source::{DatasetSource, MemorySource, Source, SourceFuture};
 pub use stage::{describe, Cursor, CursorIter, CursorState, Sample, Stage};
 pub use stage_ext::StageExt;
 pub use state::{LoaderState, Position, PrefetchState, WorkerState, LOADER_STATE_VERSION};
 pub use stats::{LoaderStats, LATENCY_BUCKETS};
-pub use stream::{
-    BatchStream, BatchStreamState, BucketStream, BucketStreamState, Checkpoint, CheckpointExt,
-    Counted, EpochCount, FilterItems, GroupStart, MapItems, PrefetchStream, PrefetchStreamState,
-    ShardStream, ShardStreamState,
-};
 
 /// The name of [`Batcher`], the batch stage, in 0.1.0 (`zrecord::Batch` is a batch of records).
 #[deprecated(
@@ -205,3 +209,45 @@ pub type Batch<S> = Batcher<S>;
             returns); this alias is kept for one release, see CHANGELOG.md"
 )]
 pub type GatherFuture<B> = SourceFuture<B>;
+
+/// The stream form of [`Shard`] before #31, when it was a type of its own: [`Shard`] over a
+/// [`Checkpoint`] stream is that stream now (`CheckpointExt::shard` returns it).
+#[deprecated(
+    note = "one shard type: `Shard` over a stream is the stream (`CheckpointExt::shard` returns \
+            it); this alias is kept for one release, see CHANGELOG.md"
+)]
+pub type ShardStream<S> = Shard<S>;
+
+/// The name of [`ShardState`] before #31 (the same JSON).
+#[deprecated(
+    note = "renamed to `ShardState`; this alias is kept for one release, see CHANGELOG.md"
+)]
+pub type ShardStreamState<St> = ShardState<St>;
+
+/// The stream form of [`Bucket`] before #31, when it was a type of its own: [`Bucket`] over a
+/// [`Checkpoint`] stream is that stream now (`CheckpointExt::bucket` returns it).
+#[deprecated(
+    note = "one bucket type: `Bucket` over a stream is the stream (`CheckpointExt::bucket` \
+            returns it); this alias is kept for one release, see CHANGELOG.md"
+)]
+pub type BucketStream<S> = Bucket<S, <S as Checkpoint>::State>;
+
+/// The name of [`BucketState`] before #31 (the same JSON).
+#[deprecated(
+    note = "renamed to `BucketState`; this alias is kept for one release, see CHANGELOG.md"
+)]
+pub type BucketStreamState<St> = BucketState<St>;
+
+/// The stream form of [`Batcher`] before #31, when it was a type of its own: [`Batcher`] over a
+/// [`Checkpoint`] stream is that stream now (`CheckpointExt::batch` returns it).
+#[deprecated(
+    note = "one batch type: `Batcher` over a stream is the stream (`CheckpointExt::batch` \
+            returns it); this alias is kept for one release, see CHANGELOG.md"
+)]
+pub type BatchStream<S> = Batcher<S, <S as Checkpoint>::State>;
+
+/// The name of [`BatchState`] before #31 (the same JSON).
+#[deprecated(
+    note = "renamed to `BatchState`; this alias is kept for one release, see CHANGELOG.md"
+)]
+pub type BatchStreamState<St> = BatchState<St>;

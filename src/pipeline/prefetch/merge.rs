@@ -87,15 +87,15 @@ impl<T> Prefetch<T> {
         };
         let merged = match polled {
             Poll::Pending => return Poll::Pending,
-            Poll::Ready(Some(item)) => {
-                debug_assert_eq!(item.k, worker.merged, "worker items arrive in order");
+            Poll::Ready(Some((k, result))) => {
+                debug_assert_eq!(k, worker.merged, "worker items arrive in order");
                 // Below u64::MAX: a worker's items have global positions that fit in a u64, and
                 // `restore` refuses a consumed count of u64::MAX for a worker with items left.
                 worker.merged = worker.merged.saturating_add(1);
                 Merged {
                     worker: Some((w, worker.merged)),
                     next_worker: (w + 1) % n,
-                    result: item.result,
+                    result,
                 }
             }
             Poll::Ready(None) => {

@@ -6,7 +6,9 @@
 
 mod config;
 mod merge;
+mod produce;
 mod split;
+mod stream;
 mod window;
 mod worker;
 
@@ -23,10 +25,12 @@ pub use config::{
     MergePolicy, OnError, PrefetchConfig, RetryPolicy, MAX_NUM_WORKERS, MAX_QUEUE_SIZE,
 };
 pub(crate) use merge::scan_best_effort;
+pub(crate) use produce::{deliver, Done, Producer};
 pub(crate) use split::{fresh_state, restore, Split};
-pub(crate) use window::{Window, WorkerName};
-pub(crate) use worker::wait_exits;
-use worker::WorkerJob;
+pub use stream::{PrefetchStream, PrefetchStreamState};
+pub(crate) use window::WorkerName;
+use worker::OwnShare;
+pub(crate) use worker::{wait_exits, Job, Jobs, WorkerLoop};
 
 use super::batch::IndexBatch;
 use super::queue::{self, Receiver};
@@ -34,7 +38,7 @@ use super::source::Source;
 use super::stage::Stage;
 use super::state::{PrefetchState, WorkerState};
 use super::stats::{ConsumerCounters, Counters, LoaderStats};
-use crate::{Error, Result};
+use crate::Result;
 
 /// A user function applied to every gathered batch on the worker thread (decode, collate, …).
 pub type Transform<B, T> = Arc<dyn Fn(B, &IndexBatch) -> Result<T> + Send + Sync>;
@@ -75,12 +79,6 @@ impl<T> LoaderBatch<T> {
     }
 }
 
-/// What a worker pushes: its `k`-th item.
-struct WorkerItem<T> {
-    k: u64,
-    result: Result<LoaderBatch<T>>,
-}
-
 /// A merged item waiting for the consumer, with the checkpoint it leaves once consumed.
 struct Merged<T> {
     /// The worker and its consumed count after this item; `None` for an error that is not one
@@ -92,7 +90,8 @@ struct Merged<T> {
 
 struct Worker<T> {
     /// `None` once the stream stopped at an error: the worker thread sees its queue closed.
-    rx: Option<Receiver<WorkerItem<T>>>,
+    /// The worker's queue of `(k, result)`: its `k`-th item.
+    rx: Option<Receiver<Done<T>>>,
     exit: Option<oneshot::Receiver<()>>,
     /// Items of this worker merged so far (from `base`).
     merged: u64,
@@ -278,29 +277,33 @@ impl<T: Send + 'static> Prefetch<T> {
         for (w, &start_k) in consumed.iter().enumerate() {
             let (tx, rx) = queue::bounded(config.worker_queue_size);
             let (exit_tx, exit_rx) = oneshot::channel();
-            let job = WorkerJob {
+            let jobs = OwnShare {
                 stage: stage.clone(),
                 source: Arc::clone(&source),
-                transform: Arc::clone(&transform),
-                retry: config.retry,
+                counters: Arc::clone(&counters),
                 lookahead: config.lookahead as u64,
                 session,
                 ahead: VecDeque::new(),
                 split: split.clone(),
                 w: w as u64,
                 k: start_k,
+                issue: Some(start_k),
+            };
+            let worker = WorkerLoop {
+                jobs,
+                name: WorkerName {
+                    what: "prefetch worker",
+                    w: w as u64,
+                },
+                source: Arc::clone(&source),
+                transform: Arc::clone(&transform),
+                retry: config.retry,
+                gathers_in_flight: config.gathers_in_flight,
                 tx,
                 exit: exit_tx,
                 counters: Arc::clone(&counters),
-                gathers_in_flight: config.gathers_in_flight,
             };
-            std::thread::Builder::new()
-                .name(format!("zrecord-prefetch-{w}"))
-                .spawn(move || job.run())
-                .map_err(|e| Error::ThreadSpawn {
-                    what: "a prefetch worker",
-                    reason: e.to_string(),
-                })?;
+            worker.spawn(format!("zrecord-prefetch-{w}"), "a prefetch worker")?;
             workers.push(Worker {
                 rx: Some(rx),
                 exit: Some(exit_rx),

@@ -1,11 +1,13 @@
-//! A prefetch worker thread: computes its share of the index stage's batches, announces them to
-//! the source ahead, gathers (blocking, or several gathers in flight), transforms, retries, and
-//! pushes the results into its bounded queue.
+//! A prefetch worker thread, for both index sides: takes its jobs from its [`Jobs`] (its own
+//! share of a seekable stage, computed and announced ahead: [`OwnShare`]; or the batches the
+//! stream prefetch's consumer deals it), gathers them (one at a time with the [`Producer`], or
+//! several in flight in the [`Window`]), transforms, retries, and pushes the results into its
+//! bounded queue in its jobs' order.
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-use std::time::Duration;
+use std::task::{Context, Poll};
 
 use futures::channel::oneshot;
 
@@ -15,17 +17,199 @@ use super::super::source::Source;
 use super::super::stage::Stage;
 use super::super::state::Position;
 use super::super::stats::Counters;
-use super::window::{panicked, wait_to_retry, Window, WorkerName};
-use super::{LoaderBatch, RetryPolicy, Split, Transform, WorkerItem};
-use crate::retry::{retry_blocking, Failure};
+use super::window::{Window, WorkerName};
+use super::{deliver, Done, Producer, RetryPolicy, Split, Transform};
 use crate::{Error, Result};
 
+/// A worker's job: its number (the worker's item count, or the stream's sequence number), its
+/// place, and its index batch (`None`: [`Jobs::compute`] computes it).
+pub(crate) type Job = (u64, Position, Option<IndexBatch>);
+
+/// Where a worker's index batches come from: the one difference between the seekable
+/// prefetch's workers and the stream prefetch's.
+pub(crate) trait Jobs {
+    /// The next job if there is one now; `Ready(None)` once there will be none.
+    fn poll_job(&mut self, cx: &mut Context<'_>) -> Poll<Option<Job>>;
+
+    /// The index batch of job `tag` at `pos`, for a job handed out without one (and again at a
+    /// retry if that failed).
+    fn compute(&mut self, tag: u64, pos: Position) -> Result<IndexBatch>;
+
+    /// Job `tag`'s result was pushed; false if the worker is done.
+    fn delivered(&mut self, tag: u64) -> bool;
+}
+
 /// Everything one worker thread owns.
-pub(super) struct WorkerJob<St, Src: Source, T> {
+pub(crate) struct WorkerLoop<J, Src: Source, T> {
+    pub(crate) jobs: J,
+    pub(crate) name: WorkerName,
+    pub(crate) source: Arc<Src>,
+    pub(crate) transform: Transform<Src::Batch, T>,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) gathers_in_flight: usize,
+    pub(crate) tx: Sender<Done<T>>,
+    pub(crate) exit: oneshot::Sender<()>,
+    pub(crate) counters: Arc<Counters>,
+}
+
+impl<J, Src, T> WorkerLoop<J, Src, T>
+where
+    J: Jobs + Send + 'static,
+    Src: Source,
+    T: Send + 'static,
+{
+    /// Starts the worker thread, named `thread`.
+    ///
+    /// # Errors
+    /// [`Error::ThreadSpawn`] if the thread cannot be spawned (`what` names the worker).
+    pub(crate) fn spawn(self, thread: String, what: &'static str) -> Result<()> {
+        std::thread::Builder::new()
+            .name(thread)
+            .spawn(move || self.run())
+            .map(drop)
+            .map_err(|e| Error::ThreadSpawn {
+                what,
+                reason: e.to_string(),
+            })
+    }
+}
+
+impl<J: Jobs, Src: Source, T> WorkerLoop<J, Src, T> {
+    fn run(mut self) {
+        if self.gathers_in_flight > 1 {
+            self.run_window();
+        } else {
+            self.run_blocking();
+        }
+        let Self {
+            jobs,
+            source,
+            transform,
+            tx,
+            exit,
+            ..
+        } = self;
+        // Release the source (and the stage) before announcing the exit: after `shutdown`
+        // resolves, the worker holds nothing.
+        drop((jobs, source, transform, tx));
+        drop(exit);
+    }
+
+    /// Waits for the next job; `None` once there is none or the consumer went away.
+    fn next_job(&mut self) -> Option<Job> {
+        if self.tx.is_closed() {
+            return None;
+        }
+        // A job that is there now (a seekable worker's always is) needs no waiting.
+        let mut now = Context::from_waker(futures::task::noop_waker_ref());
+        if let Poll::Ready(job) = self.jobs.poll_job(&mut now) {
+            return job;
+        }
+        let Self { jobs, tx, .. } = self;
+        futures::executor::block_on(std::future::poll_fn(|cx| {
+            if tx.poll_closed(cx).is_ready() {
+                return Poll::Ready(None);
+            }
+            jobs.poll_job(cx)
+        }))
+    }
+
+    /// One gather at a time, blocking this thread ([`Producer::produce`]).
+    fn run_blocking(&mut self) {
+        while let Some((tag, pos, batch)) = self.next_job() {
+            let span = tracing::trace_span!(
+                "zrecord.batch",
+                worker = self.name.w,
+                epoch = pos.epoch,
+                position = pos.position
+            );
+            let _entered = span.enter();
+            let Self {
+                jobs,
+                name,
+                source,
+                transform,
+                retry,
+                tx,
+                counters,
+                ..
+            } = self;
+            let producer = Producer {
+                name: *name,
+                source: &**source,
+                transform,
+                retry: *retry,
+                counters,
+            };
+            let mut batch = batch;
+            let result = producer.produce(tx, pos, &mut || match batch.take() {
+                Some(b) => Ok(b),
+                None => jobs.compute(tag, pos),
+            });
+            if !deliver(tx, counters, tag, result) || !jobs.delivered(tag) {
+                break;
+            }
+        }
+    }
+
+    /// Up to `gathers_in_flight` gathers started ahead ([`Source::gather_async`]), their
+    /// results taken in order ([`Window`]): the same items as [`WorkerLoop::run_blocking`],
+    /// each retried in its place (a failed index computation as well as a failed gather), a
+    /// panic reported as the batch's error. Jobs are taken into the window as they come (while
+    /// it has room, also while it waits for its oldest gather). A consumer that went away ends
+    /// the worker at once, dropping the futures in flight, even those that would never finish.
+    fn run_window(&mut self) {
+        let mut window = Window::new(
+            Arc::clone(&self.source),
+            Arc::clone(&self.counters),
+            self.retry,
+            self.gathers_in_flight,
+            self.name,
+        );
+        let mut ended = false;
+        loop {
+            if window.is_empty() {
+                let Some((tag, pos, batch)) = self.next_job() else {
+                    break;
+                };
+                let jobs = &mut self.jobs;
+                window.push(tag, pos, batch, &mut |t, p| jobs.compute(t, p));
+            }
+            let jobs = &mut self.jobs;
+            let mut more = |cx: &mut Context<'_>, window: &mut Window<Src>| {
+                while !ended && !window.is_full() {
+                    match jobs.poll_job(cx) {
+                        Poll::Ready(Some((tag, pos, batch))) => {
+                            window.push(tag, pos, batch, &mut |t, p| jobs.compute(t, p));
+                        }
+                        Poll::Ready(None) => ended = true,
+                        Poll::Pending => break,
+                    }
+                }
+            };
+            if !window.poll_head(&self.tx, &mut more) {
+                break;
+            }
+            let jobs = &mut self.jobs;
+            let finished =
+                window.finish_head(&self.tx, &self.transform, &mut |t, p| jobs.compute(t, p));
+            let Some((tag, result)) = finished else {
+                break;
+            };
+            if !deliver(&self.tx, &self.counters, tag, result) || !self.jobs.delivered(tag) {
+                break;
+            }
+        }
+    }
+}
+
+/// The jobs of a seekable prefetch's worker `w`: its own share of the stage, the global items
+/// `base + w + k·N` ([`Split`]), each computed by the worker itself; the next `lookahead` of
+/// them computed ahead and announced to the source ([`Source::lookahead`]).
+pub(super) struct OwnShare<St, Src> {
     pub(super) stage: St,
     pub(super) source: Arc<Src>,
-    pub(super) transform: Transform<Src::Batch, T>,
-    pub(super) retry: RetryPolicy,
+    pub(super) counters: Arc<Counters>,
     /// Batches announced ahead, and the loader's lookahead session.
     pub(super) lookahead: u64,
     pub(super) session: u64,
@@ -33,180 +217,62 @@ pub(super) struct WorkerJob<St, Src: Source, T> {
     pub(super) ahead: VecDeque<(u64, IndexBatch)>,
     pub(super) split: Split,
     pub(super) w: u64,
+    /// The next item to deliver (the lookahead counts from it).
     pub(super) k: u64,
-    pub(super) tx: Sender<WorkerItem<T>>,
-    pub(super) exit: oneshot::Sender<()>,
-    pub(super) counters: Arc<Counters>,
-    pub(super) gathers_in_flight: usize,
+    /// The next item to hand out; `None` past item `u64::MAX`.
+    pub(super) issue: Option<u64>,
 }
 
-impl<St, Src, T> WorkerJob<St, Src, T>
+impl<St, Src> Jobs for OwnShare<St, Src>
 where
     St: Stage<Item = IndexBatch>,
     Src: Source,
-    T: Send + 'static,
 {
-    pub(super) fn run(mut self) {
-        if self.gathers_in_flight > 1 {
-            self.run_async();
-        } else {
-            self.run_blocking();
+    fn poll_job(&mut self, _: &mut Context<'_>) -> Poll<Option<Job>> {
+        let Some(issue) = self.issue else {
+            return Poll::Ready(None);
+        };
+        if self.split.count(self.w).is_some_and(|c| issue >= c) {
+            return Poll::Ready(None);
         }
-        let Self {
-            stage,
-            source,
-            transform,
-            tx,
-            exit,
-            ..
-        } = self;
-        // Release the source before announcing the exit: after `shutdown` resolves, the worker
-        // holds nothing.
-        drop((stage, source, transform, tx));
-        drop(exit);
+        let Some(g) = self.split.global(self.w, issue) else {
+            return Poll::Ready(None);
+        };
+        let pos = self.split.position(g);
+        self.announce();
+        self.issue = issue.checked_add(1);
+        Poll::Ready(Some((issue, pos, None)))
     }
 
-    fn run_blocking(&mut self) {
-        loop {
-            if self.tx.is_closed() || self.split.count(self.w).is_some_and(|c| self.k >= c) {
-                break;
-            }
-            let Some(g) = self.split.global(self.w, self.k) else {
-                break;
-            };
-            let pos = self.split.position(g);
-            let span = tracing::trace_span!(
-                "zrecord.batch",
-                worker = self.w,
-                epoch = pos.epoch,
-                position = pos.position
-            );
-            let _entered = span.enter();
-            self.announce();
-            let result = self.produce_with_retries(pos);
-            if !self.deliver(result) {
-                break;
-            }
-        }
+    /// The lookahead's batch if computed there, else computed now.
+    fn compute(&mut self, k: u64, pos: Position) -> Result<IndexBatch> {
+        let start = std::time::Instant::now();
+        let computed = match self.ahead.iter().find(|(a, _)| *a == k) {
+            Some((_, b)) => Ok(b.clone()),
+            None => self.stage.get(pos.epoch, pos.position),
+        };
+        self.counters.index_time(start);
+        computed
     }
 
-    /// Pushes the item of batch `k` and moves on to the next; false if the worker is done (the
-    /// stream was dropped, or past item `u64::MAX`, where there is no global position: the
-    /// merge then reports the worker as exited rather than seeing the last item twice).
-    fn deliver(&mut self, result: Result<LoaderBatch<T>>) -> bool {
-        if let Ok(b) = &result {
-            self.counters.produced(b.batch.samples.len());
-        }
-        let item = WorkerItem { k: self.k, result };
-        let pushed = std::time::Instant::now();
-        if self.tx.push(item).is_err() {
-            return false;
-        }
-        self.counters.blocked(pushed);
-        match self.k.checked_add(1) {
-            Some(k) => {
-                self.k = k;
+    /// Moves on past item `k`; false past item `u64::MAX`, where there is no global position
+    /// (the merge then reports the worker as exited rather than seeing the last item twice).
+    fn delivered(&mut self, k: u64) -> bool {
+        match k.checked_add(1) {
+            Some(next) => {
+                self.k = next;
                 true
             }
             None => false,
         }
     }
+}
 
-    /// The worker with up to `gathers_in_flight` gathers started ahead ([`Source::gather_async`]),
-    /// their results taken in order ([`Window`]): the same items as
-    /// [`WorkerJob::run_blocking`], each retried in its place (a failed index computation as
-    /// well as a failed gather), a panic reported as the batch's error. A dropped stream ends the
-    /// worker at once, dropping the futures in flight, even those that would never finish.
-    fn run_async(&mut self) {
-        let mut window = Window::new(
-            Arc::clone(&self.source),
-            Arc::clone(&self.counters),
-            self.retry,
-            self.gathers_in_flight,
-            self.name(),
-        );
-        let mut issue = self.k;
-        loop {
-            if self.tx.is_closed() {
-                break;
-            }
-            self.announce();
-            while !window.is_full() {
-                if self.split.count(self.w).is_some_and(|c| issue >= c) {
-                    break;
-                }
-                let Some(g) = self.split.global(self.w, issue) else {
-                    break;
-                };
-                let pos = self.split.position(g);
-                window.push(issue, pos, None, &mut |k, pos| {
-                    compute(&mut self.stage, &self.ahead, &self.counters, k, pos)
-                });
-                let Some(next) = issue.checked_add(1) else {
-                    break;
-                };
-                issue = next;
-            }
-            if window.is_empty() || !window.poll_head(&self.tx, &mut |_, _| {}) {
-                break;
-            }
-            let finished = window.finish_head(&self.tx, &self.transform, &mut |k, pos| {
-                compute(&mut self.stage, &self.ahead, &self.counters, k, pos)
-            });
-            let Some((_, result)) = finished else {
-                break;
-            };
-            if !self.deliver(result) {
-                break;
-            }
-        }
-    }
-
-    fn name(&self) -> WorkerName {
-        WorkerName {
-            what: "prefetch worker",
-            w: self.w,
-        }
-    }
-
-    /// Produces the item at `pos`, trying a failed gather or transform again as the retry
-    /// policy allows, sleeping on this thread between tries (a dropped stream cuts the sleep
-    /// short and returns the error at once). A panic, and an error another try cannot help
-    /// (`Error::is_permanent`), are not retried.
-    fn produce_with_retries(&mut self, pos: Position) -> Result<LoaderBatch<T>> {
-        retry_blocking(
-            self.retry,
-            self,
-            |this, _| match catch_unwind(AssertUnwindSafe(|| this.produce(pos))) {
-                Ok(Ok(batch)) => Ok(batch),
-                Ok(Err(e)) => {
-                    this.counters.failed_attempt();
-                    // Another try cannot help (or was made below): the error, at once.
-                    match e.is_permanent() {
-                        true => Err(Failure::Final(e)),
-                        false => Err(Failure::Retry(e)),
-                    }
-                }
-                Err(panic) => Err(Failure::Final(panicked(this.name(), pos, panic.as_ref()))),
-            },
-            |this, error, tries, backoff| this.wait_to_retry(pos, tries, error, backoff),
-        )
-    }
-
-    /// Waits `backoff` before another try of the batch at `pos`; false if the stream was dropped
-    /// meanwhile.
-    fn wait_to_retry(&self, pos: Position, tries: u32, error: &Error, backoff: Duration) -> bool {
-        wait_to_retry(
-            &self.tx,
-            &self.counters,
-            self.name(),
-            pos,
-            tries,
-            error,
-            backoff,
-        )
-    }
-
+impl<St, Src> OwnShare<St, Src>
+where
+    St: Stage<Item = IndexBatch>,
+    Src: Source,
+{
     /// Computes this worker's batches after the current one, up to `lookahead` of them, and
     /// announces those not announced yet to the source.
     fn announce(&mut self) {
@@ -246,50 +312,6 @@ where
             next = after;
         }
     }
-
-    fn produce(&mut self, pos: Position) -> Result<LoaderBatch<T>> {
-        let computed = self
-            .ahead
-            .front()
-            .filter(|(k, _)| *k == self.k)
-            .map(|(_, b)| b.clone());
-        let batch = match computed {
-            Some(b) => b,
-            None => {
-                let start = std::time::Instant::now();
-                let b = self.stage.get(pos.epoch, pos.position)?;
-                self.counters.index_time(start);
-                b
-            }
-        };
-        let indices = batch.indices();
-        let gathered = {
-            let _span = tracing::trace_span!("zrecord.gather", records = indices.len()).entered();
-            let _in_flight = self.counters.gather_started(indices.len());
-            self.source.gather(&indices)?
-        };
-        let start = std::time::Instant::now();
-        let data = (self.transform)(gathered, &batch)?;
-        self.counters.transform_time(start);
-        Ok(LoaderBatch { data, batch })
-    }
-}
-
-/// The index batch of a worker's item `k` at `pos`: the lookahead's if computed there.
-fn compute<St: Stage<Item = IndexBatch>>(
-    stage: &mut St,
-    ahead: &VecDeque<(u64, IndexBatch)>,
-    counters: &Counters,
-    k: u64,
-    pos: Position,
-) -> Result<IndexBatch> {
-    let start = std::time::Instant::now();
-    let computed = match ahead.iter().find(|(a, _)| *a == k) {
-        Some((_, b)) => Ok(b.clone()),
-        None => stage.get(pos.epoch, pos.position),
-    };
-    counters.index_time(start);
-    computed
 }
 
 /// Waits until every worker whose exit end is in `exits` has dropped its end (on exit).

@@ -1,82 +1,45 @@
-//! [`BatchStream`]: consecutive samples of each epoch grouped into [`IndexBatch`]es.
+//! The stream form of [`Batcher`]: consecutive samples of each epoch of a [`Checkpoint`] stream
+//! grouped into [`IndexBatch`]es.
 
-use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use futures::stream::{FusedStream, Stream};
 use serde::{Deserialize, Serialize};
 
-use super::super::batch::{span, BatchConfig, IndexBatch};
+use super::super::checkpoint::Checkpoint;
+use super::super::group::{GroupStart, Grouper};
 use super::super::stage::Sample;
-use super::group::{GroupStart, Grouper};
-use super::Checkpoint;
-use crate::{Error, Result};
+use super::{size, span, BatchConfig, Batcher, IndexBatch};
+use crate::Result;
 
-/// The stream of [`super::CheckpointExt::batch`]: batches of `batch_size` consecutive items of
-/// one epoch (a change of [`Sample::epoch`] ends an epoch). The last batch of an epoch holds
-/// the remainder or, with `drop_last`, is dropped. A batch's [`IndexBatch::position`] is its
-/// place in its epoch, so over a cursor of a stage it equals the seekable
-/// [`super::super::Batcher`].
-///
-/// Which items form batch `p` and whether a short last batch is kept is decided by the seekable
-/// batcher's own arithmetic (the crate's `batch::span`), given the end of the group pulled, so
-/// the two forms cannot drift.
-///
-/// To see that an epoch ended, the stream pulls the first item of the next one; the checkpoint
-/// holds that item (a [`GroupStart::pending`] sample), so nothing is lost or pulled twice.
-#[must_use = "streams do nothing unless polled"]
-pub struct BatchStream<S: Checkpoint> {
-    grouper: Grouper<S>,
-    config: BatchConfig,
-}
-
-/// The checkpoint of a [`BatchStream`]: where the next batch starts.
+/// The checkpoint of a [`Batcher`] over a stream: where the next batch starts
+/// (`BatchStreamState` before #31; the same JSON).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BatchStreamState<St> {
+pub struct BatchState<St> {
     /// The start of the next batch.
     pub next: GroupStart<St>,
 }
 
-impl<S> BatchStream<S>
+impl<S> Batcher<S, S::State>
 where
     S: Checkpoint<Item = Result<Sample>> + Unpin,
 {
-    /// Batches `input`.
+    /// Batches the stream `input` (`CheckpointExt::batch`).
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] if `batch_size` is 0 or does not fit `usize`.
-    pub fn new(input: S, config: BatchConfig) -> Result<Self> {
-        let size = usize::try_from(config.batch_size)
-            .ok()
-            .filter(|&b| b > 0)
-            .ok_or_else(|| Error::InvalidConfig {
-                reason: format!(
-                    "batch: batch_size must be at least 1 and fit in memory, got {}",
-                    config.batch_size
-                ),
-            })?;
+    /// [`crate::Error::InvalidConfig`] if `batch_size` is 0 or does not fit `usize`.
+    pub(crate) fn over_stream(input: S, config: BatchConfig) -> Result<Self> {
+        let size = size(&config)?;
         Ok(Self {
-            grouper: Grouper::new(input, size),
+            upstream: input,
             config,
+            grouper: Box::new(Grouper::new(size)),
         })
     }
-
-    /// The input stream.
-    pub fn get_ref(&self) -> &S {
-        self.grouper.input()
-    }
 }
 
-impl<S: Checkpoint + fmt::Debug> fmt::Debug for BatchStream<S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BatchStream")
-            .field("config", &self.config)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<S> Stream for BatchStream<S>
+impl<S> Stream for Batcher<S, S::State>
 where
     S: Checkpoint<Item = Result<Sample>> + Unpin,
 {
@@ -85,7 +48,7 @@ where
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<IndexBatch>>> {
         let this = self.get_mut();
         loop {
-            let group = match this.grouper.poll_group(cx) {
+            let group = match this.grouper.poll_group(&mut this.upstream, cx) {
                 Poll::Ready(Some(Ok(group))) => group,
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(None) => return Poll::Ready(None),
@@ -115,7 +78,7 @@ where
     }
 }
 
-impl<S> FusedStream for BatchStream<S>
+impl<S> FusedStream for Batcher<S, S::State>
 where
     S: Checkpoint<Item = Result<Sample>> + Unpin,
 {
@@ -124,34 +87,32 @@ where
     }
 }
 
-impl<S> Checkpoint for BatchStream<S>
+impl<S> Checkpoint for Batcher<S, S::State>
 where
     S: Checkpoint<Item = Result<Sample>> + Unpin,
 {
-    type State = BatchStreamState<S::State>;
+    type State = BatchState<S::State>;
 
     fn checkpoint(&self) -> Self::State {
-        BatchStreamState {
-            next: self.grouper.start(),
+        BatchState {
+            next: self.grouper.start(&self.upstream),
         }
     }
 
     fn restore(&mut self, state: Self::State) -> Result<()> {
-        self.grouper.restore(state.next)
+        self.grouper.restore(&mut self.upstream, state.next)
     }
 }
-
-// Nothing in a `BatchStream` is structurally pinned.
-impl<S: Checkpoint + Unpin> Unpin for BatchStream<S> {}
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-    use super::super::testing::{every_split, sampler};
-    use super::super::CheckpointExt;
+    use super::super::super::checkpoint::testing::{every_split, sampler};
+    use super::super::super::checkpoint_ext::CheckpointExt;
     use super::*;
     use crate::pipeline::{Stage, StageExt};
+    use crate::Error;
 
     #[test]
     fn equals_the_seekable_batch_and_resumes_everywhere() {

@@ -1,90 +1,84 @@
-//! [`BucketStream`]: length bucketing over a stream of samples.
+//! The stream form of [`Bucket`]: length bucketing over a [`Checkpoint`] stream of samples, by
+//! pulling each buffer from the input and ordering it as the seekable form does.
 
-use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use futures::stream::{FusedStream, Stream};
 use serde::{Deserialize, Serialize};
 
-use super::super::bucket::{order, sizes, BucketConfig, BucketKey};
+use super::super::checkpoint::Checkpoint;
+use super::super::group::{GroupStart, Grouper};
 use super::super::stage::Sample;
-use super::group::{GroupStart, Grouper};
-use super::Checkpoint;
+use super::{order, sizes, Bucket, BucketConfig, BucketKey};
 use crate::{Error, Result};
 
-/// The stream of [`super::CheckpointExt::bucket`]: buffers of `buffer_size` consecutive items
-/// of one epoch, each sorted by `(key, seeded tie-breaker)`, cut into packs of `pack_size`, the
-/// packs and the items within each pack shuffled, then served — the seekable
-/// [`super::super::Bucket`]'s order, which it equals over a cursor of the same stage.
-///
-/// # Checkpoint
-///
-/// The state is where the current buffer starts (the input's state then) and how many of its
-/// items were served. A restore goes back to the buffer's start, and the next poll pulls the
-/// whole buffer from the input again, sorts it, and skips the items already served: at most
-/// `buffer_size` items are pulled twice.
-///
-/// An `Err` from the input or the key is returned at once. The checkpoint then stays at the
-/// start of the buffer, so a restore tries the buffer (and the error) again.
-#[must_use = "streams do nothing unless polled"]
-pub struct BucketStream<S: Checkpoint> {
-    grouper: Grouper<S>,
-    config: BucketConfig,
-    key: BucketKey,
-    pack_size: usize,
-    /// The buffer being served: its start, its items in order, the number served.
-    serving: Option<(GroupStart<S::State>, Vec<Sample>, usize)>,
-    /// Items of the next buffer already served before a restore.
-    skip: u64,
-    /// The start of the buffer a key error interrupted.
-    failed: Option<GroupStart<S::State>>,
-}
-
-/// The checkpoint of a [`BucketStream`].
+/// The checkpoint of a [`Bucket`] over a stream (`BucketStreamState` before #31; the same
+/// JSON).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BucketStreamState<St> {
+pub struct BucketState<St> {
     /// Where the current buffer starts.
     pub start: GroupStart<St>,
     /// Items of that buffer served.
     pub served: u64,
 }
 
-impl<S> BucketStream<S>
-where
-    S: Checkpoint<Item = Result<Sample>> + Unpin,
-{
-    /// Buckets `input` by `key`.
-    ///
-    /// # Errors
-    /// [`Error::InvalidConfig`] if `buffer_size` or `pack_size` is 0 or does not fit `usize`.
-    pub fn new(input: S, config: BucketConfig, key: BucketKey) -> Result<Self> {
-        let (buffer_size, pack_size) = sizes(&config)?;
-        Ok(Self {
-            grouper: Grouper::new(input, buffer_size),
-            config,
-            key,
-            pack_size,
+/// What the stream form of a [`Bucket`] holds besides its input: the grouper that pulls its
+/// buffers, the buffer being served, and where a restored or failed buffer starts.
+#[derive(Debug, Clone)]
+pub(super) struct Serving<St> {
+    grouper: Grouper<St>,
+    /// The buffer being served: its start, its items in order, the number served.
+    serving: Option<(GroupStart<St>, Vec<Sample>, usize)>,
+    /// Items of the next buffer already served before a restore.
+    skip: u64,
+    /// The start of the buffer a key error interrupted.
+    failed: Option<GroupStart<St>>,
+}
+
+impl<St: Clone> Serving<St> {
+    pub(super) fn new(buffer_size: usize) -> Self {
+        Self {
+            grouper: Grouper::new(buffer_size),
             serving: None,
             skip: 0,
             failed: None,
-        })
+        }
     }
+}
 
-    /// The input stream.
-    pub fn get_ref(&self) -> &S {
-        self.grouper.input()
+impl<S> Bucket<S, S::State>
+where
+    S: Checkpoint<Item = Result<Sample>> + Unpin,
+{
+    /// Buckets the stream `input` by `key` (`CheckpointExt::bucket`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] if `buffer_size` or `pack_size` is 0 or does not fit `usize`.
+    pub(crate) fn over_stream(input: S, config: BucketConfig, key: BucketKey) -> Result<Self> {
+        let (buffer_size, pack_size) = sizes(&config)?;
+        Ok(Self {
+            upstream: input,
+            config,
+            key,
+            buffer_size,
+            pack_size,
+            cache: None,
+            shared: Default::default(),
+            stream: Box::new(Serving::new(buffer_size)),
+        })
     }
 
     /// Pulls and orders the next buffer; `Ready(Some(Ok(())))` once `serving` holds one.
     fn poll_buffer(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<()>>> {
-        let group = match self.grouper.poll_group(cx) {
+        let stream = &mut *self.stream;
+        let group = match stream.grouper.poll_group(&mut self.upstream, cx) {
             Poll::Ready(Some(Ok(group))) => group,
             Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
             Poll::Ready(None) => return Poll::Ready(None),
             Poll::Pending => return Poll::Pending,
         };
-        self.failed = None;
+        stream.failed = None;
         let Some(first) = group.items.first() else {
             return Poll::Ready(Some(Ok(())));
         };
@@ -95,7 +89,7 @@ where
         let indices: Vec<u64> = samples.iter().map(|s| s.index).collect();
         let mut keys = Vec::with_capacity(indices.len());
         if let Err(e) = self.key.keys(&indices, &mut keys) {
-            self.failed = Some(group.start);
+            stream.failed = Some(group.start);
             return Poll::Ready(Some(Err(e)));
         }
         // A group's items are consecutive items of its epoch, from `first.ordinal`.
@@ -108,7 +102,7 @@ where
             epoch,
             buffer,
         );
-        let skip = std::mem::take(&mut self.skip);
+        let skip = std::mem::take(&mut stream.skip);
         let served = usize::try_from(skip)
             .ok()
             .filter(|&s| s <= items.len())
@@ -123,27 +117,18 @@ where
             });
         match served {
             Ok(served) => {
-                self.serving = Some((group.start, items, served));
+                stream.serving = Some((group.start, items, served));
                 Poll::Ready(Some(Ok(())))
             }
             Err(e) => {
-                self.failed = Some(group.start);
+                stream.failed = Some(group.start);
                 Poll::Ready(Some(Err(e)))
             }
         }
     }
 }
 
-impl<S: Checkpoint + fmt::Debug> fmt::Debug for BucketStream<S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BucketStream")
-            .field("config", &self.config)
-            .field("key", &self.key)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<S> Stream for BucketStream<S>
+impl<S> Stream for Bucket<S, S::State>
 where
     S: Checkpoint<Item = Result<Sample>> + Unpin,
 {
@@ -152,15 +137,15 @@ where
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Sample>>> {
         let this = self.get_mut();
         loop {
-            if let Some((_, items, served)) = &mut this.serving {
+            if let Some((_, items, served)) = &mut this.stream.serving {
                 if let Some(&sample) = items.get(*served) {
                     *served += 1;
                     if *served >= items.len() {
-                        this.serving = None;
+                        this.stream.serving = None;
                     }
                     return Poll::Ready(Some(Ok(sample)));
                 }
-                this.serving = None;
+                this.stream.serving = None;
             }
             match this.poll_buffer(cx) {
                 Poll::Ready(Some(Ok(()))) => {}
@@ -172,50 +157,49 @@ where
     }
 }
 
-impl<S> FusedStream for BucketStream<S>
+impl<S> FusedStream for Bucket<S, S::State>
 where
     S: Checkpoint<Item = Result<Sample>> + Unpin,
 {
     fn is_terminated(&self) -> bool {
-        self.serving.is_none() && self.grouper.is_terminated()
+        self.stream.serving.is_none() && self.stream.grouper.is_terminated()
     }
 }
 
-impl<S> Checkpoint for BucketStream<S>
+impl<S> Checkpoint for Bucket<S, S::State>
 where
     S: Checkpoint<Item = Result<Sample>> + Unpin,
 {
-    type State = BucketStreamState<S::State>;
+    type State = BucketState<S::State>;
 
     fn checkpoint(&self) -> Self::State {
-        if let Some((start, _, served)) = &self.serving {
-            return BucketStreamState {
+        let stream = &self.stream;
+        if let Some((start, _, served)) = &stream.serving {
+            return BucketState {
                 start: start.clone(),
                 served: *served as u64,
             };
         }
-        if let Some(start) = &self.failed {
-            return BucketStreamState {
+        if let Some(start) = &stream.failed {
+            return BucketState {
                 start: start.clone(),
                 served: 0,
             };
         }
-        BucketStreamState {
-            start: self.grouper.start(),
-            served: self.skip,
+        BucketState {
+            start: stream.grouper.start(&self.upstream),
+            served: stream.skip,
         }
     }
 
     fn restore(&mut self, state: Self::State) -> Result<()> {
-        self.serving = None;
-        self.failed = None;
-        self.skip = state.served;
-        self.grouper.restore(state.start)
+        let stream = &mut *self.stream;
+        stream.serving = None;
+        stream.failed = None;
+        stream.skip = state.served;
+        stream.grouper.restore(&mut self.upstream, state.start)
     }
 }
-
-// Nothing in a `BucketStream` is structurally pinned.
-impl<S: Checkpoint + Unpin> Unpin for BucketStream<S> {}
 
 #[cfg(test)]
 mod tests {
@@ -224,8 +208,8 @@ mod tests {
     use futures::executor::block_on;
     use futures::StreamExt;
 
-    use super::super::testing::{every_split, sampler};
-    use super::super::CheckpointExt;
+    use super::super::super::checkpoint::testing::{every_split, sampler};
+    use super::super::super::checkpoint_ext::CheckpointExt;
     use super::*;
     use crate::pipeline::{Stage, StageExt};
 

@@ -3,11 +3,20 @@
 //! Batches never straddle epochs: the last batch of an epoch holds the remainder
 //! (`epoch_len mod batch_size` items) or, with `drop_last`, is dropped. Gathering the records of a
 //! batch is the prefetch stage's work; a batch here is only indices.
+//!
+//! Seekable over a seekable stage, a checkpointable stream over a stream (`stream.rs`).
+
+mod stream;
+
+use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use super::group::Grouper;
 use super::stage::{Sample, Stage};
 use crate::{Error, Result};
+
+pub use stream::BatchState;
 
 /// Configuration of a [`Batcher`].
 ///
@@ -101,8 +110,7 @@ pub(crate) fn batch_count(config: &BatchConfig, epoch_len: u64) -> u64 {
 /// drops).
 ///
 /// This is the one place batch boundaries, `drop_last` and the epoch's end are decided: the
-/// seekable [`Batcher`] calls it with the upstream epoch length, the stream form
-/// ([`super::stream::BatchStream`]) with the end of the group it pulled — the epoch's length
+/// seekable [`Batcher`] calls it with the upstream epoch length, the stream form with the end of the group it pulled — the epoch's length
 /// when the group is short (the epoch ended), and a lower bound of it when the group is full,
 /// which yields the same full batch.
 pub(crate) fn span(config: &BatchConfig, position: u64, epoch_len: u64) -> Option<(u64, u64)> {
@@ -117,11 +125,79 @@ pub(crate) fn span(config: &BatchConfig, position: u64, epoch_len: u64) -> Optio
 }
 
 /// The batch stage: groups each epoch's items into [`IndexBatch`]es (`.batch()` in
-/// [`super::StageExt`]; [`crate::Batch`] is a batch of records)
-#[derive(Debug, Clone)]
-pub struct Batcher<S> {
+/// [`super::StageExt`] and [`super::CheckpointExt`]; [`crate::Batch`] is a batch of records).
+///
+/// # Seekable or stream
+///
+/// Like every stage of the chain, `Batcher` is what its input is. Over a seekable [`Stage`]
+/// ([`Batcher::new`], `StageExt::batch`) it is a seekable stage. Over a
+/// [`super::Checkpoint`] stream (`CheckpointExt::batch`) it is a checkpointable stream of the
+/// same batches: `batch_size` consecutive items of one epoch (a change of [`Sample::epoch`]
+/// ends an epoch), the last batch of an epoch holding the remainder or, with `drop_last`,
+/// dropped; a batch's [`IndexBatch::position`] is its place in its epoch. Which items form a
+/// batch is decided by the same arithmetic for both forms, so over a cursor of a stage the
+/// stream form yields exactly what the seekable form yields. `St` is then the input's
+/// [`super::Checkpoint::State`] (kept for where the batch being filled started); it is `()` for
+/// the seekable form.
+///
+/// To see that an epoch ended, the stream form pulls the first item of the next one; its
+/// checkpoint ([`BatchState`]) holds that item (a [`super::GroupStart::pending`] sample), so
+/// nothing is lost or pulled twice.
+#[derive(Clone)]
+pub struct Batcher<S, St = ()> {
     upstream: S,
     config: BatchConfig,
+    /// Over a stream: the batch being pulled and where it started (unused when seeking, and
+    /// boxed so the seekable form stays small: every prefetch worker clones it).
+    grouper: Box<Grouper<St>>,
+}
+
+// Nothing in a `Batcher` is structurally pinned (over a stream, the input's state it keeps need
+// not be `Unpin`).
+impl<S: Unpin, St> Unpin for Batcher<S, St> {}
+
+impl<S: fmt::Debug, St> fmt::Debug for Batcher<S, St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Batcher")
+            .field("upstream", &self.upstream)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, St> Batcher<S, St> {
+    /// The configuration.
+    pub fn config(&self) -> &BatchConfig {
+        &self.config
+    }
+
+    /// The upstream stage or stream.
+    pub fn upstream(&self) -> &S {
+        &self.upstream
+    }
+
+    /// The input stream: the name of [`Batcher::upstream`] in `BatchStream`, kept for one
+    /// release.
+    #[deprecated(note = "use `upstream()`; `BatchStream` is `Batcher` now, see CHANGELOG.md")]
+    pub fn get_ref(&self) -> &S {
+        &self.upstream
+    }
+}
+
+/// The batch size of `config` as `usize`.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] if it is 0 or does not fit `usize`.
+fn size(config: &BatchConfig) -> Result<usize> {
+    usize::try_from(config.batch_size)
+        .ok()
+        .filter(|&b| b > 0)
+        .ok_or_else(|| Error::InvalidConfig {
+            reason: format!(
+                "batch: batch_size must be at least 1 and fit in memory, got {}",
+                config.batch_size
+            ),
+        })
 }
 
 impl<S: Stage<Item = Sample>> Batcher<S> {
@@ -130,20 +206,12 @@ impl<S: Stage<Item = Sample>> Batcher<S> {
     /// # Errors
     /// [`Error::InvalidConfig`] if `batch_size` is 0.
     pub fn new(upstream: S, config: BatchConfig) -> Result<Self> {
-        if config.batch_size == 0 || usize::try_from(config.batch_size).is_err() {
-            return Err(Error::InvalidConfig {
-                reason: format!(
-                    "batch: batch_size must be at least 1 and fit in memory, got {}",
-                    config.batch_size
-                ),
-            });
-        }
-        Ok(Self { upstream, config })
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &BatchConfig {
-        &self.config
+        let size = size(&config)?;
+        Ok(Self {
+            upstream,
+            config,
+            grouper: Box::new(Grouper::new(size)),
+        })
     }
 }
 

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Counts the items of the current epoch of a stream of [`super::super::Sample`]s: an item
+/// Counts the items of the current epoch of a stream of [`super::Sample`]s: an item
 /// whose epoch differs from the previous item's starts a new count at 0.
 ///
 /// Over a cursor of a seekable stage the count of an item is its position in the epoch, so

@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 
 use futures::stream::{FusedStream, Stream};
 
-use super::Checkpoint;
+use super::checkpoint::Checkpoint;
 use crate::Result;
 
 /// The stream of [`super::CheckpointExt::map_items`]: `f` applied to every `Ok` item, `Err`
@@ -91,8 +91,8 @@ where
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-    use super::super::testing::{every_split, sampler};
-    use super::super::CheckpointExt;
+    use super::super::checkpoint::testing::{every_split, sampler};
+    use super::super::checkpoint_ext::CheckpointExt;
     use crate::pipeline::Stage;
 
     #[test]

@@ -1,4 +1,7 @@
-//! Length bucketing: d9d's `BufferSortedDataset` as a stage.
+//! Length bucketing: d9d's `BufferSortedDataset` as a stage: seekable over a seekable stage, a
+//! checkpointable stream over a stream (`stream.rs`).
+
+mod stream;
 
 use std::fmt;
 use std::sync::Arc;
@@ -9,6 +12,9 @@ use super::source::Source;
 use super::stage::{Sample, Stage};
 use crate::hash::{fold, hash, mix, reduce, HASH_START};
 use crate::{Error, Result};
+
+pub use stream::BucketState;
+use stream::Serving;
 
 /// The sort key of a record index (usually its length), with a name that goes into the
 /// configuration description (and so into checkpoints: a resume with a differently named key is
@@ -179,8 +185,25 @@ impl Default for BucketConfig {
 ///
 /// Batches cut from a bucketed stage with `batch_size == pack_size` (and `buffer_size` a
 /// multiple of `pack_size`) are exactly the packs: items of similar length, so little padding.
+///
+/// # Seekable or stream
+///
+/// Like every stage of the chain, `Bucket` is what its input is. Over a seekable [`Stage`]
+/// ([`Bucket::new`], `StageExt::bucket`) it is a seekable stage, as above. Over a
+/// [`super::Checkpoint`] stream (`CheckpointExt::bucket`) it is a checkpointable stream serving
+/// the same order: its buffers are `buffer_size` consecutive items of one epoch (counted from 0
+/// at each change of [`Sample::epoch`]), so over a cursor of a stage it yields exactly what the
+/// seekable form yields. `St` is then the input's [`super::Checkpoint::State`] (the bucket keeps
+/// the state where the buffer being served started); it is `()` for the seekable form.
+///
+/// The stream form's checkpoint ([`BucketState`]) is where the current buffer starts (the
+/// input's state then) and how many of its items were served. A restore goes back to the
+/// buffer's start, and the next poll pulls the whole buffer from the input again, sorts it, and
+/// skips the items already served: at most `buffer_size` items are pulled twice. An `Err` from
+/// the input or the key is returned at once; the checkpoint then stays at the start of the
+/// buffer, so a restore tries the buffer (and the error) again.
 #[derive(Clone)]
-pub struct Bucket<S> {
+pub struct Bucket<S, St = ()> {
     upstream: S,
     config: BucketConfig,
     key: BucketKey,
@@ -192,6 +215,9 @@ pub struct Bucket<S> {
     /// neighbouring batches come from the same buffer): each is built once, by whichever clone
     /// asks first, while the others wait for it.
     shared: Arc<SharedBuffers>,
+    /// Over a stream: the buffer being served and where it started (unused when seeking, and
+    /// boxed so the seekable form stays small: every prefetch worker clones it).
+    stream: Box<Serving<St>>,
 }
 
 /// The buffers recently built by the clones of one [`Bucket`], the newest last.
@@ -226,7 +252,11 @@ impl SharedBuffers {
     }
 }
 
-impl<S: fmt::Debug> fmt::Debug for Bucket<S> {
+// Nothing in a `Bucket` is structurally pinned (over a stream, the input's state it keeps need
+// not be `Unpin`).
+impl<S: Unpin, St> Unpin for Bucket<S, St> {}
+
+impl<S: fmt::Debug, St> fmt::Debug for Bucket<S, St> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Bucket")
             .field("upstream", &self.upstream)
@@ -237,6 +267,25 @@ impl<S: fmt::Debug> fmt::Debug for Bucket<S> {
                 &self.cache.as_ref().map(|(e, b, _)| (e, b)),
             )
             .finish_non_exhaustive()
+    }
+}
+
+impl<S, St> Bucket<S, St> {
+    /// The configuration.
+    pub fn config(&self) -> &BucketConfig {
+        &self.config
+    }
+
+    /// The upstream stage or stream.
+    pub fn upstream(&self) -> &S {
+        &self.upstream
+    }
+
+    /// The input stream: the name of [`Bucket::upstream`] in `BucketStream`, kept for one
+    /// release.
+    #[deprecated(note = "use `upstream()`; `BucketStream` is `Bucket` now, see CHANGELOG.md")]
+    pub fn get_ref(&self) -> &S {
+        &self.upstream
     }
 }
 
@@ -255,12 +304,8 @@ impl<S: Stage<Item = Sample>> Bucket<S> {
             key,
             cache: None,
             shared: Arc::default(),
+            stream: Box::new(Serving::new(buffer_size)),
         })
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &BucketConfig {
-        &self.config
     }
 
     fn build(&mut self, epoch: u64, buffer: u64) -> Result<Vec<Sample>> {

@@ -1,57 +1,62 @@
-//! [`CheckpointExt`]: the adapters of the stream chain, for every [`Checkpoint`] stream.
+//! [`CheckpointExt`]: the chain's stages over every [`Checkpoint`] stream.
 
 use std::sync::Arc;
 
-use super::super::batch::{BatchConfig, IndexBatch};
-use super::super::bucket::{BucketConfig, BucketKey};
-use super::super::prefetch::{identity, PrefetchConfig, Transform};
-use super::super::shard::ShardConfig;
-use super::super::source::Source;
-use super::super::stage::Sample;
-use super::{
-    BatchStream, BucketStream, Checkpoint, FilterItems, MapItems, PrefetchStream, ShardStream,
-};
+use super::batch::{BatchConfig, Batcher, IndexBatch};
+use super::bucket::{Bucket, BucketConfig, BucketKey};
+use super::checkpoint::Checkpoint;
+use super::filter_items::FilterItems;
+use super::map_items::MapItems;
+use super::prefetch::{identity, PrefetchConfig, PrefetchStream, Transform};
+use super::shard::{Shard, ShardConfig};
+use super::source::Source;
+use super::stage::Sample;
 use crate::Result;
 
-/// The adapters of the stream chain: `stream.shard(..)?.bucket(..)?.batch(..)?.prefetch(..)?`
-/// over any [`Checkpoint`] stream, a user's own stage included. Each adapter is itself a
-/// [`Checkpoint`] stream whose state holds its input's.
+/// The chain's stages over any [`Checkpoint`] stream, a user's own stage included:
+/// `stream.shard(..)?.bucket(..)?.batch(..)?.prefetch(..)?`. [`Shard`], [`Bucket`] and
+/// [`Batcher`] are the stage types of the seekable chain ([`super::StageExt`]); over a stream
+/// each is itself a [`Checkpoint`] stream whose state holds its input's.
 ///
 /// The names do not clash with [`futures::StreamExt`]'s (`map_items`, not `map`), so both
 /// traits can be in scope.
 pub trait CheckpointExt: Checkpoint {
-    /// Keeps this rank's share of every epoch, interleaved; see [`ShardStream`].
+    /// Keeps this rank's share of every epoch, interleaved; see [`Shard`].
     ///
     /// # Errors
     /// [`crate::Error::InvalidConfig`] for an invalid configuration or a mode that needs the
     /// epoch's length (contiguous, `pad_to_equal`, `drop_remainder`).
-    fn shard(self, config: ShardConfig) -> Result<ShardStream<Self>>
+    fn shard(self, config: ShardConfig) -> Result<Shard<Self>>
     where
         Self: Checkpoint<Item = Result<Sample>> + Sized + Unpin,
     {
-        ShardStream::new(self, config)
+        Shard::over_stream(self, config)
     }
 
-    /// Length-buckets every epoch by `key`; see [`BucketStream`].
+    /// Length-buckets every epoch by `key`; see [`Bucket`].
     ///
     /// # Errors
     /// [`crate::Error::InvalidConfig`] for an invalid configuration.
-    fn bucket(self, config: BucketConfig, key: BucketKey) -> Result<BucketStream<Self>>
+    fn bucket(
+        self,
+        config: BucketConfig,
+        key: BucketKey,
+    ) -> Result<Bucket<Self, <Self as Checkpoint>::State>>
     where
         Self: Checkpoint<Item = Result<Sample>> + Sized + Unpin,
     {
-        BucketStream::new(self, config, key)
+        Bucket::over_stream(self, config, key)
     }
 
-    /// Groups every epoch into batches of indices; see [`BatchStream`].
+    /// Groups every epoch into batches of indices; see [`Batcher`].
     ///
     /// # Errors
     /// [`crate::Error::InvalidConfig`] for an invalid configuration.
-    fn batch(self, config: BatchConfig) -> Result<BatchStream<Self>>
+    fn batch(self, config: BatchConfig) -> Result<Batcher<Self, <Self as Checkpoint>::State>>
     where
         Self: Checkpoint<Item = Result<Sample>> + Sized + Unpin,
     {
-        BatchStream::new(self, config)
+        Batcher::over_stream(self, config)
     }
 
     /// Gathers every batch from `source` on worker threads, merged in order or best effort; see

@@ -1,81 +1,50 @@
-//! [`ShardStream`]: one rank's share of a stream of samples, interleaved.
+//! The stream form of [`Shard`]: one rank's share of a [`Checkpoint`] stream of samples,
+//! interleaved, by counting the items of each epoch.
 
-use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use futures::stream::{FusedStream, Stream};
 use serde::{Deserialize, Serialize};
 
-use super::super::shard::{Geometry, ShardConfig};
+use super::super::checkpoint::Checkpoint;
+use super::super::epoch_count::EpochCount;
 use super::super::stage::Sample;
-use super::count::EpochCount;
-use super::Checkpoint;
+use super::{Geometry, Shard, ShardConfig};
 use crate::Result;
 
-/// The stream of [`super::CheckpointExt::shard`]: of the items of every epoch (counted from 0
-/// at each change of [`Sample::epoch`]), shard `index` of `total` keeps those whose count is
-/// `index` modulo `total` — the interleaved mode of [`super::super::Shard`], which it equals
-/// over a cursor of the same stage. Which counts it keeps is decided by the seekable shard's
-/// own arithmetic (the crate's `shard::Geometry`, built without an epoch length), so the two
-/// forms cannot drift.
-///
-/// A stream has no known epoch length, so the modes that need one are refused:
-/// [`super::super::ShardMode::Contiguous`] (its block size is `ceil(L / total)`),
-/// `pad_to_equal` and `drop_remainder` (they need `ceil` and `floor` of `L / total` before the
-/// epoch's end); use the seekable [`super::super::Shard`] for them.
-#[must_use = "streams do nothing unless polled"]
-pub struct ShardStream<S> {
-    input: S,
-    config: ShardConfig,
-    geometry: Geometry,
-    count: EpochCount,
-}
-
-/// The checkpoint of a [`ShardStream`].
+/// The checkpoint of a [`Shard`] over a stream (`ShardStreamState` before #31; the same JSON).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ShardStreamState<St> {
+pub struct ShardState<St> {
     /// The input's state.
     pub input: St,
     /// The count of input items in the current epoch.
     pub count: EpochCount,
 }
 
-impl<S> ShardStream<S> {
-    /// Shards `input`.
+impl<S> Shard<S>
+where
+    S: Stream<Item = Result<Sample>> + Unpin,
+{
+    /// Shards the stream `input` (`CheckpointExt::shard`).
     ///
     /// # Errors
     /// [`crate::Error::InvalidConfig`] if `total` is 0 or `index >= total`, and for the modes
-    /// that need the epoch's length: [`super::super::ShardMode::Contiguous`], `pad_to_equal`,
+    /// that need the epoch's length: [`super::ShardMode::Contiguous`], `pad_to_equal`,
     /// `drop_remainder`.
-    pub fn new(input: S, config: ShardConfig) -> Result<Self> {
+    pub(crate) fn over_stream(input: S, config: ShardConfig) -> Result<Self> {
         let geometry = Geometry::new(&config, None)?;
         Ok(Self {
-            input,
+            upstream: input,
             config,
+            upstream_len: 0,
             geometry,
             count: EpochCount::default(),
         })
     }
-
-    /// The input stream.
-    pub fn get_ref(&self) -> &S {
-        &self.input
-    }
 }
 
-impl<S: fmt::Debug> fmt::Debug for ShardStream<S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ShardStream")
-            .field("input", &self.input)
-            .field("total", &self.config.total)
-            .field("index", &self.config.index)
-            .field("count", &self.count)
-            .finish()
-    }
-}
-
-impl<S> Stream for ShardStream<S>
+impl<S> Stream for Shard<S>
 where
     S: Stream<Item = Result<Sample>> + Unpin,
 {
@@ -84,7 +53,7 @@ where
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Sample>>> {
         let this = self.get_mut();
         loop {
-            match Pin::new(&mut this.input).poll_next(cx) {
+            match Pin::new(&mut this.upstream).poll_next(cx) {
                 Poll::Ready(Some(Ok(sample))) => {
                     let ordinal = this.count.next(sample.epoch);
                     if this.geometry.position_of(ordinal).is_some() {
@@ -97,34 +66,34 @@ where
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        (0, self.input.size_hint().1)
+        (0, self.upstream.size_hint().1)
     }
 }
 
-impl<S> FusedStream for ShardStream<S>
+impl<S> FusedStream for Shard<S>
 where
     S: FusedStream<Item = Result<Sample>> + Unpin,
 {
     fn is_terminated(&self) -> bool {
-        self.input.is_terminated()
+        self.upstream.is_terminated()
     }
 }
 
-impl<S> Checkpoint for ShardStream<S>
+impl<S> Checkpoint for Shard<S>
 where
     S: Checkpoint<Item = Result<Sample>> + Unpin,
 {
-    type State = ShardStreamState<S::State>;
+    type State = ShardState<S::State>;
 
     fn checkpoint(&self) -> Self::State {
-        ShardStreamState {
-            input: self.input.checkpoint(),
+        ShardState {
+            input: self.upstream.checkpoint(),
             count: self.count,
         }
     }
 
     fn restore(&mut self, state: Self::State) -> Result<()> {
-        self.input.restore(state.input)?;
+        self.upstream.restore(state.input)?;
         self.count = state.count;
         Ok(())
     }
@@ -134,10 +103,11 @@ where
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-    use super::super::testing::{all, every_split, sampler};
-    use super::super::CheckpointExt;
+    use super::super::super::checkpoint::testing::{all, every_split, sampler};
+    use super::super::super::checkpoint_ext::CheckpointExt;
+    use super::super::ShardMode;
     use super::*;
-    use crate::pipeline::{ShardMode, Stage, StageExt};
+    use crate::pipeline::{Stage, StageExt};
     use crate::Error;
 
     #[test]

@@ -13,12 +13,12 @@ use futures::stream::{FusedStream, Stream};
 use serde::{Deserialize, Serialize};
 
 use super::super::batch::IndexBatch;
-use super::super::prefetch::{
-    scan_best_effort, wait_exits, LoaderBatch, MergePolicy, OnError, PrefetchConfig, Transform,
-};
+use super::super::checkpoint::Checkpoint;
 use super::super::source::Source;
 use super::super::stats::{ConsumerCounters, Counters, LoaderStats};
-use super::Checkpoint;
+use super::{
+    scan_best_effort, wait_exits, LoaderBatch, MergePolicy, OnError, PrefetchConfig, Transform,
+};
 use crate::{Error, Result};
 
 mod worker;
@@ -67,7 +67,7 @@ struct InFlight<St> {
     state: St,
 }
 
-/// The stream of [`super::CheckpointExt::prefetch`].
+/// The stream of [`super::super::CheckpointExt::prefetch`].
 ///
 /// # Work split
 ///

@@ -7,9 +7,9 @@ use std::task::{Context, Poll};
 
 use serde::{Deserialize, Serialize};
 
-use super::super::stage::Sample;
-use super::count::EpochCount;
-use super::Checkpoint;
+use super::checkpoint::Checkpoint;
+use super::epoch_count::EpochCount;
+use super::stage::Sample;
 use crate::Result;
 
 /// A sample with its place in its epoch (see [`EpochCount`]).
@@ -35,35 +35,37 @@ pub struct GroupStart<St> {
 }
 
 /// A complete group: where it started and its items, all of one epoch, in input order.
+#[derive(Debug)]
 pub(crate) struct Group<St> {
     pub(crate) start: GroupStart<St>,
     pub(crate) items: Vec<Counted>,
 }
 
+#[derive(Debug, Clone)]
 struct Fill<St> {
     start: GroupStart<St>,
     items: Vec<Counted>,
 }
 
-/// Pulls groups of at most `size` consecutive items of one epoch from `input`. A group ends at
-/// `size` items, at the first item of another epoch (kept pending for the next group), or at
-/// the end of the input.
-pub(crate) struct Grouper<S: Checkpoint> {
-    input: S,
+/// Pulls groups of at most `size` consecutive items of one epoch from an input stream. A group
+/// ends at `size` items, at the first item of another epoch (kept pending for the next group),
+/// or at the end of the input.
+///
+/// The grouper holds the place, not the input: the stage that owns it (the stream form of
+/// [`super::Bucket`] or [`super::Batcher`]) passes its input to every call. `St` is the input's
+/// [`Checkpoint::State`], kept for the start of the group being filled.
+#[derive(Debug, Clone)]
+pub(crate) struct Grouper<St> {
     size: usize,
     pending: Option<Counted>,
     count: EpochCount,
-    fill: Option<Fill<S::State>>,
+    fill: Option<Fill<St>>,
     done: bool,
 }
 
-impl<S> Grouper<S>
-where
-    S: Checkpoint<Item = Result<Sample>> + Unpin,
-{
-    pub(crate) fn new(input: S, size: usize) -> Self {
+impl<St: Clone> Grouper<St> {
+    pub(crate) fn new(size: usize) -> Self {
         Self {
-            input,
             size: size.max(1),
             pending: None,
             count: EpochCount::default(),
@@ -72,16 +74,15 @@ where
         }
     }
 
-    pub(crate) fn input(&self) -> &S {
-        &self.input
-    }
-
     /// The start of the group being filled, or, between groups, where the next one starts.
-    pub(crate) fn start(&self) -> GroupStart<S::State> {
+    pub(crate) fn start<S>(&self, input: &S) -> GroupStart<St>
+    where
+        S: Checkpoint<State = St>,
+    {
         match &self.fill {
             Some(fill) => fill.start.clone(),
             None => GroupStart {
-                input: self.input.checkpoint(),
+                input: input.checkpoint(),
                 pending: self.pending,
                 count: self.count,
             },
@@ -89,10 +90,13 @@ where
     }
 
     /// Goes back to `start`, dropping the group being filled.
-    pub(crate) fn restore(&mut self, start: GroupStart<S::State>) -> Result<()> {
+    pub(crate) fn restore<S>(&mut self, input: &mut S, start: GroupStart<St>) -> Result<()>
+    where
+        S: Checkpoint<State = St>,
+    {
         self.fill = None;
         self.done = false;
-        self.input.restore(start.input)?;
+        input.restore(start.input)?;
         self.pending = start.pending;
         self.count = start.count;
         Ok(())
@@ -103,18 +107,22 @@ where
         self.done && self.pending.is_none() && self.fill.is_none()
     }
 
-    /// The next group. An `Err` from the input is returned at once; the group being filled
-    /// stays, and the next poll goes on filling it.
-    pub(crate) fn poll_group(
+    /// The next group of `input`. An `Err` from the input is returned at once; the group being
+    /// filled stays, and the next poll goes on filling it.
+    pub(crate) fn poll_group<S>(
         &mut self,
+        input: &mut S,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Group<S::State>>>> {
+    ) -> Poll<Option<Result<Group<St>>>>
+    where
+        S: Checkpoint<Item = Result<Sample>, State = St> + Unpin,
+    {
         loop {
             if self.fill.is_none() {
                 if self.done && self.pending.is_none() {
                     return Poll::Ready(None);
                 }
-                let start = self.start();
+                let start = self.start(input);
                 let mut items = Vec::with_capacity(self.size.min(1 << 16));
                 items.extend(self.pending.take());
                 self.fill = Some(Fill { start, items });
@@ -125,7 +133,7 @@ where
             if fill.items.len() >= self.size || self.done {
                 return Poll::Ready(self.take());
             }
-            match Pin::new(&mut self.input).poll_next(cx) {
+            match Pin::new(&mut *input).poll_next(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(None) => self.done = true,
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
@@ -149,7 +157,7 @@ where
     }
 
     /// The group being filled, if it holds anything.
-    fn take(&mut self) -> Option<Result<Group<S::State>>> {
+    fn take(&mut self) -> Option<Result<Group<St>>> {
         let fill = self.fill.take()?;
         if fill.items.is_empty() {
             return None;

@@ -5,9 +5,9 @@
 use futures::executor::block_on;
 use futures::StreamExt;
 
-use super::super::testing::{all, every_split, sampler};
-use super::super::CheckpointExt;
 use super::*;
+use crate::pipeline::checkpoint::testing::{all, every_split, sampler};
+use crate::pipeline::checkpoint_ext::CheckpointExt;
 use crate::pipeline::RetryPolicy;
 use crate::pipeline::{BatchConfig, MemorySource, Stage, StageExt};
 
@@ -126,8 +126,8 @@ struct Gate {
     cv: std::sync::Condvar,
 }
 
-/// Fails a gather of record 5; holds a gather of record 6 at its gate until released;
-/// records the lookahead sessions ended.
+/// Fails a gather of record 5 (once a gather of record 6 is held); holds a gather of record 6
+/// at its gate until released; records the lookahead sessions ended.
 #[derive(Default)]
 struct FailingAndHolding {
     inner: MemorySource,
@@ -148,6 +148,18 @@ impl Source for FailingAndHolding {
 
     fn gather(&self, indices: &[u64]) -> Result<Self::Batch> {
         if indices.contains(&5) {
+            // Fails only once the other worker is held in its gather of record 6: else, on a
+            // loaded machine, the stop could close that worker's queue before it starts it.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            let mut st = self.gate.state.lock().unwrap();
+            while !st.1 && std::time::Instant::now() < deadline {
+                st = self
+                    .gate
+                    .cv
+                    .wait_timeout(st, std::time::Duration::from_millis(50))
+                    .unwrap()
+                    .0;
+            }
             return Err(Error::IndexOutOfRange { index: 5, len: 0 });
         }
         if indices.contains(&6) {

@@ -1,10 +1,16 @@
 //! Sharding: one rank's (or one consumer's) view of every epoch of the upstream stage, as in d9d's
-//! `ShardedDataset`.
+//! `ShardedDataset`: seekable over a seekable stage, a checkpointable stream over a stream
+//! (`stream.rs`).
+
+mod stream;
 
 use serde::{Deserialize, Serialize};
 
+use super::epoch_count::EpochCount;
 use super::stage::{Sample, Stage};
 use crate::{Error, Result};
+
+pub use stream::ShardState;
 
 /// How positions are assigned to shards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -119,14 +125,52 @@ impl ShardConfig {
 /// item of the epoch (position `L − 1`, as d9d does) and marking the repeats
 /// [`Sample::padded`]. `drop_remainder` makes every shard `floor(L / total)` long by dropping
 /// the tail instead.
+///
+/// # Seekable or stream
+///
+/// Like every stage of the chain, `Shard` is what its input is. Over a seekable [`Stage`]
+/// ([`Shard::new`], `StageExt::shard`) it is a seekable stage: every mode, O(1) seeks. Over a
+/// [`super::Checkpoint`] stream (`CheckpointExt::shard`: a [`super::Cursor`] over a stage, or a
+/// stream of your own) it is a checkpointable stream: of the items of every epoch (counted from
+/// 0 at each change of [`Sample::epoch`]), it keeps those whose count is `index` modulo `total`,
+/// and its checkpoint is a [`ShardState`]. Which counts it keeps is decided by the same
+/// arithmetic, so over a cursor of a stage it yields exactly what the seekable form yields. A
+/// stream has no known epoch length, so the modes that need one are refused there:
+/// [`ShardMode::Contiguous`] (its block size is `ceil(L / total)`), `pad_to_equal` and
+/// `drop_remainder` (they need `ceil` and `floor` of `L / total` before the epoch's end).
 #[derive(Debug, Clone)]
 pub struct Shard<S> {
     upstream: S,
     config: ShardConfig,
-    /// Upstream epoch length.
+    /// Upstream epoch length (0 over a stream, whose length is unknown).
     upstream_len: u64,
     /// Where this shard's items sit upstream: the order, computed once.
     geometry: Geometry,
+    /// Over a stream: the count of input items in the current epoch (unused when seeking).
+    count: EpochCount,
+}
+
+impl<S> Shard<S> {
+    /// The configuration.
+    pub fn config(&self) -> &ShardConfig {
+        &self.config
+    }
+
+    /// The upstream stage or stream.
+    pub fn upstream(&self) -> &S {
+        &self.upstream
+    }
+
+    /// The input stream: the name of [`Shard::upstream`] in `ShardStream`, kept for one release.
+    #[deprecated(note = "use `upstream()`; `ShardStream` is `Shard` now, see CHANGELOG.md")]
+    pub fn get_ref(&self) -> &S {
+        &self.upstream
+    }
+
+    /// Where this shard's own items sit upstream.
+    pub(crate) fn geometry(&self) -> Geometry {
+        self.geometry
+    }
 }
 
 impl<S: Stage<Item = Sample>> Shard<S> {
@@ -143,22 +187,8 @@ impl<S: Stage<Item = Sample>> Shard<S> {
             config,
             upstream_len,
             geometry,
+            count: EpochCount::default(),
         })
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &ShardConfig {
-        &self.config
-    }
-
-    /// The upstream stage.
-    pub fn upstream(&self) -> &S {
-        &self.upstream
-    }
-
-    /// Where this shard's own items sit upstream.
-    pub(crate) fn geometry(&self) -> Geometry {
-        self.geometry
     }
 }
 
@@ -167,8 +197,7 @@ impl<S: Stage<Item = Sample>> Shard<S> {
 /// epoch's last item).
 ///
 /// This is the one place a shard's order is computed. The seekable [`Shard`] maps its
-/// positions upstream with [`Geometry::slot`] and [`Geometry::own_run`]; the stream form
-/// ([`super::stream::ShardStream`]) maps the upstream ordinals it counts to its own positions
+/// positions upstream with [`Geometry::slot`] and [`Geometry::own_run`]; over a stream it maps the upstream ordinals it counts to its own positions
 /// with [`Geometry::position_of`], the inverse. [`Geometry::new`] validates a configuration for
 /// both and decides what a stream of unknown epoch length can do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
