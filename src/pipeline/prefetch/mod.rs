@@ -212,8 +212,8 @@ impl<T: Send + 'static> Prefetch<T> {
     /// Starts the workers over `stage` from its first item.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for an invalid `config`; [`Error::Io`] if a thread cannot be
-    /// spawned.
+    /// [`crate::Error::InvalidConfig`] for an invalid `config`; [`crate::Error::ThreadSpawn`] if a
+    /// thread cannot be spawned.
     pub fn new<St, Src>(
         stage: St,
         source: Arc<Src>,
@@ -234,7 +234,7 @@ impl<T: Send + 'static> Prefetch<T> {
     /// form a prefix of the global order (always true under the strict merge) can be resumed.
     ///
     /// # Errors
-    /// [`Error::ResumeMismatch`] if `state` does not fit the stage or the worker count;
+    /// [`crate::Error::ResumeMismatch`] if `state` does not fit the stage or the worker count;
     /// otherwise as [`Prefetch::new`].
     pub fn resume<St, Src>(
         stage: St,
