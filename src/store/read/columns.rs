@@ -17,13 +17,15 @@
 //! package (`bytes::Bytes::try_into_mut`), which is why each field has a buffer of its own.
 
 use super::finish::{checksum, run_parallel, Finisher, Task, DATA_BYTES};
-use super::mapped::NONE;
 use super::resolve::{Resolved, Want};
 use crate::error::Result;
 use crate::format::dtype::StoredCodec;
 use crate::io::mmap::SharedMap;
 use crate::store::batch::{Span, Values, EMPTY};
 use bytes::Bytes;
+
+/// The mapping index of an absent value (no stored bytes), in the mapped path's `which`.
+pub(super) const NONE: u32 = u32::MAX;
 
 /// Values ahead whose first bytes the copy loop prefetches (random records are cache misses).
 const AHEAD: usize = 8;

@@ -4,15 +4,13 @@
 //! [`ZeroCopy`]: super::backend::ZeroCopy
 
 use super::chunks::PerChunk;
+use super::columns::NONE;
 use super::finish::{run_parallel, Finisher, Task, DATA_BYTES};
 use super::resolve::{Resolved, Want};
 use crate::error::Result;
 use crate::io::mmap::SharedMap;
 use crate::store::batch::{slab, Span, Values, EMPTY, SLOT_ALIGN};
 use bytes::Bytes;
-
-/// The mapping index of an absent value (no stored bytes).
-pub(super) const NONE: u32 = u32::MAX;
 
 /// Records probed with `mincore` per batch under [`ZeroCopy::WhenResident`].
 ///
