@@ -25,7 +25,9 @@ element!(u8 => U8, i8 => I8, u16 => U16, i16 => I16, u32 => U32, i32 => I32, u64
 
 /// Records gathered from a snapshot: `len()` records × `fields().len()` fields, in the order the
 /// indices were given. Each value is a 64-byte-aligned slot of the batch's one slab, or a
-/// zero-copy slice of a chunk mapping (raw records served by the mmap path). The batch holds
+/// zero-copy slice of a chunk mapping (raw records served by the mmap path); read with
+/// [`crate::ReadConfig::with_columns`], each field's values lie end to end in a buffer of the
+/// field's own (or in a mapping) instead, so [`Batch::column`] serves every field. The batch holds
 /// one reference per slab or mapping, not one per value. Dropping the batch frees its memory; a
 /// [`Bytes`] from [`Batch::bytes`] keeps its slab or mapping alive on its own.
 #[derive(Clone, Debug)]
@@ -229,8 +231,10 @@ impl Batch {
     }
 
     /// Every record's value of `field`, end to end in record order, as one zero-copy [`Bytes`],
-    /// when they lie back to back in one buffer (one slab): a single-field batch of raw records
-    /// whose lengths are multiples of 64 bytes does, for instance. `None` when they do not (values
+    /// when they lie back to back in one buffer: always for a batch read with
+    /// [`crate::ReadConfig::with_columns`] (but one put together from several sources' batches,
+    /// as a `Concat` does), and otherwise for a single-field batch of raw records whose lengths
+    /// are multiples of 64 bytes read into the slab, for instance. `None` when they do not (values
     /// in chunk mappings or in several slabs, slots padded apart) or `field` is out of range:
     /// read them with [`Batch::get`] then. A batch whose values of `field` are all empty gives
     /// an empty `Bytes`.
