@@ -58,6 +58,19 @@ fn binary() -> PathBuf {
     static INSTALL: Mutex<()> = Mutex::new(());
     let _one = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = venv();
+    // One installer across processes too (nextest runs every test in a process of its own, so
+    // two tests that start moto would otherwise both install into one directory at once): an
+    // exclusive lock on a file beside the venv, held until the install is done or found done.
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent).unwrap();
+    }
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(format!("{}.lock", dir.display()))
+        .unwrap();
+    lock.lock().unwrap();
     let bin = dir.join("bin").join("moto_server");
     // Written last: a venv without it is an interrupted install, done again.
     let done = dir.join(format!("zrecord-installed-{MOTO_VERSION}"));
