@@ -118,19 +118,16 @@ pub(super) fn gather(
         if raw {
             // Checked and appended value by value: the buffer grows by each, never zero-filled.
             let mut col: Vec<u8> = Vec::with_capacity(total);
-            let positions: Vec<usize> = of_field().collect();
-            let values: Vec<(&Want, Option<&[u8]>)> = positions
-                .iter()
-                .map(|&i| Ok((wants.get(i), stored(i)?)))
-                .collect::<Result<Vec<_>>>()?
-                .into_iter()
-                .filter_map(|(w, s)| w.map(|w| (w, s)))
-                .collect();
-            for (n, (&i, (w, bytes))) in positions.iter().zip(&values).enumerate() {
-                if let Some((_, Some(ahead))) = values.get(n + AHEAD) {
+            let mut values: Vec<(usize, &Want, &[u8])> = Vec::new();
+            for i in of_field() {
+                if let Some(w) = wants.get(i) {
+                    values.push((i, w, stored(i)?.unwrap_or_default()));
+                }
+            }
+            for (n, &(i, w, bytes)) in values.iter().enumerate() {
+                if let Some(&(_, _, ahead)) = values.get(n + AHEAD) {
                     crate::io::prefetch_lines(ahead, DATA_BYTES);
                 }
-                let bytes = bytes.unwrap_or_default();
                 place(i, bytes.len());
                 copy_checked(res, w, bytes, &mut col, verify)?;
             }
