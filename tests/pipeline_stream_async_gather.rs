@@ -11,8 +11,8 @@ use std::time::Duration;
 use futures::executor::block_on;
 use futures::StreamExt;
 use zrecord::pipeline::{
-    BatchConfig, Checkpoint, CheckpointExt, IndexBatch, LoaderBatch, MemorySource, PrefetchConfig,
-    PrefetchStream, Sampler, SamplerConfig, SamplerMode, Source, SourceFuture, Stage,
+    BatchConfig, Checkpoint, CheckpointExt, IndexBatch, LoaderBatch, MemorySource, Prefetch,
+    PrefetchConfig, Sampler, SamplerConfig, SamplerMode, Source, SourceFuture, Stage,
 };
 
 /// Gathers asynchronously only: a gather's future finishes once `partners` gathers have been
@@ -72,7 +72,7 @@ fn records() -> MemorySource {
 fn chain<Src: Source>(
     src: Arc<Src>,
     config: PrefetchConfig,
-) -> PrefetchStream<impl Checkpoint<Item = zrecord::Result<IndexBatch>> + Unpin, Src::Batch> {
+) -> Prefetch<Src::Batch, impl Checkpoint<Item = zrecord::Result<IndexBatch>> + Unpin> {
     Sampler::new(
         N,
         SamplerConfig::default()

@@ -16,7 +16,7 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use zrecord::pipeline::{
     BatchConfig, Checkpoint, CheckpointExt, IndexBatch, LoaderBatch, MemorySource, MergePolicy,
-    PrefetchConfig, PrefetchStream, Sample, Sampler, SamplerConfig, SamplerMode, Stage, Transform,
+    Prefetch, PrefetchConfig, Sample, Sampler, SamplerConfig, SamplerMode, Stage, Transform,
 };
 
 /// The user's stage, written against `Stream` + `Checkpoint` only: drops every record whose
@@ -115,7 +115,7 @@ fn chain(
     src: &Arc<MemorySource>,
     config: PrefetchConfig,
     transform: Transform<Vec<Vec<u8>>, Vec<Vec<u8>>>,
-) -> PrefetchStream<impl Checkpoint<Item = zrecord::Result<IndexBatch>> + Unpin, Vec<Vec<u8>>> {
+) -> Prefetch<Vec<Vec<u8>>, impl Checkpoint<Item = zrecord::Result<IndexBatch>> + Unpin> {
     let sampler = Sampler::new(
         N,
         SamplerConfig::default()

@@ -12,7 +12,7 @@ use futures::executor::block_on;
 use futures::StreamExt;
 use zrecord::pipeline::{
     BatchConfig, Checkpoint, CheckpointExt, IndexBatch, LoaderBatch, MemorySource, MergePolicy,
-    PrefetchConfig, PrefetchStream, Sampler, SamplerConfig, SamplerMode, Stage, Transform,
+    Prefetch, PrefetchConfig, Sampler, SamplerConfig, SamplerMode, Stage, Transform,
 };
 
 /// Written by the stream prefetch before it knew the best-effort merge: the checkpoint after
@@ -37,7 +37,7 @@ fn chain_of(
     earlier: bool,
     config: PrefetchConfig,
     transform: Transform<Vec<Vec<u8>>, Vec<Vec<u8>>>,
-) -> PrefetchStream<impl Checkpoint<Item = zrecord::Result<IndexBatch>> + Unpin, Vec<Vec<u8>>> {
+) -> Prefetch<Vec<Vec<u8>>, impl Checkpoint<Item = zrecord::Result<IndexBatch>> + Unpin> {
     let src = Arc::new(MemorySource::new((0..20u8).map(|i| vec![i]).collect()));
     let sampler = Sampler::new(
         20,
@@ -64,7 +64,7 @@ fn chain_of(
 fn chain(
     config: PrefetchConfig,
     transform: Transform<Vec<Vec<u8>>, Vec<Vec<u8>>>,
-) -> PrefetchStream<impl Checkpoint<Item = zrecord::Result<IndexBatch>> + Unpin, Vec<Vec<u8>>> {
+) -> Prefetch<Vec<Vec<u8>>, impl Checkpoint<Item = zrecord::Result<IndexBatch>> + Unpin> {
     chain_of(true, config, transform)
 }
 

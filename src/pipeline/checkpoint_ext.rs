@@ -7,7 +7,7 @@ use super::bucket::{Bucket, BucketConfig, BucketKey};
 use super::checkpoint::Checkpoint;
 use super::filter_items::FilterItems;
 use super::map_items::MapItems;
-use super::prefetch::{identity, PrefetchConfig, PrefetchStream, Transform};
+use super::prefetch::{identity, Prefetch, PrefetchConfig, Transform};
 use super::shard::{Shard, ShardConfig};
 use super::source::Source;
 use super::stage::Sample;
@@ -60,7 +60,7 @@ pub trait CheckpointExt: Checkpoint {
     }
 
     /// Gathers every batch from `source` on worker threads, merged in order or best effort; see
-    /// [`PrefetchStream`].
+    /// [`Prefetch`].
     ///
     /// # Errors
     /// [`crate::Error::InvalidConfig`] for an invalid configuration.
@@ -68,11 +68,11 @@ pub trait CheckpointExt: Checkpoint {
         self,
         source: Arc<Src>,
         config: PrefetchConfig,
-    ) -> Result<PrefetchStream<Self, Src::Batch>>
+    ) -> Result<Prefetch<Src::Batch, Self>>
     where
         Self: Checkpoint<Item = Result<IndexBatch>> + Sized + Unpin,
     {
-        PrefetchStream::new(self, source, identity(), config)
+        Prefetch::from_stream(self, source, identity(), config)
     }
 
     /// Like [`CheckpointExt::prefetch`], applying `transform` to every gathered batch on the
@@ -85,11 +85,11 @@ pub trait CheckpointExt: Checkpoint {
         source: Arc<Src>,
         config: PrefetchConfig,
         transform: Transform<Src::Batch, T>,
-    ) -> Result<PrefetchStream<Self, T>>
+    ) -> Result<Prefetch<T, Self>>
     where
         Self: Checkpoint<Item = Result<IndexBatch>> + Sized + Unpin,
     {
-        PrefetchStream::new(self, source, transform, config)
+        Prefetch::from_stream(self, source, transform, config)
     }
 
     /// Applies `f` to every `Ok` item; see [`MapItems`]. `f` should be a pure function of the

@@ -42,7 +42,7 @@
 //!                 │                                           workers seek their own share
 //!               .cursor()  (at any point: a seekable stage becomes a Checkpoint stream)
 //!                 ▼
-//!  stream:    Cursor ─► [your stage] ─► Shard ─► Bucket ─► Batcher ─► PrefetchStream
+//!  stream:    Cursor ─► [your stage] ─► Shard ─► Bucket ─► Batcher ─► Prefetch
 //!             (CheckpointExt; map_items / filter_items or your own stage fit between any two;
 //!              the prefetch pulls index batches on the consumer's task, deals them to workers)
 //! ```
@@ -64,9 +64,9 @@
 //! - The **stream form** accepts any stage. The index side runs on the consumer's task, the
 //!   gathers on worker threads; a restore replays at most one bucket buffer from its input. A
 //!   stream has no known epoch length, so its shard is interleaved only (shard the seekable
-//!   stage first for the other modes). Its prefetch ([`PrefetchStream`]) runs the loader's
-//!   workers' producer and gather window and has what the loader's has: the best-effort merge,
-//!   several gathers in flight per worker, and [`PrefetchStream::stats`].
+//!   stage first for the other modes). Its prefetch is the same [`Prefetch`] type, with the
+//!   same workers, merge, consumer buffer, errors and [`Prefetch::stats`]; only the index side
+//!   differs (the consumer deals the stream's batches to the workers).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -182,7 +182,7 @@ pub use loader::{Loader, LoaderBuilder, LoaderConfig};
 pub use map_items::MapItems;
 pub use mix::{Exhausted, Mix, MixConfig};
 pub use prefetch::{
-    identity, LoaderBatch, MergePolicy, OnError, Prefetch, PrefetchConfig, PrefetchStream,
+    identity, LoaderBatch, MergePolicy, OnError, Prefetch, PrefetchConfig, PrefetchInput,
     PrefetchStreamState, RetryPolicy, Transform, MAX_NUM_WORKERS, MAX_QUEUE_SIZE,
 };
 pub use residual::{ElasticState, ResidualEpoch, Run};
@@ -245,6 +245,15 @@ pub type BucketStreamState<St> = BucketState<St>;
             returns it); this alias is kept for one release, see CHANGELOG.md"
 )]
 pub type BatchStream<S> = Batcher<S, <S as Checkpoint>::State>;
+
+/// The stream prefetch before #31, when it was a type of its own: [`Prefetch`] over a
+/// [`Checkpoint`] stream is that stream now ([`CheckpointExt::prefetch`] returns it).
+#[deprecated(
+    note = "one prefetch type: `Prefetch` over a stream is the stream prefetch \
+            (`CheckpointExt::prefetch` returns it); this alias is kept for one release, see \
+            CHANGELOG.md"
+)]
+pub type PrefetchStream<S, T> = Prefetch<T, S>;
 
 /// The name of [`BatchState`] before #31 (the same JSON).
 #[deprecated(

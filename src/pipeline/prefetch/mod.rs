@@ -5,39 +5,35 @@
 //! and `zrecord::pipeline` re-exports its public items.
 
 mod config;
-mod merge;
+mod consumer;
+mod dealer;
 mod produce;
+mod shares;
 mod split;
-mod stream;
 mod window;
 mod worker;
 
-use std::collections::VecDeque;
 use std::fmt;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
-
-use futures::channel::oneshot;
-use futures::stream::{FusedStream, Stream};
 
 pub use config::{
     MergePolicy, OnError, PrefetchConfig, RetryPolicy, MAX_NUM_WORKERS, MAX_QUEUE_SIZE,
 };
-pub(crate) use merge::scan_best_effort;
+use consumer::{Core, Counts, IndexSide};
+use dealer::Dealer;
+pub use dealer::PrefetchStreamState;
 pub(crate) use produce::{deliver, Done, Producer};
+use shares::Shares;
 pub(crate) use split::{fresh_state, restore, Split};
-pub use stream::{PrefetchStream, PrefetchStreamState};
 pub(crate) use window::WorkerName;
-use worker::OwnShare;
-pub(crate) use worker::{wait_exits, Job, Jobs, WorkerLoop};
+pub(crate) use worker::{wait_exits, WorkerLoop};
 
 use super::batch::IndexBatch;
-use super::queue::{self, Receiver};
+use super::checkpoint::Checkpoint;
 use super::source::Source;
 use super::stage::Stage;
-use super::state::{PrefetchState, WorkerState};
-use super::stats::{ConsumerCounters, Counters, LoaderStats};
+use super::state::PrefetchState;
+use super::stats::{Counters, LoaderStats};
 use crate::Result;
 
 /// A user function applied to every gathered batch on the worker thread (decode, collate, …).
@@ -79,44 +75,63 @@ impl<T> LoaderBatch<T> {
     }
 }
 
-/// A merged item waiting for the consumer, with the checkpoint it leaves once consumed.
-struct Merged<T> {
-    /// The worker and its consumed count after this item; `None` for an error that is not one
-    /// of the worker's items (a worker that died).
-    worker: Option<(usize, u64)>,
-    next_worker: usize,
-    result: Result<LoaderBatch<T>>,
-}
+/// What a [`Prefetch`] runs over: `()` for a seekable stage (the stage goes to the workers, each
+/// of which runs its own share of it), or any [`Checkpoint`] stream of index batches (the
+/// consumer pulls it and deals the batches out). Implemented for exactly these; it only names
+/// the two forms in [`Prefetch`]'s type.
+pub trait PrefetchInput: Unpin + Sized + sealed::Sealed {}
 
-struct Worker<T> {
-    /// `None` once the stream stopped at an error: the worker thread sees its queue closed.
-    /// The worker's queue of `(k, result)`: its `k`-th item.
-    rx: Option<Receiver<Done<T>>>,
-    exit: Option<oneshot::Receiver<()>>,
-    /// Items of this worker merged so far (from `base`).
-    merged: u64,
-    /// Items this worker runs in total (from `base`), `None` if infinite.
-    count: Option<u64>,
-    dead: bool,
-}
+mod sealed {
+    use super::{Checkpoint, Dealer, IndexBatch, IndexSide, Shares};
 
-impl<T> Worker<T> {
-    fn active(&self) -> bool {
-        !self.dead && self.count.is_none_or(|c| self.merged < c)
+    /// The bookkeeping of the merge for each form (private: the one consumer asks it).
+    pub trait Sealed: Sized {
+        type Side: IndexSide<Self> + Send;
+    }
+
+    impl Sealed for () {
+        type Side = Shares;
+    }
+
+    impl<S> Sealed for S
+    where
+        S: Checkpoint<Item = crate::Result<IndexBatch>> + Unpin,
+    {
+        type Side = Dealer<S::State>;
     }
 }
-/// The prefetching, merging stream.
+
+impl PrefetchInput for () {}
+
+impl<S> PrefetchInput for S where S: Checkpoint<Item = Result<IndexBatch>> + Unpin {}
+
+/// The prefetching, merging stream: worker threads gather the batches of an index stage or
+/// stream from a [`Source`] into bounded queues, and a merge hands them to the async consumer.
 ///
-/// Prefetch: N worker threads gather the batches of an index stage from a [`Source`] into bounded
-/// queues, and a merge hands them to the async consumer.
+/// One type, two forms, named by its input `S` ([`PrefetchInput`]):
+///
+/// - **Over a seekable [`Stage`]** (`Prefetch<T>`, made by [`Prefetch::new`],
+///   [`Prefetch::resume`] or [`super::StageExt::prefetch`]): each worker runs its own share of
+///   the stage without coordination, and the checkpoint is a [`PrefetchState`] (which even
+///   resumes with another worker count, and takes part in an elastic resume).
+/// - **Over a [`Checkpoint`] stream** (`Prefetch<T, S>`, made by [`Prefetch::from_stream`] or
+///   [`super::CheckpointExt::prefetch`]): any stream of index batches, a user's own stage
+///   included. The consumer pulls the stream on its own task (computing index batches is
+///   cheap) and deals each batch to the next worker in turn; the prefetch is itself a
+///   [`Checkpoint`] stream, whose state is a [`PrefetchStreamState`].
+///
+/// Everything else is one code path: the workers ([`PrefetchConfig::retry`],
+/// [`PrefetchConfig::gathers_in_flight`], [`PrefetchConfig::lookahead`], the transform), the
+/// merge, the consumer's buffer, errors, the stats and the shutdown.
 ///
 /// # Work split
 ///
-/// Number the items of the index stage globally, `g = epoch * epoch_len + position`. Worker `w`
-/// of `N` runs the items `g = base + w + k·N` for `k = 0, 1, …` (its own copy of the stage, so no
-/// coordination): it computes the [`IndexBatch`], gathers it with [`Source::gather`], applies the
-/// optional transform, and pushes the result into its own queue of `worker_queue_size` items,
-/// blocking (its own thread, never a runtime worker) while the queue is full.
+/// Over a stage, number its items globally, `g = epoch * epoch_len + position`. Worker `w` of
+/// `N` runs the items `g = base + w + k·N` for `k = 0, 1, …` (its own copy of the stage): it
+/// computes the [`IndexBatch`], gathers it with [`Source::gather`], applies the optional
+/// transform, and pushes the result into its own queue of `worker_queue_size` items, blocking
+/// (its own thread, never a runtime worker) while the queue is full. Over a stream, worker `w`
+/// gathers the batches the consumer dealt it, in the order dealt.
 ///
 /// # Errors and retries
 ///
@@ -124,86 +139,72 @@ impl<T> Worker<T> {
 /// [`PrefetchConfig::retry`] says (3 tries in all by default, 10 ms apart, then 20 ms, …; the
 /// thread sleeps, never a runtime worker). A panic is not retried, nor an error another try
 /// cannot help (corruption, an index out of range, a failed object-store request, whose request
-/// had its own retries: see [`PrefetchConfig::retry`]). What fails on every try
-/// reaches the consumer as `Err` in the place of its batch, and then [`PrefetchConfig::on_error`]
-/// decides:
+/// had its own retries: see [`PrefetchConfig::retry`]). What fails on every try (or an `Err`
+/// of the input stream) reaches the consumer as `Err` in the place of its batch, and then
+/// [`PrefetchConfig::on_error`] decides:
 ///
 /// - [`OnError::Stop`] (default): the stream ends after the error. The failed batch is not
-///   consumed: [`Prefetch::state`] still points at it, so a stream resumed from that checkpoint
+///   consumed: the checkpoint still points at it, so a stream resumed from that checkpoint
 ///   tries it first.
 /// - [`OnError::Skip`]: the failed batch counts as consumed and the stream goes on; a resume
 ///   does not try it again, so the batch is lost for this pass.
 ///
 /// # Merge (TinyGrad4 semantics)
 ///
-/// - [`MergePolicy::Strict`] (default): round-robin in worker order `0..N`, exhausted workers
-///   skipped. Because of the split above, the merged order is exactly the global order: the same
-///   stream as a single sequential pass over the stage, whatever the worker count.
+/// - [`MergePolicy::Strict`] (default): over a stage, round-robin in worker order `0..N`,
+///   exhausted workers skipped; because of the split above, the merged order is exactly the
+///   global order, the same as a single sequential pass over the stage, whatever the worker
+///   count. Over a stream, the input's order.
 /// - [`MergePolicy::BestEffort`]: scans the workers (from the one after the last taken) without
-///   waiting and takes the first ready item, but never from a worker whose merged items would
-///   then be more than `max_lead` ahead of the items *consumed* from the slowest active worker
-///   (so the consumer never sees one worker more than `max_lead` items ahead of another, however
-///   large the consumer buffer); after `max_skips_per_round` workers found empty in one scan it
-///   stops scanning and waits. Not deterministic.
+///   waiting and takes the first ready batch, but never from a worker whose merged batches
+///   would then be more than `max_lead` ahead of the batches *consumed* from the slowest worker
+///   with batches left (so the consumer never sees one worker more than `max_lead` batches
+///   ahead of another, however large the consumer buffer); after `max_skips_per_round` workers
+///   found empty in one scan it stops scanning and waits. A slow batch then holds back only its
+///   own worker's later batches. Not deterministic.
 ///
-/// Merged items wait for the consumer in a buffer of `consumer_queue_size` items. Memory is
-/// bounded end to end: at most `N · (worker_queue_size + gathers_in_flight) +
-/// consumer_queue_size` batches exist at any time (`gathers_in_flight` is 1 unless set).
+/// Merged batches wait for the consumer in a buffer of `consumer_queue_size`. Memory is bounded
+/// end to end: at most `N · (worker_queue_size + gathers_in_flight) + consumer_queue_size`
+/// batches exist at any time (`gathers_in_flight` is 1 unless set).
 ///
 /// # Checkpoint
 ///
-/// [`Prefetch::state`] is taken at consumption: per worker, the number of its items consumed
-/// and its next position; and the next worker of the merge. A batch that failed under
-/// [`OnError::Stop`] is not consumed. Resuming restarts every worker at
-/// its next position and discards whatever was prefetched but not consumed, so the resumed
-/// stream continues exactly after the last consumed item (strict) or loses and repeats nothing
-/// (best effort). A strict checkpoint can even be resumed with another worker count.
+/// The checkpoint is taken at consumption; a batch that failed under [`OnError::Stop`] is not
+/// consumed. Prefetched batches that were not consumed are produced again after a resume, so
+/// the resumed stream continues exactly after the last consumed batch (strict), or loses and
+/// repeats nothing (best effort).
+///
+/// - Over a stage ([`Prefetch::state`]): per worker, the number of its items consumed and its
+///   next position; and the next worker of the merge. A strict checkpoint can even be resumed
+///   with another worker count.
+/// - Over a stream ([`Checkpoint::checkpoint`]): the input's state just after the last batch of
+///   the consumed prefix was pulled, plus, under the best-effort merge, which later batches were
+///   consumed already (a restored stream pulls and skips them). It restores with any worker
+///   count and either merge.
 ///
 /// # Shutdown
 ///
-/// Dropping the [`Prefetch`] closes the queues: a worker blocked on a full queue wakes and exits,
-/// a worker in the middle of a gather exits when the gather returns. [`Prefetch::shutdown`]
-/// waits for that.
+/// Dropping the [`Prefetch`] closes the queues: a worker waiting for work or blocked on a full
+/// queue exits at once, a worker in the middle of a gather when the gather returns (an
+/// asynchronous gather in flight is dropped). [`Prefetch::shutdown`] waits for that.
 #[must_use = "a prefetch does nothing unless polled"]
-pub struct Prefetch<T> {
-    workers: Vec<Worker<T>>,
-    split: Split,
-    policy: MergePolicy,
-    consumer_queue_size: usize,
-    on_error: OnError,
-    ready: VecDeque<Merged<T>>,
-    merge_next: usize,
-    merge_done: bool,
-    state: PrefetchState,
-    max_observed_lead: u64,
-    /// What the workers count as they go, and what the consumer side counts.
-    counters: Arc<Counters>,
-    consumer: ConsumerCounters,
-    /// Ends the source's lookahead session when the stream goes away.
-    end_lookahead: Option<Box<dyn FnOnce() + Send + Sync>>,
+pub struct Prefetch<T, S: PrefetchInput = ()> {
+    /// The stream the consumer deals from; `()` over a stage (its workers hold it).
+    input: S,
+    side: <S as sealed::Sealed>::Side,
+    core: Core<T>,
 }
-
-impl<T> Drop for Prefetch<T> {
-    fn drop(&mut self) {
-        if let Some(end) = self.end_lookahead.take() {
-            end();
-        }
-    }
-}
-
-/// Lookahead sessions, one per [`Prefetch`].
-static SESSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 // Nothing in a `Prefetch` is structurally pinned.
-impl<T> Unpin for Prefetch<T> {}
+impl<T, S: PrefetchInput> Unpin for Prefetch<T, S> {}
 
-impl<T> fmt::Debug for Prefetch<T> {
+impl<T, S: PrefetchInput> fmt::Debug for Prefetch<T, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Prefetch")
-            .field("num_workers", &self.workers.len())
-            .field("policy", &self.policy)
-            .field("ready", &self.ready.len())
-            .field("state", &self.state)
+            .field("num_workers", &self.core.counts.len())
+            .field("policy", &self.core.policy)
+            .field("ready", &self.core.ready.len())
+            .field("stopped", &self.core.stopped)
             .finish_non_exhaustive()
     }
 }
@@ -224,7 +225,12 @@ impl<T: Send + 'static> Prefetch<T> {
         St: Stage<Item = IndexBatch>,
         Src: Source,
     {
-        Self::start(stage, source, transform, config, None)
+        let (side, core) = Shares::start(stage, source, transform, config, None)?;
+        Ok(Self {
+            input: (),
+            side,
+            core,
+        })
     }
 
     /// Starts the workers at the checkpoint `state`, taken from a [`Prefetch`] over the same
@@ -247,139 +253,85 @@ impl<T: Send + 'static> Prefetch<T> {
         St: Stage<Item = IndexBatch>,
         Src: Source,
     {
-        Self::start(stage, source, transform, config, Some(state))
-    }
-
-    fn start<St, Src>(
-        stage: St,
-        source: Arc<Src>,
-        transform: Transform<Src::Batch, T>,
-        config: PrefetchConfig,
-        resume: Option<&PrefetchState>,
-    ) -> Result<Self>
-    where
-        St: Stage<Item = IndexBatch>,
-        Src: Source,
-    {
-        config.validate()?;
-        let n = config.num_workers as u64;
-        let mut split = Split::of(&stage, n);
-        let (consumed, next_worker) = match resume {
-            None => (vec![0; config.num_workers], 0),
-            Some(s) => restore(s, &mut split)?,
-        };
-        let session = SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let ender = Arc::clone(&source);
-        let end_lookahead: Box<dyn FnOnce() + Send + Sync> =
-            Box::new(move || ender.end_lookahead(session));
-        let counters = Arc::new(Counters::default());
-        let mut workers = Vec::with_capacity(config.num_workers);
-        for (w, &start_k) in consumed.iter().enumerate() {
-            let (tx, rx) = queue::bounded(config.worker_queue_size);
-            let (exit_tx, exit_rx) = oneshot::channel();
-            let jobs = OwnShare {
-                stage: stage.clone(),
-                source: Arc::clone(&source),
-                counters: Arc::clone(&counters),
-                lookahead: config.lookahead as u64,
-                session,
-                ahead: VecDeque::new(),
-                split: split.clone(),
-                w: w as u64,
-                k: start_k,
-                issue: Some(start_k),
-            };
-            let worker = WorkerLoop {
-                jobs,
-                name: WorkerName {
-                    what: "prefetch worker",
-                    w: w as u64,
-                },
-                source: Arc::clone(&source),
-                transform: Arc::clone(&transform),
-                retry: config.retry,
-                gathers_in_flight: config.gathers_in_flight,
-                tx,
-                exit: exit_tx,
-                counters: Arc::clone(&counters),
-            };
-            worker.spawn(format!("zrecord-prefetch-{w}"), "a prefetch worker")?;
-            workers.push(Worker {
-                rx: Some(rx),
-                exit: Some(exit_rx),
-                merged: start_k,
-                count: split.count(w as u64),
-                dead: false,
-            });
-        }
-        let state = PrefetchState {
-            num_workers: n,
-            base: split.base(),
-            next_worker: next_worker as u64,
-            workers: consumed
-                .iter()
-                .enumerate()
-                .map(|(w, &c)| WorkerState {
-                    consumed: c,
-                    next: split.next(w as u64, c),
-                })
-                .collect(),
-        };
+        let (side, core) = Shares::start(stage, source, transform, config, Some(state))?;
         Ok(Self {
-            workers,
-            split,
-            policy: config.merge,
-            consumer_queue_size: config.consumer_queue_size,
-            on_error: config.on_error,
-            ready: VecDeque::with_capacity(config.consumer_queue_size),
-            merge_next: next_worker,
-            merge_done: false,
-            state,
-            max_observed_lead: 0,
-            counters,
-            consumer: ConsumerCounters::default(),
-            end_lookahead: Some(end_lookahead),
+            input: (),
+            side,
+            core,
         })
     }
 }
+
 impl<T> Prefetch<T> {
     /// The checkpoint after the last consumed item.
     pub fn state(&self) -> PrefetchState {
-        self.state.clone()
+        self.side.state.clone()
+    }
+}
+
+impl<T, S> Prefetch<T, S>
+where
+    T: Send + 'static,
+    S: Checkpoint<Item = Result<IndexBatch>> + Unpin,
+{
+    /// Gathers the batches of `input` from `source` on `config.num_workers` threads, applying
+    /// `transform` on the worker threads. The threads start at the first poll.
+    /// [`super::CheckpointExt::prefetch`] and [`super::CheckpointExt::prefetch_with`] call it.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidConfig`] for an invalid `config`.
+    pub fn from_stream<Src: Source>(
+        input: S,
+        source: Arc<Src>,
+        transform: Transform<Src::Batch, T>,
+        config: PrefetchConfig,
+    ) -> Result<Self> {
+        config.validate()?;
+        let counters = Arc::new(Counters::default());
+        let mut core = Core::new(
+            config.merge,
+            config.on_error,
+            config.consumer_queue_size,
+            vec![Counts::default(); config.num_workers],
+            Arc::clone(&counters),
+        );
+        let side = Dealer::new(input.checkpoint(), &source, &config);
+        core.spawn = Some(Arc::new(move |w| {
+            worker::spawn_dealt(
+                w,
+                Arc::clone(&source),
+                Arc::clone(&transform),
+                config,
+                Arc::clone(&counters),
+            )
+        }));
+        Ok(Self { input, side, core })
     }
 
-    /// The largest lead (items consumed from one worker minus items consumed from the slowest
-    /// worker with items left) seen after any consumed item so far. A diagnostic: under
-    /// [`MergePolicy::BestEffort`] it never exceeds `max_lead`.
+    /// The input stream.
+    #[deprecated(
+        note = "the input of a stream prefetch is not reachable any more; see CHANGELOG.md"
+    )]
+    pub fn get_ref(&self) -> &S {
+        &self.input
+    }
+}
+
+impl<T, S: PrefetchInput> Prefetch<T, S> {
+    /// The largest lead (batches consumed from one worker minus batches consumed from the
+    /// slowest worker with batches left) seen after any consumed batch so far. A diagnostic:
+    /// under [`MergePolicy::BestEffort`] it never exceeds `max_lead`.
     pub fn max_observed_lead(&self) -> u64 {
-        self.max_observed_lead
+        self.core.max_observed_lead
     }
 
-    /// A snapshot of what the loader is doing: queue depths, gathers in flight, the lead, time
-    /// per stage, the gather latency histogram, and who waits for whom (see [`LoaderStats`]).
-    /// Cheap: a few atomic loads and one lock per worker queue.
+    /// A snapshot of what the prefetch is doing: batches and records consumed and produced,
+    /// failed tries, queue depths, gathers and records in flight, the lead, time per stage, the
+    /// gather latency histogram, and who waits for whom (see [`LoaderStats`]). Over a stream the
+    /// index side runs on the consumer's task, so `index_time` is 0. Cheap: a few atomic loads
+    /// and one lock per worker queue.
     pub fn stats(&self) -> LoaderStats {
-        let depths = self
-            .workers
-            .iter()
-            .map(|w| w.rx.as_ref().map_or(0, Receiver::len))
-            .collect();
-        let lead = self.min_unconsumed().map_or(0, |min| {
-            self.workers
-                .iter()
-                .zip(&self.state.workers)
-                .filter(|(w, _)| !w.dead)
-                .map(|(_, ws)| ws.consumed.saturating_sub(min))
-                .max()
-                .unwrap_or(0)
-        });
-        LoaderStats::new(
-            &self.counters,
-            &self.consumer,
-            depths,
-            self.ready.len(),
-            (lead, self.max_observed_lead),
-        )
+        self.core.stats(&self.side)
     }
 
     /// Stops the workers and waits until every worker thread has exited and released the
@@ -389,78 +341,56 @@ impl<T> Prefetch<T> {
     /// Dropping the future before it completes leaves the workers stopping on their own; nothing
     /// else is lost (the stream is consumed either way).
     pub async fn shutdown(mut self) {
-        let exits: Vec<_> = self
-            .workers
-            .iter_mut()
-            .filter_map(|w| w.exit.take())
-            .collect();
+        self.core.let_go_of_workers();
+        let exits = std::mem::take(&mut self.core.released);
         drop(self);
         wait_exits(exits).await;
     }
 }
 
-impl<T> Stream for Prefetch<T> {
-    type Item = Result<LoaderBatch<T>>;
+impl<T, S> Checkpoint for Prefetch<T, S>
+where
+    T: Send + 'static,
+    S: Checkpoint<Item = Result<IndexBatch>> + Unpin,
+{
+    type State = PrefetchStreamState<S::State>;
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        // Fill the consumer buffer with whatever is ready. Items only move between buffers the
-        // stream owns, so a dropped poll loses nothing.
-        while this.ready.len() < this.consumer_queue_size && !this.merge_done {
-            match this.merge_one(cx) {
-                Poll::Ready(Some(m)) => this.ready.push_back(m),
-                Poll::Ready(None) => this.merge_done = true,
-                Poll::Pending => break,
-            }
-        }
-        let polled = match this.ready.pop_front() {
-            Some(m) if m.result.is_err() && this.on_error == OnError::Stop => {
-                this.stop();
-                Poll::Ready(Some(m.result))
-            }
-            Some(m) => {
-                this.consume(&m);
-                if let Ok(b) = &m.result {
-                    this.consumer.batches = this.consumer.batches.saturating_add(1);
-                    this.consumer.records = this
-                        .consumer
-                        .records
-                        .saturating_add(b.batch.samples.len() as u64);
-                }
-                Poll::Ready(Some(m.result))
-            }
-            None if this.merge_done => Poll::Ready(None),
-            None => Poll::Pending,
-        };
-        match polled {
-            Poll::Pending => this.consumer.pending(),
-            Poll::Ready(_) => this.consumer.ready(),
-        }
-        polled
+    fn checkpoint(&self) -> Self::State {
+        self.side.checkpoint()
     }
 
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        match self.remaining() {
-            Some(r) => {
-                let r = usize::try_from(r).unwrap_or(usize::MAX);
-                (r, Some(r))
-            }
-            None => (usize::MAX, None),
-        }
+    /// Restores the input and drops every batch in flight; the workers are started again at
+    /// the next poll.
+    ///
+    /// # Errors
+    /// [`crate::Error::ResumeMismatch`] if `consumed_ahead` is not strictly increasing, or as
+    /// the input's restore. A refused state changes nothing: the stream goes on as before.
+    fn restore(&mut self, state: Self::State) -> Result<()> {
+        Dealer::check(&state)?;
+        // The input first: if it refuses the state, nothing of this stream has changed.
+        self.input.restore(state.input.clone())?;
+        let core = &mut self.core;
+        let ready = std::mem::take(&mut core.ready);
+        drop(ready);
+        core.let_go_of_workers();
+        core.counts = vec![Counts::default(); core.counts.len()];
+        core.merge_done = false;
+        core.stopped = false;
+        self.side.restart(state);
+        Ok(())
     }
 }
 
-impl<T> FusedStream for Prefetch<T> {
-    fn is_terminated(&self) -> bool {
-        self.merge_done && self.ready.is_empty()
-    }
-}
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+    use std::pin::Pin;
     use std::sync::mpsc;
     use std::sync::Mutex;
+    use std::task::{Context, Poll};
+
+    use futures::stream::Stream;
 
     use futures::executor::block_on;
     use futures::task::noop_waker;
@@ -496,6 +426,7 @@ mod tests {
     /// (nothing once every item is consumed).
     fn merged_leads<T>(p: &Prefetch<T>) -> Vec<u64> {
         let Some(min) = p
+            .side
             .state
             .workers
             .iter()
@@ -505,9 +436,10 @@ mod tests {
         else {
             return Vec::new();
         };
-        p.workers
+        p.core
+            .counts
             .iter()
-            .map(|w| w.merged.saturating_sub(min))
+            .map(|c| c.merged.saturating_sub(min))
             .collect()
     }
 

@@ -9,16 +9,18 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures::channel::oneshot;
+use futures::channel::{mpsc, oneshot};
+use futures::stream::StreamExt;
 
 use super::super::batch::IndexBatch;
-use super::super::queue::Sender;
+use super::super::queue::{self, Sender};
 use super::super::source::Source;
 use super::super::stage::Stage;
 use super::super::state::Position;
 use super::super::stats::Counters;
+use super::consumer::Queue;
 use super::window::{Window, WorkerName};
-use super::{deliver, Done, Producer, RetryPolicy, Split, Transform};
+use super::{deliver, Done, PrefetchConfig, Producer, RetryPolicy, Split, Transform};
 use crate::{Error, Result};
 
 /// A worker's job: its number (the worker's item count, or the stream's sequence number), its
@@ -320,4 +322,71 @@ pub(crate) async fn wait_exits(exits: Vec<oneshot::Receiver<()>>) {
         // `Canceled` is the expected outcome: the worker dropped its end on exit.
         let _ = exit.await;
     }
+}
+
+/// The jobs of a stream prefetch's worker: the batches the consumer deals it, each with its
+/// sequence number; none once the stream is dropped, stopped or restored.
+struct Dealt {
+    jobs: mpsc::UnboundedReceiver<(u64, IndexBatch)>,
+}
+
+impl Jobs for Dealt {
+    fn poll_job(&mut self, cx: &mut Context<'_>) -> Poll<Option<Job>> {
+        self.jobs.poll_next_unpin(cx).map(|job| {
+            job.map(|(seq, batch)| {
+                let pos = Position {
+                    epoch: batch.epoch,
+                    position: batch.position,
+                };
+                (seq, pos, Some(batch))
+            })
+        })
+    }
+
+    /// Every job comes with its batch: there is nothing to compute.
+    fn compute(&mut self, _: u64, _: Position) -> Result<IndexBatch> {
+        Err(Error::internal(
+            "a stream prefetch job without its batch".into(),
+        ))
+    }
+
+    fn delivered(&mut self, _: u64) -> bool {
+        true
+    }
+}
+
+/// Starts worker `w` of a stream prefetch: it gathers the batches dealt to it.
+pub(super) fn spawn_dealt<Src: Source, T: Send + 'static>(
+    w: usize,
+    source: Arc<Src>,
+    transform: Transform<Src::Batch, T>,
+    config: PrefetchConfig,
+    counters: Arc<Counters>,
+) -> Result<Queue<T>> {
+    let (jobs_tx, jobs) = mpsc::unbounded::<(u64, IndexBatch)>();
+    let (tx, rx) = queue::bounded(config.worker_queue_size);
+    let (exit_tx, exit_rx) = oneshot::channel::<()>();
+    let worker = WorkerLoop {
+        jobs: Dealt { jobs },
+        name: WorkerName {
+            what: "stream prefetch worker",
+            w: w as u64,
+        },
+        source,
+        transform,
+        retry: config.retry,
+        gathers_in_flight: config.gathers_in_flight,
+        tx,
+        exit: exit_tx,
+        counters,
+    };
+    worker.spawn(
+        format!("zrecord-stream-prefetch-{w}"),
+        "a stream prefetch worker",
+    )?;
+    Ok(Queue {
+        rx,
+        exit: Some(exit_rx),
+        jobs: Some(jobs_tx),
+    })
 }

@@ -5,6 +5,7 @@
 use futures::executor::block_on;
 use futures::StreamExt;
 
+use super::super::{LoaderBatch, MergePolicy, OnError, Prefetch};
 use super::*;
 use crate::pipeline::checkpoint::testing::{all, every_split, sampler};
 use crate::pipeline::checkpoint_ext::CheckpointExt;
@@ -369,12 +370,12 @@ fn within<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
 fn stream_over(
     src: &Arc<MemorySource>,
     config: PrefetchConfig,
-) -> PrefetchStream<
+) -> Prefetch<
+    Vec<Vec<u8>>,
     impl Checkpoint<
             Item = Result<IndexBatch>,
             State = impl Clone + serde::Serialize + serde::de::DeserializeOwned,
         > + Unpin,
-    Vec<Vec<u8>>,
 > {
     sampler(16, 1)
         .cursor()
