@@ -161,6 +161,7 @@ mod shard;
 mod source;
 mod stage;
 mod stage_ext;
+mod staged_chain;
 mod state;
 mod stats;
 
