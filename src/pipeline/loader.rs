@@ -669,6 +669,9 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
                         .map(|name| (i, name))
                 });
                 match staged {
+                    Some((_, name)) if states.len() == 1 => {
+                        format!("the checkpoint has user stage {name}")
+                    }
                     Some((i, name)) => format!("checkpoint {i} has user stage {name}"),
                     None => return Ok(()),
                 }

@@ -134,10 +134,7 @@ impl fmt::Debug for StagedChain {
 impl StagedChain {
     fn stage(&mut self) -> &mut dyn ErasedStage {
         // Never locked, so never poisoned; a poisoned mutex holds the stage all the same.
-        &mut **self
-            .stage
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
+        &mut **self.stage.get_mut().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
