@@ -436,8 +436,9 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     /// - A loader without a stage runs the seekable prefetch ([`Prefetch`]) exactly as before,
     ///   and its checkpoints are unchanged.
     ///
-    /// The stage's state is written as JSON after every batch it yields: a state serde_json
-    /// cannot write (a map with non-string keys) is an `Err` item ([`Error::InvalidConfig`]).
+    /// The stage's state is written as JSON at the start and after every batch it yields: a
+    /// state serde_json cannot write (a map with non-string keys) is [`Error::InvalidConfig`],
+    /// from [`LoaderBuilder::build`] or as an `Err` item in the batch's place.
     ///
     /// ```
     /// use std::sync::Arc;
