@@ -19,8 +19,7 @@ use super::description::{balanced_network_in, user_stage_in};
 use super::elastic::{ChainSpec, ElasticChain};
 use super::mix::{Mix, MixConfig};
 use super::prefetch::{
-    identity, LoaderBatch, MergePolicy, OnError, Prefetch, PrefetchConfig, PrefetchStream,
-    RetryPolicy, Transform,
+    identity, LoaderBatch, MergePolicy, OnError, Prefetch, PrefetchConfig, RetryPolicy, Transform,
 };
 use super::residual::ElasticState;
 use super::root::Root;
@@ -34,8 +33,9 @@ use super::stats::LoaderStats;
 use crate::{Error, Result};
 
 /// The stream prefetch a loader with a user stage runs over the stage (the one place its type
-/// is named).
-type StagedPrefetch<T> = PrefetchStream<StagedChain, T>;
+/// is named; `allow`: the stream prefetch's own name is on its way to being an alias).
+#[allow(deprecated)]
+type StagedPrefetch<T> = super::prefetch::PrefetchStream<StagedChain, T>;
 
 /// Every option of a [`Loader`] but the bucket key and the transform (which are functions).
 ///
@@ -410,9 +410,9 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     ///   [`PrefetchConfig`] but `consumer_queue_size` (workers, strict or best-effort merge,
     ///   gathers in flight, lookahead, retries, error handling), [`Loader::stats`], and mixing
     ///   and bucketing under the stage. Its prefetch is the stream form's
-    ///   ([`PrefetchStream`](super::PrefetchStream)): the stage runs on the consumer's task
-    ///   (keep it cheap; the gathers and the transform run on the workers), which deals its
-    ///   batches to the workers.
+    ///   ([`CheckpointExt::prefetch`]): the stage runs on the consumer's task, which deals its
+    ///   batches to the workers (keep it cheap; the gathers and the transform run on the
+    ///   workers).
     /// - Under the strict merge the loader yields exactly the stage's batches, in order, with
     ///   any worker count: a sequential pass of `f` over [`LoaderBuilder::index_chain`]'s cursor,
     ///   each batch gathered and transformed.
