@@ -257,5 +257,6 @@ pub(crate) fn merge(
         prefetch: fresh_state(&chain, num_workers),
         config: header.config.clone(),
         elastic: Some(merged),
+        stage: None,
     })
 }

@@ -19,6 +19,14 @@ pub(crate) fn balanced_network_in(description: &str) -> bool {
     })
 }
 
+/// The name of the user stage `description` records (`stage(name="…")`, the name as written:
+/// quoted), if it records one.
+pub(crate) fn user_stage_in(description: &str) -> Option<String> {
+    let stages = parse_description(description)?;
+    let name = setting(stage(&stages, "stage")?, "name")?;
+    Some(name.to_string())
+}
+
 /// Splits `s` at every top-level occurrence of `sep` (outside brackets and quoted strings).
 fn split_top<'a>(s: &'a str, sep: &str) -> Vec<&'a str> {
     let mut parts = Vec::new();

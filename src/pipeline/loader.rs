@@ -12,8 +12,10 @@ use serde::{Deserialize, Serialize};
 use super::batch::{BatchConfig, Batcher, IndexBatch};
 use super::bucket::{Bucket, BucketConfig, BucketKey};
 use super::chain::IndexChain;
+use super::checkpoint::Checkpoint;
+use super::checkpoint_ext::CheckpointExt;
 use super::checkpoints::{self, Header};
-use super::description::balanced_network_in;
+use super::description::{balanced_network_in, user_stage_in};
 use super::elastic::{ChainSpec, ElasticChain};
 use super::mix::{Mix, MixConfig};
 use super::prefetch::{
@@ -24,10 +26,16 @@ use super::root::Root;
 use super::sampler::{Network, Sampler, SamplerConfig};
 use super::shard::{Shard, ShardConfig};
 use super::source::Source;
-use super::stage::describe;
-use super::state::{LoaderState, LOADER_STATE_VERSION};
+use super::stage::{describe, Cursor, Stage};
+use super::staged_chain::{StagedChain, UserStage};
+use super::state::{LoaderState, PrefetchState, LOADER_STATE_VERSION};
 use super::stats::LoaderStats;
 use crate::{Error, Result};
+
+/// The stream prefetch a loader with a user stage runs over the stage (the one place its type
+/// is named; `allow`: the stream prefetch's own name is on its way to being an alias).
+#[allow(deprecated)]
+type StagedPrefetch<T> = super::prefetch::PrefetchStream<StagedChain, T>;
 
 /// Every option of a [`Loader`] but the bucket key and the transform (which are functions).
 ///
@@ -112,6 +120,8 @@ pub struct LoaderBuilder<S: Source, T = <S as Source>::Batch> {
     /// The shuffled permutation: this version's, or an earlier one's while resuming a checkpoint
     /// an earlier version took (set by [`LoaderBuilder::resume`], never by a user).
     network: Network,
+    /// The user stage over the index chain, if any ([`LoaderBuilder::stage`]).
+    stage: Option<UserStage>,
     transform: Transform<S::Batch, T>,
 }
 
@@ -125,6 +135,7 @@ impl<S: Source, T> Clone for LoaderBuilder<S, T> {
             mix: self.mix.clone(),
             seed: self.seed,
             network: self.network,
+            stage: self.stage.clone(),
             transform: Arc::clone(&self.transform),
         }
     }
@@ -136,6 +147,7 @@ impl<S: Source, T> fmt::Debug for LoaderBuilder<S, T> {
             .field("config", &self.config)
             .field("key", &self.key)
             .field("mix", &self.mix)
+            .field("stage", &self.stage.as_ref().map(UserStage::name))
             .finish_non_exhaustive()
     }
 }
@@ -150,6 +162,7 @@ impl<S: Source> LoaderBuilder<S> {
             mix: None,
             seed: None,
             network: Network::default(),
+            stage: None,
             transform: identity(),
         }
     }
@@ -377,8 +390,98 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
             mix: self.mix,
             seed: self.seed,
             network: self.network,
+            stage: self.stage,
             transform: Arc::new(transform),
         }
+    }
+
+    /// Runs a stage of your own over the whole index chain: `f` gets the chain (sampler or mix,
+    /// shard, bucket, batch, and the residual epochs an elastic resume left) as a [`Cursor`],
+    /// a [`Checkpoint`] stream of [`IndexBatch`]es, and returns a [`Checkpoint`] stream of index
+    /// batches, which the loader gathers, transforms and delivers: the chain filtered
+    /// ([`CheckpointExt::filter_items`]), changed ([`CheckpointExt::map_items`]), or any stage
+    /// of your own. `name` identifies the stage in checkpoints. A loader has one stage: a
+    /// second call replaces the first (compose stages inside `f`). `f` is called once by every
+    /// [`LoaderBuilder::build`] and [`LoaderBuilder::resume`].
+    ///
+    /// # Guarantees
+    ///
+    /// - The stage is a stage like any other: its loader has every option of
+    ///   [`PrefetchConfig`] but `consumer_queue_size` (workers, strict or best-effort merge,
+    ///   gathers in flight, lookahead, retries, error handling), [`Loader::stats`], and mixing
+    ///   and bucketing under the stage. Its prefetch is the stream form's
+    ///   ([`CheckpointExt::prefetch`]): the stage runs on the consumer's task, which deals its
+    ///   batches to the workers (keep it cheap; the gathers and the transform run on the
+    ///   workers).
+    /// - Under the strict merge the loader yields exactly the stage's batches, in order, with
+    ///   any worker count: a sequential pass of `f` over [`LoaderBuilder::index_chain`]'s cursor,
+    ///   each batch gathered and transformed.
+    /// - [`Loader::state`] holds the stage's checkpoint ([`LoaderState::stage`]), and `name` in
+    ///   the configuration description. [`LoaderBuilder::resume`] with the same stage continues
+    ///   right after the last consumed batch, with any worker count and either merge: under the
+    ///   strict merge the rest is exactly the uninterrupted run's; under the best-effort merge
+    ///   no batch is lost or repeated. That holds if the stage keeps the [`Checkpoint`]
+    ///   contract (a restored stage yields what the original yielded after the checkpoint, so
+    ///   `f` must build the same stage every time); `name` is all the checkpoint knows of it, so
+    ///   give a stage whose behaviour changes a new name.
+    /// - Resuming with another stage name, with a stage from a checkpoint taken without one, or
+    ///   without one from a checkpoint taken with one, is [`Error::ResumeMismatch`] naming the
+    ///   difference; so is a stage state the stage's `restore` (or its state's `Deserialize`)
+    ///   refuses.
+    /// - A loader with a stage resumes on the same ranks only: its stage's state is one rank's
+    ///   stream, which an elastic merge cannot split or combine.
+    ///   [`LoaderBuilder::merge_checkpoints`], [`LoaderBuilder::resume_elastic`] and
+    ///   [`LoaderBuilder::elastic_chain`] with a stage, or of checkpoints taken with one, are
+    ///   [`Error::ResumeMismatch`].
+    /// - A loader without a stage runs the seekable prefetch ([`Prefetch`]) exactly as before,
+    ///   and its checkpoints are unchanged.
+    ///
+    /// The stage's state is written as JSON at the start and after every batch it yields: a
+    /// state serde_json cannot write (a map with non-string keys) is [`Error::InvalidConfig`],
+    /// from [`LoaderBuilder::build`] or as an `Err` item in the batch's place.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use futures::executor::block_on;
+    /// use zrecord::pipeline::{CheckpointExt, IndexBatch, Loader, MemorySource, PrefetchConfig};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let source = Arc::new(MemorySource::new((0..100u8).map(|i| vec![i]).collect()));
+    /// let builder = Loader::builder(source)
+    ///     .seed(7)
+    ///     .batch_size(10)
+    ///     .prefetch(PrefetchConfig::default().num_workers(2))
+    ///     // Drop every third batch of an epoch, keep the first 5 records of the others.
+    ///     .stage("two-in-three-short", |chain| {
+    ///         chain
+    ///             .filter_items(|b: &IndexBatch| b.position % 3 != 2)
+    ///             .map_items(|mut b: IndexBatch| {
+    ///                 b.samples.truncate(5);
+    ///                 Ok(b)
+    ///             })
+    ///     });
+    /// let mut loader = builder.clone().build()?;
+    /// let first = block_on(loader.next()).expect("a batch")?;
+    /// assert_eq!(first.indices().len(), 5);
+    /// let saved = serde_json::to_string(&loader.state())?;
+    ///
+    /// // Later, perhaps in another process: the same builder continues after the first batch.
+    /// let mut resumed = builder.resume(&serde_json::from_str(&saved)?)?;
+    /// let mut positions = vec![first.position()];
+    /// while let Some(batch) = block_on(resumed.next()) {
+    ///     positions.push(batch?.position());
+    /// }
+    /// assert_eq!(positions, [0, 1, 3, 4, 6, 7, 9]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn stage<C, F>(mut self, name: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(Cursor<ElasticChain>) -> C + Send + Sync + 'static,
+        C: Checkpoint<Item = Result<IndexBatch>> + Send + Unpin + 'static,
+    {
+        self.stage = Some(UserStage::new(name.into(), f));
+        self
     }
 
     /// The current configuration.
@@ -458,8 +561,10 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] for an invalid stage configuration; [`Error::ResumeMismatch`]
-    /// for a residual that does not fit this configuration.
+    /// for a residual that does not fit this configuration, or if this builder has a user stage
+    /// ([`LoaderBuilder::stage`]) or `state` was taken with one.
     pub fn elastic_chain(&self, state: &LoaderState) -> Result<ElasticChain> {
+        self.same_ranks_only(std::slice::from_ref(state))?;
         if let Some(earlier) = self.for_checkpoint(Some(state)) {
             return earlier.elastic_chain(state);
         }
@@ -483,8 +588,10 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     /// one run's ranks (ranks missing or given twice, each named, or two ranks that resumed
     /// from different merges), or one was taken on another generation or length of the source, or
     /// with a configuration that differs from this builder's in anything but the shard
-    /// settings (seed, epochs, bucketing, batch size, …), or is damaged.
+    /// settings (seed, epochs, bucketing, batch size, …), or is damaged; if this builder has a
+    /// user stage ([`LoaderBuilder::stage`]) or a checkpoint was taken with one.
     pub fn merge_checkpoints(&self, states: &[LoaderState]) -> Result<LoaderState> {
+        self.same_ranks_only(states)?;
         if let Some(earlier) = self.for_checkpoint(states.first()) {
             return earlier.merge_checkpoints(states);
         }
@@ -552,9 +659,58 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
         })
     }
 
+    /// Refuses an elastic merge for a loader with a user stage, or of checkpoints taken by one.
+    fn same_ranks_only(&self, states: &[LoaderState]) -> Result<()> {
+        let whose = match &self.stage {
+            Some(stage) => format!("this loader has user stage {:?}", stage.name()),
+            None => {
+                let staged = states.iter().enumerate().find_map(|(i, s)| {
+                    user_stage_in(&s.config)
+                        .or_else(|| s.stage.as_ref().map(|_| "(unnamed)".to_string()))
+                        .map(|name| (i, name))
+                });
+                match staged {
+                    Some((_, name)) if states.len() == 1 => {
+                        format!("the checkpoint has user stage {name}")
+                    }
+                    Some((i, name)) => format!("checkpoint {i} has user stage {name}"),
+                    None => return Ok(()),
+                }
+            }
+        };
+        Err(Error::ResumeMismatch {
+            reason: format!(
+                "{whose}: a loader with a user stage resumes on the same ranks only (its \
+                 stage's state is one rank's stream, which an elastic merge cannot split or \
+                 combine)"
+            ),
+        })
+    }
+
+    /// The configuration description of the loader over `chain`: the chain's, then the user
+    /// stage's.
+    fn describe(&self, chain: &ElasticChain) -> String {
+        let mut description = describe(chain);
+        if let Some(stage) = &self.stage {
+            stage.describe(&mut description);
+        }
+        description
+    }
+
     fn start(self, resume: Option<&LoaderState>) -> Result<Loader<S, T>> {
         if let Some(earlier) = self.for_checkpoint(resume) {
             return earlier.start(resume);
+        }
+        if let (Some(stage), Some(state)) = (&self.stage, resume) {
+            if state.elastic.is_some() {
+                return Err(Error::ResumeMismatch {
+                    reason: format!(
+                        "the checkpoint comes from an elastic merge, and this loader has user \
+                         stage {:?}: a loader with a user stage resumes on the same ranks only",
+                        stage.name()
+                    ),
+                });
+            }
         }
         let elastic = resume.and_then(|s| s.elastic.clone());
         let chain =
@@ -562,24 +718,55 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
         let header = Header::new(
             self.source.generation(),
             self.source.len(),
-            describe(&chain),
+            self.describe(&chain),
         );
-        let prefetch = match resume {
-            None => Prefetch::new(
+        if let Some(state) = resume {
+            header.check(state)?;
+        }
+        let prefetch = match (&self.stage, resume) {
+            (None, None) => LoaderPrefetch::Seekable(Prefetch::new(
                 chain,
                 Arc::clone(&self.source),
                 self.transform,
                 self.config.prefetch,
-            )?,
-            Some(state) => {
-                header.check(state)?;
-                Prefetch::resume(
+            )?),
+            (None, Some(state)) => {
+                if state.stage.is_some() {
+                    return Err(Error::ResumeMismatch {
+                        reason: "the checkpoint holds a user stage's state, and this loader has \
+                                 no user stage"
+                            .into(),
+                    });
+                }
+                LoaderPrefetch::Seekable(Prefetch::resume(
                     chain,
                     Arc::clone(&self.source),
                     self.transform,
                     self.config.prefetch,
                     &state.prefetch,
-                )?
+                )?)
+            }
+            (Some(stage), resume) => {
+                let staged = stage.build(chain.cursor())?;
+                let mut prefetch: StagedPrefetch<T> = staged.prefetch_with(
+                    Arc::clone(&self.source),
+                    self.config.prefetch,
+                    self.transform,
+                )?;
+                if let Some(state) = resume {
+                    let mismatch = |what: String| Error::ResumeMismatch {
+                        reason: format!("user stage {:?}: {what}", stage.name()),
+                    };
+                    let saved = state
+                        .stage
+                        .clone()
+                        .ok_or_else(|| mismatch("the checkpoint holds no state for it".into()))?;
+                    let saved = serde_json::from_value(saved).map_err(|e| {
+                        mismatch(format!("the checkpoint's prefetch state is malformed: {e}"))
+                    })?;
+                    prefetch.restore(saved)?;
+                }
+                LoaderPrefetch::Staged(prefetch)
             }
         };
         Ok(Loader {
@@ -588,6 +775,22 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
             elastic,
             prefetch,
         })
+    }
+}
+
+/// The prefetch of a [`Loader`]: the seekable one over the index chain, or the stream one over
+/// a user stage.
+enum LoaderPrefetch<T> {
+    Seekable(Prefetch<T>),
+    Staged(StagedPrefetch<T>),
+}
+
+impl<T> fmt::Debug for LoaderPrefetch<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Seekable(p) => p.fmt(f),
+            Self::Staged(p) => p.fmt(f),
+        }
     }
 }
 
@@ -622,7 +825,7 @@ pub struct Loader<S: Source, T = <S as Source>::Batch> {
     header: Header,
     /// The residual this loader ran first, recorded in its checkpoints.
     elastic: Option<ElasticState>,
-    prefetch: Prefetch<T>,
+    prefetch: LoaderPrefetch<T>,
 }
 
 // Nothing in a `Loader` is structurally pinned.
@@ -676,20 +879,35 @@ impl<S: Source, T> Loader<S, T> {
     /// so dropping the future (e.g. in `tokio::select!`) loses no batch, and the checkpoint
     /// ([`Loader::state`]) does not move.
     pub async fn next(&mut self) -> Option<Result<LoaderBatch<T>>> {
-        StreamExt::next(&mut self.prefetch).await
+        StreamExt::next(self).await
     }
 
     /// The checkpoint after the last batch returned by [`Loader::next`] (or the stream); a
     /// batch that failed under [`OnError::Stop`] is not counted, so the checkpoint points at it.
     pub fn state(&self) -> LoaderState {
+        let (prefetch, stage) = match &self.prefetch {
+            LoaderPrefetch::Seekable(p) => (p.state(), None),
+            // The stage form keeps its state in `stage`; `prefetch` is an empty state (no
+            // seekable workers). A prefetch state of JSON values and integers always converts.
+            LoaderPrefetch::Staged(p) => (
+                PrefetchState {
+                    num_workers: 0,
+                    base: 0,
+                    next_worker: 0,
+                    workers: Vec::new(),
+                },
+                Some(serde_json::to_value(p.checkpoint()).unwrap_or_default()),
+            ),
+        };
         LoaderState {
             version: LOADER_STATE_VERSION,
             generation: self.header.generation,
             source_len: self.header.source_len,
             fingerprint: self.header.fingerprint,
             config: self.header.config.clone(),
-            prefetch: self.prefetch.state(),
+            prefetch,
             elastic: self.elastic.clone(),
+            stage,
         }
     }
 
@@ -705,7 +923,10 @@ impl<S: Source, T> Loader<S, T> {
 
     /// Diagnostic: see [`Prefetch::max_observed_lead`].
     pub fn max_observed_lead(&self) -> u64 {
-        self.prefetch.max_observed_lead()
+        match &self.prefetch {
+            LoaderPrefetch::Seekable(p) => p.max_observed_lead(),
+            LoaderPrefetch::Staged(p) => p.stats().max_lead,
+        }
     }
 
     /// A cheap snapshot of what the loader is doing: queue depths, gathers and records in
@@ -729,7 +950,10 @@ impl<S: Source, T> Loader<S, T> {
     /// # }).unwrap();
     /// ```
     pub fn stats(&self) -> LoaderStats {
-        self.prefetch.stats()
+        match &self.prefetch {
+            LoaderPrefetch::Seekable(p) => p.stats(),
+            LoaderPrefetch::Staged(p) => p.stats(),
+        }
     }
 
     /// Stops the workers and waits until every worker thread has exited and released the
@@ -738,7 +962,10 @@ impl<S: Source, T> Loader<S, T> {
     /// # Cancel safety
     /// Dropping the future before it completes leaves the workers stopping on their own.
     pub async fn shutdown(self) {
-        self.prefetch.shutdown().await;
+        match self.prefetch {
+            LoaderPrefetch::Seekable(p) => p.shutdown().await,
+            LoaderPrefetch::Staged(p) => p.shutdown().await,
+        }
     }
 }
 
@@ -746,16 +973,25 @@ impl<S: Source, T> Stream for Loader<S, T> {
     type Item = Result<LoaderBatch<T>>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        Pin::new(&mut self.get_mut().prefetch).poll_next(cx)
+        match &mut self.get_mut().prefetch {
+            LoaderPrefetch::Seekable(p) => Pin::new(p).poll_next(cx),
+            LoaderPrefetch::Staged(p) => Pin::new(p).poll_next(cx),
+        }
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        self.prefetch.size_hint()
+        match &self.prefetch {
+            LoaderPrefetch::Seekable(p) => p.size_hint(),
+            LoaderPrefetch::Staged(p) => p.size_hint(),
+        }
     }
 }
 
 impl<S: Source, T> FusedStream for Loader<S, T> {
     fn is_terminated(&self) -> bool {
-        self.prefetch.is_terminated()
+        match &self.prefetch {
+            LoaderPrefetch::Seekable(p) => p.is_terminated(),
+            LoaderPrefetch::Staged(p) => p.is_terminated(),
+        }
     }
 }

@@ -61,6 +61,10 @@
 //!   worker runs its own share without coordination, a resume is O(1), the shard has every
 //!   mode, and the merge can be best-effort. Use it (through [`Loader`]) unless you need a stage
 //!   of your own.
+//! - **A stage of your own in [`Loader`]**: [`LoaderBuilder::stage`] puts it over the loader's
+//!   whole index chain (sampler or mix, shard, bucket, batch), and the loader runs the stream
+//!   form's prefetch over it: its workers, merges, stats and checkpoint, resumed on the same
+//!   ranks with any worker count.
 //! - The **stream form** accepts any stage. The index side runs on the consumer's task, the
 //!   gathers on worker threads; a restore replays at most one bucket buffer from its input. A
 //!   stream has no known epoch length, so its shard is interleaved only (shard the seekable
@@ -121,6 +125,9 @@
 //! consumed counts and positions — and [`LoaderBuilder::resume`] continues exactly after the last
 //! consumed batch. Under the default strict merge the stream is the same whatever the worker
 //! count, and equals a sequential pass over [`LoaderBuilder::index_chain`].
+//! [`LoaderBuilder::stage`] adds a stage of your own after the chain's batching (a filter, a
+//! map, any [`Checkpoint`] stream of index batches); its state and name are part of the
+//! checkpoint.
 //!
 //! # Elastic resume
 //!
@@ -161,6 +168,7 @@ mod shard;
 mod source;
 mod stage;
 mod stage_ext;
+mod staged_chain;
 mod state;
 mod stats;
 

@@ -85,7 +85,7 @@ pub struct LoaderState {
     /// Fingerprint of `config`.
     pub fingerprint: u64,
     /// Human-readable description of the index chain's configuration (sampler, shard, bucket,
-    /// batch), quoted in resume errors.
+    /// batch, and the name of a user stage), quoted in resume errors.
     pub config: String,
     /// The prefetch state.
     pub prefetch: PrefetchState,
@@ -93,6 +93,15 @@ pub struct LoaderState {
     /// [`super::LoaderBuilder::merge_checkpoints`]); `None` for a loader that was never resumed elastically.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elastic: Option<ElasticState>,
+    /// The prefetch state of a loader with a user stage ([`super::LoaderBuilder::stage`]): the
+    /// stage's own state (as its [`super::Checkpoint::State`] serialises) just after the last
+    /// batch of the consumed prefix (`input`), and the batches after it already consumed under
+    /// the best-effort merge (`consumed_ahead`, counted from there, omitted when empty). Such a
+    /// loader leaves `prefetch` empty (no workers) and names its stage in `config`
+    /// (`… | stage(name="…")`). `None` (and not written) for a loader without a user stage, so
+    /// its checkpoints are those of a loader before user stages existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<serde_json::Value>,
 }
 
 /// The current [`LoaderState::version`].
