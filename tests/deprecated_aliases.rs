@@ -123,3 +123,31 @@ fn the_stream_stage_names_are_the_stage_types_over_a_stream() {
     // 9 items an epoch, shard 1 of 2 keeps 4 of each.
     assert_eq!(batches.iter().map(|b| b.samples.len()).sum::<usize>(), 8);
 }
+
+/// The stream prefetch's name before #31 (`PrefetchStream<S, T>`) names the one `Prefetch` over
+/// a stream (`Prefetch<T, S>`), and its `get_ref` still reaches the input.
+#[test]
+fn the_stream_prefetch_name_is_the_prefetch_over_a_stream() {
+    use std::sync::Arc;
+
+    use futures::executor::block_on;
+    use futures::TryStreamExt;
+    use zrecord::pipeline::{
+        BatchConfig, Batcher, Checkpoint, CheckpointExt, Cursor, MemorySource, Prefetch,
+        PrefetchConfig, PrefetchStream, PrefetchStreamState, Sampler, SamplerConfig, Stage,
+    };
+
+    type Input = Batcher<Cursor<Sampler>, zrecord::pipeline::CursorState>;
+    let source = Arc::new(MemorySource::new((0..9u8).map(|i| vec![i]).collect()));
+    let sampler = Sampler::new(9, SamplerConfig::default().seed(4).epochs(Some(1))).unwrap();
+    let input: Input = sampler.cursor().batch(BatchConfig::new(2)).unwrap();
+    let prefetch: PrefetchStream<Input, Vec<Vec<u8>>> = input
+        .prefetch(source, PrefetchConfig::default().num_workers(2))
+        .unwrap();
+    let prefetch: Prefetch<Vec<Vec<u8>>, Input> = prefetch;
+    let _: PrefetchStreamState<_> = prefetch.checkpoint();
+    assert_eq!(prefetch.get_ref().config().batch_size, 2);
+    send_sync(&prefetch);
+    let batches: Vec<_> = block_on(prefetch.try_collect()).unwrap();
+    assert_eq!(batches.iter().map(|b| b.indices().len()).sum::<usize>(), 9);
+}

@@ -32,10 +32,8 @@ use super::state::{LoaderState, PrefetchState, LOADER_STATE_VERSION};
 use super::stats::LoaderStats;
 use crate::{Error, Result};
 
-/// The stream prefetch a loader with a user stage runs over the stage (the one place its type
-/// is named; `allow`: the stream prefetch's own name is on its way to being an alias).
-#[allow(deprecated)]
-type StagedPrefetch<T> = super::prefetch::PrefetchStream<StagedChain, T>;
+/// The prefetch a loader with a user stage runs over the stage: the stream form.
+type StagedPrefetch<T> = Prefetch<T, StagedChain>;
 
 /// Every option of a [`Loader`] but the bucket key and the transform (which are functions).
 ///
@@ -407,9 +405,9 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     /// # Guarantees
     ///
     /// - The stage is a stage like any other: its loader has every option of
-    ///   [`PrefetchConfig`] but `consumer_queue_size` (workers, strict or best-effort merge,
-    ///   gathers in flight, lookahead, retries, error handling), [`Loader::stats`], and mixing
-    ///   and bucketing under the stage. Its prefetch is the stream form's
+    ///   [`PrefetchConfig`] (workers, queues, strict or best-effort merge, gathers in flight,
+    ///   lookahead, retries, error handling), [`Loader::stats`], and mixing and bucketing under
+    ///   the stage. Its prefetch is the one [`Prefetch`] over a stream
     ///   ([`CheckpointExt::prefetch`]): the stage runs on the consumer's task, which deals its
     ///   batches to the workers (keep it cheap; the gathers and the transform run on the
     ///   workers).
@@ -925,7 +923,7 @@ impl<S: Source, T> Loader<S, T> {
     pub fn max_observed_lead(&self) -> u64 {
         match &self.prefetch {
             LoaderPrefetch::Seekable(p) => p.max_observed_lead(),
-            LoaderPrefetch::Staged(p) => p.stats().max_lead,
+            LoaderPrefetch::Staged(p) => p.max_observed_lead(),
         }
     }
 

@@ -350,7 +350,6 @@ impl<T, S: PrefetchInput> Prefetch<T, S> {
 
 impl<T, S> Checkpoint for Prefetch<T, S>
 where
-    T: Send + 'static,
     S: Checkpoint<Item = Result<IndexBatch>> + Unpin,
 {
     type State = PrefetchStreamState<S::State>;
