@@ -111,8 +111,8 @@ pub trait IndexSide<S> {
     /// lookahead session.
     fn stop(&mut self);
 
-    /// Jobs left to merge, if known.
-    fn remaining(&self, counts: &[Counts]) -> Option<u64>;
+    /// Bounds of the jobs left to merge, as [`Stream::size_hint`] gives them.
+    fn size_hint(&self, counts: &[Counts]) -> (u64, Option<u64>);
 }
 
 /// The state of the consumer side both index sides share.
@@ -292,17 +292,15 @@ impl<T> Core<T> {
                                 result,
                             };
                         }
-                        // A worker's results come in the order of its jobs: one before the job
-                        // expected cannot be this stream's.
-                        Some(e) if tag < e => {}
+                        // A worker's results come in the order of its jobs, in a queue of its
+                        // own: another job's result is a bug. The job expected fails in its
+                        // place, and the worker counts as gone.
                         _ => {
-                            break Merged {
-                                worker: None,
-                                mark: side.merged(w, tag),
-                                result: Err(Error::internal(format!(
-                                    "prefetch worker {w} returned job {tag}, expected {expected:?}"
-                                ))),
-                            };
+                            let mut failed = side.closed(w);
+                            failed.result = Err(Error::internal(format!(
+                                "prefetch worker {w} returned job {tag}, expected {expected:?}"
+                            )));
+                            break failed;
                         }
                     }
                 }
@@ -376,6 +374,11 @@ impl<T, S: PrefetchInput> Stream for Prefetch<T, S> {
             }
             Some(m) => {
                 core.consume(side, &m);
+                if core.merge_done && core.ready.is_empty() {
+                    // The last item: the workers and the lookahead session are let go of now,
+                    // not only at the next poll (a fused consumer may never make it).
+                    core.stop(side);
+                }
                 Poll::Ready(Some(m.result))
             }
             None if core.merge_done => {
@@ -394,25 +397,18 @@ impl<T, S: PrefetchInput> Stream for Prefetch<T, S> {
     fn size_hint(&self) -> (usize, Option<usize>) {
         let core = &self.core;
         let ready = core.ready.len() as u64;
-        let remaining = if core.merge_done {
-            Some(ready)
+        let (low, high) = if core.merge_done {
+            (0, Some(0))
         } else {
-            self.side
-                .remaining(&core.counts)
-                .map(|r| r.saturating_add(ready))
+            self.side.size_hint(&core.counts)
         };
-        match remaining {
-            Some(r) => {
-                let r = usize::try_from(r).unwrap_or(usize::MAX);
-                (r, Some(r))
-            }
-            None => (core.ready.len(), None),
-        }
+        let cast = |n: u64| usize::try_from(n.saturating_add(ready)).unwrap_or(usize::MAX);
+        (cast(low), high.map(cast))
     }
 }
 
 impl<T, S: PrefetchInput> FusedStream for Prefetch<T, S> {
     fn is_terminated(&self) -> bool {
-        self.core.stopped || (self.core.merge_done && self.core.ready.is_empty())
+        self.core.stopped
     }
 }

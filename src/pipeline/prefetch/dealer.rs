@@ -74,6 +74,9 @@ pub struct Dealer<St> {
     next_worker: usize,
     /// Per worker since its start: batches dealt to it.
     dealt: Vec<u64>,
+    /// Per worker: its queue ended (it died); it is dealt nothing more, and the merge's lead
+    /// no longer waits for it.
+    dead: Vec<bool>,
     /// The worker the best-effort scan visits first.
     merge_next: usize,
     in_flight: VecDeque<InFlight<St>>,
@@ -122,6 +125,7 @@ impl<St> Dealer<St> {
                 .saturating_add(config.consumer_queue_size),
             next_worker: 0,
             dealt: vec![0; config.num_workers],
+            dead: vec![false; config.num_workers],
             merge_next: 0,
             in_flight: VecDeque::new(),
             next_seq: 0,
@@ -197,10 +201,26 @@ impl<St> Dealer<St> {
         self.next_worker = 0;
         self.merge_next = 0;
         self.dealt = vec![0; self.num_workers];
+        self.dead = vec![false; self.num_workers];
         self.next_seq = 0;
         self.skip = state.consumed_ahead.into();
         self.input_done = false;
         self.consumed = state.input;
+    }
+
+    /// The next worker to deal to: round-robin over the workers not dead (the next one in turn
+    /// if all are, whose send then fails).
+    fn next_alive(&mut self) -> usize {
+        let n = self.num_workers.max(1);
+        let mut w = self.next_worker % n;
+        for _ in 0..n {
+            if !self.dead.get(w).copied().unwrap_or(false) {
+                break;
+            }
+            w = (w + 1) % n;
+        }
+        self.next_worker = (w + 1) % n;
+        w
     }
 
     /// The place of worker `w`'s oldest batch not merged yet.
@@ -263,13 +283,17 @@ where
                     if let Some(announce) = &self.announce {
                         announce(self.session, Some(&batch.indices()));
                     }
-                    let w = self.next_worker;
-                    self.next_worker = (w + 1) % self.num_workers.max(1);
+                    let w = self.next_alive();
                     let sent = core
                         .queues
                         .get(w)
                         .and_then(|q| q.jobs.as_ref())
                         .is_some_and(|jobs| jobs.unbounded_send((seq, batch)).is_ok());
+                    if !sent {
+                        if let Some(dead) = self.dead.get_mut(w) {
+                            *dead = true;
+                        }
+                    }
                     if sent {
                         if let Some(d) = self.dealt.get_mut(w) {
                             *d = d.saturating_add(1);
@@ -334,14 +358,15 @@ where
         counts.get(w).is_some_and(|c| dealt > c.merged)
     }
 
-    /// Of the workers with batches dealt and not consumed, or (while the input goes on) still
-    /// to be dealt.
+    /// Of the workers with batches dealt and not consumed, or (while the input goes on and
+    /// the worker lives) still to be dealt.
     fn min_unconsumed(&self, counts: &[Counts]) -> Option<u64> {
         counts
             .iter()
             .zip(&self.dealt)
-            .filter(|(c, &dealt)| dealt > c.consumed || !self.input_done)
-            .map(|(c, _)| c.consumed)
+            .zip(&self.dead)
+            .filter(|((c, &dealt), &dead)| dealt > c.consumed || (!self.input_done && !dead))
+            .map(|((c, _), _)| c.consumed)
             .min()
     }
 
@@ -362,6 +387,9 @@ where
     /// A worker gone before its batches: its oldest batch fails in its place.
     fn closed<T>(&mut self, w: usize) -> Merged<T> {
         self.merge_next = w.wrapping_add(1);
+        if let Some(dead) = self.dead.get_mut(w) {
+            *dead = true;
+        }
         let oldest = self.oldest_of(w).and_then(|at| self.in_flight.get_mut(at));
         let (worker, mark) = match oldest {
             Some(b) => {
@@ -388,8 +416,9 @@ where
         self.end_session();
     }
 
-    fn remaining(&self, _: &[Counts]) -> Option<u64> {
-        None
+    /// Unknown: the input's length is.
+    fn size_hint(&self, _: &[Counts]) -> (u64, Option<u64>) {
+        (0, None)
     }
 }
 

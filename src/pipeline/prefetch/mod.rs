@@ -189,10 +189,12 @@ impl<S> PrefetchInput for S where S: Checkpoint<Item = Result<IndexBatch>> + Unp
 /// asynchronous gather in flight is dropped). [`Prefetch::shutdown`] waits for that.
 #[must_use = "a prefetch does nothing unless polled"]
 pub struct Prefetch<T, S: PrefetchInput = ()> {
+    /// First, so it is dropped first: the queues close (the workers stop) before the side ends
+    /// the lookahead session.
+    core: Core<T>,
     /// The stream the consumer deals from; `()` over a stage (its workers hold it).
     input: S,
     side: <S as sealed::Sealed>::Side,
-    core: Core<T>,
 }
 
 // Nothing in a `Prefetch` is structurally pinned.

@@ -245,15 +245,18 @@ impl IndexSide<()> for Shares {
         }
     }
 
-    fn remaining(&self, counts: &[Counts]) -> Option<u64> {
+    /// Exact over a finite stage; endless (`u64::MAX`, no upper bound) over an endless one.
+    fn size_hint(&self, counts: &[Counts]) -> (u64, Option<u64>) {
         let mut sum = 0u64;
         for (w, c) in counts.iter().enumerate() {
             if self.dead.get(w).copied().unwrap_or(true) {
                 continue;
             }
-            let count = self.split.count(w as u64)?;
+            let Some(count) = self.split.count(w as u64) else {
+                return (u64::MAX, None);
+            };
             sum = sum.saturating_add(count.saturating_sub(c.merged));
         }
-        Some(sum)
+        (sum, Some(sum))
     }
 }
