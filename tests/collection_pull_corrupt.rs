@@ -99,7 +99,11 @@ fn a_flipped_byte_on_the_store_fails_the_pull_and_changes_nothing_local() {
         }
         let manifests: Vec<String> = files(&into)
             .into_iter()
-            .filter(|f| f.starts_with("_collection/") && f != "_collection/commit.lock")
+            .filter(|f| {
+                f.starts_with("_collection/")
+                    && f != "_collection/commit.lock"
+                    && f != "_collection/pull.lock"
+            })
             .collect();
         let want: &[&str] = if existed {
             &["_collection/00000000000000000001.json"]

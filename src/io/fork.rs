@@ -10,11 +10,10 @@
 //!
 //! The process id is read once per process and cached; a `pthread_atfork` child handler (atomic
 //! stores, async-signal-safe) clears the cache in every child of `fork()`, so the check costs an
-//! atomic load. The same handlers hold [`ChildCloses`] across a fork and close its descriptors
-//! in the child (the locks of `lock.rs`). (Python's `os.fork`, `multiprocessing` and torch's `DataLoader` workers
-//! fork through libc's `fork()`, which runs the handler.)
+//! atomic load. (Python's `os.fork`, `multiprocessing` and torch's `DataLoader` workers fork
+//! through libc's `fork()`, which runs the handler.) The locks of `lock.rs` need nothing here
+//! but a [`ForkLocal`] table: a child never holds its parent's record locks.
 
-use std::cell::UnsafeCell;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
@@ -34,25 +33,16 @@ const REGISTERED: u64 = 2;
 const FAILED: u64 = 3;
 const STATE: u64 = 3;
 
-extern "C" fn prepare() {
-    acquire();
-}
-
-extern "C" fn parent() {
-    REGISTRY.owner.store(0, Ordering::Release);
-}
-
 extern "C" fn child() {
     PID.store(0, Ordering::Relaxed);
     GENERATION.fetch_add(1, Ordering::Relaxed);
     // This handler runs, so the registration took effect, whatever the registering thread (not
     // in this child) had recorded when the fork came.
     HANDLERS.store(REGISTERED, Ordering::Release);
-    close_in_child();
 }
 
-/// Registers this crate's fork handlers (one set, for the process id and the locks), once per
-/// program; true once they are registered. Never waits on a `Once`: a child forked while
+/// Registers this crate's fork handler (a child handler: the process id and the generation),
+/// once per program; true once they are registered. Never waits on a `Once`: a child forked while
 /// another thread registered them would wait forever. A thread that finds the registration in
 /// progress in its own process waits a moment for it, then goes on without (false); a child of
 /// a fork that came before the registration took effect (its handlers did not run) finds it in
@@ -98,19 +88,18 @@ pub(crate) fn handlers() -> bool {
             Err(now) => word = now,
         }
     }
-    // SAFETY: the handlers are plain `extern "C" fn`s that live as long as the program; the
-    // child handler does only what is async-signal-safe (atomic stores, `close`).
-    let r = unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+    // SAFETY: the handler is a plain `extern "C" fn` that lives as long as the program and does
+    // only what is async-signal-safe (atomic stores).
+    let r = unsafe { libc::pthread_atfork(None, None, Some(child)) };
     if r == 0 {
         HANDLERS.store(REGISTERED, Ordering::Release);
         return true;
     }
     HANDLERS.store(FAILED, Ordering::Release);
-    // Without them the process id is asked for on every use, and a child of `fork()` may hold
-    // zrecord's locks until it exits.
+    // Without it the process id is asked for on every use.
     tracing::warn!(
         error = r,
-        "pthread_atfork failed; a child of fork() may hold zrecord's locks"
+        "pthread_atfork failed; zrecord asks for the process id on every use"
     );
     false
 }
@@ -143,135 +132,6 @@ pub(crate) fn generation() -> u64 {
 /// an exited ancestor's, reused; a generation alone misses a fork the handlers did not see).
 fn this_process() -> (u32, u64) {
     (pid(), generation())
-}
-
-/// The descriptors a child of `fork()` closes at once, behind a spin lock (a fork handler
-/// cannot use a `Mutex`: its guard cannot be carried from the prepare handler to the others).
-struct Registry {
-    /// The id of the process one of whose threads holds the lock, or 0.
-    owner: AtomicU32,
-    fds: UnsafeCell<Vec<i32>>,
-}
-
-// SAFETY: `fds` is only touched by the holder of the lock (`ChildCloses` below, and the fork
-// handlers, which run between `prepare` taking it and `parent`/`child` releasing it).
-unsafe impl Sync for Registry {}
-
-static REGISTRY: Registry = Registry {
-    owner: AtomicU32::new(0),
-    fds: UnsafeCell::new(Vec::new()),
-};
-
-/// The descriptors every child of `fork()` closes at once, held: no fork happens while this
-/// lives (the prepare handler waits for it), so a descriptor opened and registered, or
-/// unregistered and closed, under it is never half-way at a fork. (Copies a child must never
-/// keep: locks, `lock.rs`.) Held briefly: every fork of the process waits. Nothing is allocated
-/// or freed while it is held by [`ChildCloses::hold_with_room`] (an allocator's own fork
-/// handler may hold the allocator while ours waits for the list).
-pub(crate) struct ChildCloses {
-    /// A buffer the list no longer uses, freed after the list is released.
-    spare: Vec<i32>,
-}
-
-impl ChildCloses {
-    /// Holds the list; registers the fork handlers first (registering waits for a fork in
-    /// progress, whose prepare handler would wait for the list).
-    pub(crate) fn hold() -> ChildCloses {
-        handlers();
-        acquire();
-        ChildCloses { spare: Vec::new() }
-    }
-
-    /// Holds the list with room for one more descriptor: a push allocates nothing. A bigger
-    /// buffer is allocated with the list released, and the old one freed after it is.
-    pub(crate) fn hold_with_room() -> ChildCloses {
-        let mut spare: Vec<i32> = Vec::new();
-        loop {
-            let mut held = ChildCloses::hold();
-            let fds = held.fds();
-            if fds.len() < fds.capacity() {
-                held.spare = spare;
-                return held;
-            }
-            if spare.capacity() > fds.len() {
-                // Room for all and one more: copied without allocating, the old buffer kept
-                // to be freed after the release.
-                spare.clear();
-                spare.extend_from_slice(fds);
-                std::mem::swap(fds, &mut spare);
-                held.spare = spare;
-                return held;
-            }
-            let want = fds.len().saturating_add(1).max(4).saturating_mul(2);
-            drop(held);
-            spare = Vec::with_capacity(want);
-        }
-    }
-
-    /// The descriptors, to add to or remove from.
-    pub(crate) fn fds(&mut self) -> &mut Vec<i32> {
-        // SAFETY: a `ChildCloses` is made only by `hold`, after this thread took the lock, and
-        // releases it when dropped.
-        unsafe { &mut *REGISTRY.fds.get() }
-    }
-}
-
-impl Drop for ChildCloses {
-    fn drop(&mut self) {
-        REGISTRY.owner.store(0, Ordering::Release);
-        // `spare` is freed after this, with the list released.
-    }
-}
-
-/// Takes the list's lock. One held by a thread of another process (a parent whose fork this
-/// child's handlers missed: that thread is not here) is taken over.
-fn acquire() {
-    // Not `pid()`: this runs in the prepare handler, where registering would deadlock.
-    let cached = PID.load(Ordering::Relaxed);
-    let me = if cached != 0 {
-        cached
-    } else {
-        std::process::id()
-    };
-    let mut spins = 0u32;
-    loop {
-        match REGISTRY
-            .owner
-            .compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed)
-        {
-            Ok(_) => return,
-            Err(owner) if owner != 0 && owner != me => {
-                if REGISTRY
-                    .owner
-                    .compare_exchange(owner, me, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    return;
-                }
-            }
-            Err(_) => {}
-        }
-        spins = spins.wrapping_add(1);
-        if spins < 64 {
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
-        }
-    }
-}
-
-fn close_in_child() {
-    // SAFETY: the prepare handler took the lock in the parent, and the child is a copy of the
-    // parent at that moment with only this thread: nothing else touches `fds`. `close` is
-    // async-signal-safe; `clear` of a `Vec<i32>` only sets its length (no allocator call).
-    let fds = unsafe { &mut *REGISTRY.fds.get() };
-    for &fd in fds.iter() {
-        // SAFETY: `fd` is the child's copy of a registered descriptor, whose owner never closes
-        // it in the child (a `FileLock` made in another fork generation is forgotten).
-        unsafe { libc::close(fd) };
-    }
-    fds.clear();
-    REGISTRY.owner.store(0, Ordering::Release);
 }
 
 struct Entry<T> {

@@ -1,47 +1,38 @@
-//! File locks (`flock`, exclusive or shared) that only the process that took them holds.
+//! File locks that only the process that took them holds: POSIX record locks
+//! (`fcntl(F_SETLK)` over the whole file), with a table of the locks this process holds.
 //!
-//! An `flock` belongs to an open file description, and a child process gets a copy of every
-//! descriptor its parent has open, close-on-exec or not, until it calls `exec`. So a lock held
-//! at the moment another thread forks or spawns a process is held by that child too: a writer
-//! closed in the parent while the child lives leaves the lock taken, and the next writer of the
-//! dataset gets a spurious [`Error::WriterBusy`] (or a pull waits) until the child is gone. A
-//! child of `fork()` without `exec` (Python's `multiprocessing` and torch's `DataLoader`
-//! workers) can keep it for hours; a child spawned to run another program (Rust's `Command`,
-//! Python's `subprocess`) keeps it for the moments before its `exec`.
+//! A record lock belongs to a process, not to a descriptor: a child process never holds its
+//! parent's locks, whether it was made by `fork()` (Python's `multiprocessing`, torch's
+//! `DataLoader` workers) or spawned to run another program (Rust's `Command`, Python's
+//! `subprocess`), even while it still has copies of the parent's descriptors. So a writer closed
+//! in the parent frees its dataset at once, however long a child lives, and a second writer, in
+//! this process or another, is refused at once.
 //!
-//! Every lock of this crate is taken here:
-//! - Each held lock's descriptor is in `fork::ChildCloses`, the descriptors every child of
-//!   `fork()` closes at once (in the crate's `pthread_atfork` child handler). The list is held
-//!   across a fork, so no lock is taken or released half-way through it. In the child, the
-//!   inherited [`FileLock`]s are forgotten when dropped (their descriptor numbers may name the
-//!   child's own files by then).
-//! - `posix_spawn` and `vfork` run no fork handler: a lock found taken is tried again for a
-//!   while ([`SPAWN_GRACE`]), longer than a spawned child usually takes to reach its `exec`. A
-//!   child that takes longer (a machine loaded far beyond its cores) still makes the lock look
-//!   taken, as any holder does: the caller gets `WriterBusy` and may try again.
+//! Two rules of record locks shape this file (LevelDB, RocksDB and SQLite follow the same):
+//! - Locks of one process never conflict with each other, so the process's own holders are
+//!   kept apart by a table of the lock files it holds (keyed by device and inode): a second
+//!   exclusive holder in the process, or a shared one beside an exclusive one, is refused by
+//!   the table without asking the kernel.
+//! - Closing *any* descriptor of a file releases every lock the process holds on it. So the
+//!   process keeps exactly one descriptor of each lock file it holds, in the table, never opens
+//!   another one (the table is looked up by the path's inode first), and closes it with the
+//!   table held, so no thread takes the lock again in between.
+//!
+//! A child of `fork()` starts with a table of its own (empty: it holds no lock), and a
+//! [`FileLock`] it inherited does nothing when dropped there.
 
-use crate::error::{Error, Result};
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::fs::File;
-use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-/// How long a lock found taken is tried again before it counts as held by someone else: a
-/// child spawned by another thread of this process holds it until its `exec`.
-pub(crate) const SPAWN_GRACE: Duration = Duration::from_millis(300);
-
-/// What a lock is taken on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Target {
-    /// A lock file, created if missing (a dataset's `writer.lock`).
-    File,
-    /// A directory itself, adding no file to it (a collection's root, for a pull).
-    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
-    Directory,
-}
+use super::fork::ForkLocal;
+use crate::error::{Error, Result};
 
 /// How a lock is held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,7 +44,38 @@ pub(crate) enum Mode {
     Shared,
 }
 
-/// The path as a C string, made before the list is held (no allocation under it).
+/// A lock file's identity: its device and inode.
+type Key = (u64, u64);
+
+/// A lock file this process holds.
+#[derive(Debug)]
+struct Held {
+    /// The one descriptor of the file this process has open: held, never used (its close
+    /// releases the lock).
+    _file: File,
+    /// Shared holders, or 0 for one exclusive holder.
+    shared: usize,
+    /// Descriptors of the file opened by a path that named another file when it was looked up
+    /// (it was replaced in between): closing them would release the lock, so they close with
+    /// it.
+    spare: Vec<File>,
+}
+
+/// The lock files this process holds.
+static HELD: ForkLocal<Mutex<HashMap<Key, Held>>> = ForkLocal::new();
+
+/// This process's table, held.
+fn table() -> MutexGuard<'static, HashMap<Key, Held>> {
+    // A child of `fork()` makes its own (empty: it holds no lock), whatever its parent's
+    // threads were doing with theirs at the fork.
+    HELD.get_or_init(|_| Mutex::new(HashMap::new()))
+        .lock()
+        // Nothing panics with the table held but an allocation failure; what it holds is
+        // whole either way.
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The path as a C string.
 fn c_path(path: &Path) -> Result<CString> {
     CString::new(path.as_os_str().as_bytes()).map_err(|_| {
         Error::io(
@@ -64,17 +86,14 @@ fn c_path(path: &Path) -> Result<CString> {
     })
 }
 
-/// Opens `path` as `target` says, close-on-exec: one `open(2)`, which allocates nothing.
-fn open(path: &CString, target: Target) -> std::io::Result<File> {
-    let (flags, mode) = match target {
-        Target::File => (libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC, 0o666),
-        Target::Directory => (libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC, 0),
-    };
+/// Opens the lock file `path` (created if missing) for reading and writing, close-on-exec.
+fn open(path: &CString) -> std::io::Result<File> {
+    let flags = libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC;
     // Tried again when a signal interrupts it, as `std`'s `open` does.
     let fd = loop {
-        // SAFETY: `path` is a NUL-terminated string that outlives the call; `mode` is the
+        // SAFETY: `path` is a NUL-terminated string that outlives the call; the mode is the
         // variadic `mode_t` argument `open` reads when `O_CREAT` is given.
-        let fd = unsafe { libc::open(path.as_ptr(), flags, mode as libc::c_uint) };
+        let fd = unsafe { libc::open(path.as_ptr(), flags, 0o666 as libc::c_uint) };
         if fd >= 0 {
             break fd;
         }
@@ -87,98 +106,74 @@ fn open(path: &CString, target: Target) -> std::io::Result<File> {
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
-/// An exclusive `flock` on an open file, held until dropped, by this process only.
+/// Takes a record lock on the whole of `file` without waiting: `Ok(false)` if another process
+/// holds a conflicting one.
+fn set_lock(file: &File, mode: Mode) -> std::io::Result<bool> {
+    let kind = match mode {
+        Mode::Exclusive => libc::F_WRLCK,
+        Mode::Shared => libc::F_RDLCK,
+    };
+    // SAFETY: `flock` is a plain C struct for which all zeroes is a valid value.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = kind as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    // `l_start` and `l_len` 0: from the first byte to any end.
+    loop {
+        // SAFETY: `file` is an open descriptor and `lock` a valid `flock` that outlives the call.
+        let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &lock) };
+        if r == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EACCES | libc::EAGAIN) => return Ok(false),
+            Some(libc::EINTR) => {}
+            _ => return Err(e),
+        }
+    }
+}
+
+/// A lock on a lock file, exclusive or shared, held until dropped, by this process only.
 #[derive(Debug)]
 pub(crate) struct FileLock {
-    file: ManuallyDrop<File>,
+    key: Key,
     /// The fork generation of the process that took it (`fork::generation`): in any other (a
-    /// child of `fork()`) its descriptor was closed.
+    /// child of `fork()`) it is not held.
     generation: u64,
 }
 
 impl FileLock {
-    /// Opens `path` and takes its lock without waiting: `Ok(None)` if someone else holds it
-    /// (after [`SPAWN_GRACE`] of tries, the span a spawned child holds copies).
-    pub(crate) fn try_take(path: &Path, target: Target) -> Result<Option<FileLock>> {
-        Self::take(path, target, Mode::Exclusive, Some(SPAWN_GRACE), || {})
+    /// Opens the lock file `path` (created if missing) and takes its exclusive lock, once:
+    /// `Ok(None)` if another holder, in this process or another, has it.
+    pub(crate) fn try_take(path: &Path) -> Result<Option<FileLock>> {
+        Self::take(path, Mode::Exclusive, Some(Duration::ZERO), || {})
     }
 
-    /// As [`FileLock::try_take`] but tried once: for a caller to whom a lock found taken is an
-    /// ordinary answer that costs nothing when wrong (`gc` keeps the part for its next run).
-    pub(crate) fn try_take_once(path: &Path, target: Target) -> Result<Option<FileLock>> {
-        Self::take(path, target, Mode::Exclusive, Some(Duration::ZERO), || {})
-    }
-
-    /// Opens `path` and takes its lock, waiting as long as someone else holds it; `waiting`
-    /// runs once if it has to wait.
-    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
+    /// Opens the lock file `path` and takes its lock as `mode` says, waiting as long as
+    /// another holder has a conflicting one; `waiting` runs once if it has to wait.
     pub(crate) fn take_waiting(
         path: &Path,
-        target: Target,
-        waiting: impl FnOnce(),
-    ) -> Result<FileLock> {
-        Self::take_waiting_as(path, target, Mode::Exclusive, waiting)
-    }
-
-    /// As [`FileLock::take_waiting`], held as `mode` says.
-    pub(crate) fn take_waiting_as(
-        path: &Path,
-        target: Target,
         mode: Mode,
         waiting: impl FnOnce(),
     ) -> Result<FileLock> {
-        Self::take(path, target, mode, None, waiting)?
+        Self::take(path, mode, None, waiting)?
             .ok_or_else(|| Error::internal("a wait gave up".into()))
     }
 
     fn take(
         path: &Path,
-        target: Target,
         mode: Mode,
         limit: Option<Duration>,
         waiting: impl FnOnce(),
     ) -> Result<Option<FileLock>> {
         let start = Instant::now();
         let c = c_path(path)?;
-        // Registers the fork handlers, before the registry is held: registering waits for a
-        // fork in progress, whose prepare handler waits for the registry.
         let generation = super::fork::generation();
         let mut waiting = Some(waiting);
         let mut pause = Duration::from_millis(1);
         loop {
-            {
-                // Opened and locked with the registry held: a fork sees the descriptor either
-                // registered (and closes it in the child) or not opened yet. (So a slow open, on
-                // a stalled network file system, holds up this process's forks and locks.) No
-                // allocation while it is held: the push has room, errors are made after.
-                let mut held = super::fork::ChildCloses::hold_with_room();
-                let file = match open(&c, target) {
-                    Ok(file) => file,
-                    Err(e) => {
-                        drop(held);
-                        return Err(Error::io(path, "open", e));
-                    }
-                };
-                let taken = match mode {
-                    Mode::Exclusive => file.try_lock(),
-                    Mode::Shared => file.try_lock_shared(),
-                };
-                match taken {
-                    Ok(()) => {
-                        held.fds().push(file.as_raw_fd());
-                        return Ok(Some(FileLock {
-                            file: ManuallyDrop::new(file),
-                            generation,
-                        }));
-                    }
-                    Err(std::fs::TryLockError::WouldBlock) => {}
-                    Err(std::fs::TryLockError::Error(e)) => {
-                        drop(file);
-                        drop(held);
-                        return Err(Error::io(path, "lock", e));
-                    }
-                }
-                // `file` is closed here, with the registry held.
+            if let Some(key) = Self::attempt(path, &c, mode)? {
+                return Ok(Some(FileLock { key, generation }));
             }
             if limit.is_some_and(|l| start.elapsed() >= l) {
                 return Ok(None);
@@ -190,21 +185,80 @@ impl FileLock {
             pause = (pause * 2).min(Duration::from_millis(50));
         }
     }
+
+    /// One try, with the table held throughout: the lock file's key if taken, `None` if a
+    /// holder has it.
+    fn attempt(path: &Path, c: &CString, mode: Mode) -> Result<Option<Key>> {
+        let mut table = table();
+        // Looked up by the path before anything is opened: a second descriptor of a file this
+        // process holds must never be opened (its close would release the lock).
+        match std::fs::metadata(path) {
+            Ok(m) => {
+                let key = (m.dev(), m.ino());
+                if let Some(held) = table.get_mut(&key) {
+                    return Ok(join(held, mode).then_some(key));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(path, "stat", e)),
+        }
+        let file = open(c).map_err(|e| Error::io(path, "open", e))?;
+        let m = file.metadata().map_err(|e| Error::io(path, "stat", e))?;
+        let key = (m.dev(), m.ino());
+        if let Some(held) = table.get_mut(&key) {
+            // The path was replaced by a file this process holds between the lookup and the
+            // open: the descriptor stays open as long as the lock.
+            held.spare.push(file);
+            return Ok(join(held, mode).then_some(key));
+        }
+        // Not held by this process, so closing `file` (when the lock is not taken) releases
+        // nothing of its.
+        if !set_lock(&file, mode).map_err(|e| Error::io(path, "lock", e))? {
+            return Ok(None);
+        }
+        let shared = match mode {
+            Mode::Exclusive => 0,
+            Mode::Shared => 1,
+        };
+        table.insert(
+            key,
+            Held {
+                _file: file,
+                shared,
+                spare: Vec::new(),
+            },
+        );
+        Ok(Some(key))
+    }
+}
+
+/// Another holder of a lock this process holds: a shared one beside shared ones.
+fn join(held: &mut Held, mode: Mode) -> bool {
+    if mode == Mode::Shared && held.shared > 0 {
+        held.shared = held.shared.saturating_add(1);
+        return true;
+    }
+    false
 }
 
 impl Drop for FileLock {
     fn drop(&mut self) {
         if self.generation != super::fork::generation() {
-            // A child of `fork()`: the handler closed the descriptor, and its number may name
-            // another file of this process now.
+            // A child of `fork()`: it never held the lock, and the table is its parent's.
             return;
         }
-        let fd = self.file.as_raw_fd();
-        let mut held = super::fork::ChildCloses::hold();
-        held.fds().retain(|&f| f != fd);
-        // SAFETY: taken once, here, in the process that opened it; never used again. Closed
-        // with the registry held, so no fork copies it unregistered.
-        unsafe { ManuallyDrop::drop(&mut self.file) };
+        let mut table = table();
+        let Some(held) = table.get_mut(&self.key) else {
+            return;
+        };
+        if held.shared > 1 {
+            held.shared -= 1;
+            return;
+        }
+        // Closed with the table held: the lock is released with the descriptor, and no
+        // thread of this process can take it again in between.
+        let held = table.remove(&self.key);
+        drop(held);
     }
 }
 
@@ -219,50 +273,82 @@ mod tests {
     fn held_once_and_free_after_drop() {
         let tmp = tempfile::tempdir().unwrap();
         let p = tmp.path().join("lock");
-        let l = FileLock::try_take(&p, Target::File).unwrap().unwrap();
-        assert!(FileLock::try_take(&p, Target::File).unwrap().is_none());
+        let l = FileLock::try_take(&p).unwrap().unwrap();
+        assert!(FileLock::try_take(&p).unwrap().is_none());
         drop(l);
-        assert!(FileLock::try_take(&p, Target::File).unwrap().is_some());
+        assert!(FileLock::try_take(&p).unwrap().is_some());
+        let nul = tmp.path().join("a\0b");
+        assert!(FileLock::try_take(&nul).is_err());
+        let missing = tmp.path().join("missing").join("lock");
+        let e = FileLock::try_take(&missing).unwrap_err();
+        assert!(e.to_string().contains("missing"), "{e}");
     }
 
-    /// A directory's own lock: no file is added to it; a missing directory or a path with a NUL
-    /// byte is an error naming it.
+    /// Shared holders in one process hold together and keep an exclusive one out until the
+    /// last is gone; an exclusive holder keeps out both.
     #[test]
-    fn a_directory_is_locked_itself() {
+    fn shared_and_exclusive_in_one_process() {
         let tmp = tempfile::tempdir().unwrap();
-        let d = tmp.path().join("d");
-        std::fs::create_dir(&d).unwrap();
-        let l = FileLock::try_take(&d, Target::Directory).unwrap().unwrap();
-        assert!(FileLock::try_take_once(&d, Target::Directory)
+        let p = tmp.path().join("lock");
+        let wait = || panic!("a shared lock waited beside shared ones");
+        let a = FileLock::take_waiting(&p, Mode::Shared, wait).unwrap();
+        let b = FileLock::take_waiting(&p, Mode::Shared, wait).unwrap();
+        assert!(FileLock::try_take(&p).unwrap().is_none());
+        drop(a);
+        assert!(FileLock::try_take(&p).unwrap().is_none());
+        drop(b);
+        let x = FileLock::try_take(&p).unwrap().unwrap();
+        let waited = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let t = s.spawn(|| {
+                FileLock::take_waiting(&p, Mode::Shared, || {
+                    waited.store(true, std::sync::atomic::Ordering::SeqCst);
+                })
+                .unwrap()
+            });
+            while !waited.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            drop(x);
+            drop(t.join().unwrap());
+        });
+        assert!(FileLock::try_take(&p).unwrap().is_some());
+    }
+
+    /// The lock file replaced while held (a new file at its path): the new file is another
+    /// lock; the old one stays held until dropped.
+    #[test]
+    fn a_replaced_lock_file_is_another_lock() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("lock");
+        let old = FileLock::try_take(&p).unwrap().unwrap();
+        std::fs::rename(&p, tmp.path().join("old")).unwrap();
+        let new = FileLock::try_take(&p).unwrap().unwrap();
+        assert!(FileLock::try_take(&tmp.path().join("old"))
             .unwrap()
             .is_none());
-        drop(l);
-        assert!(FileLock::try_take_once(&d, Target::Directory)
+        drop(old);
+        assert!(FileLock::try_take(&tmp.path().join("old"))
             .unwrap()
             .is_some());
-        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
-        let missing = tmp.path().join("missing");
-        let e = FileLock::try_take_once(&missing, Target::Directory).unwrap_err();
-        assert!(e.to_string().contains("missing"), "{e}");
-        let nul = tmp.path().join("a\0b");
-        assert!(FileLock::try_take_once(&nul, Target::File).is_err());
+        drop(new);
     }
 
-    /// Many locks held at once (the list grows with none of them lost), each held until dropped.
+    /// Many locks held at once, each held until dropped.
     #[test]
     fn many_held_at_once() {
         let tmp = tempfile::tempdir().unwrap();
         let paths: Vec<_> = (0..100).map(|i| tmp.path().join(format!("l{i}"))).collect();
         let held: Vec<_> = paths
             .iter()
-            .map(|p| FileLock::try_take(p, Target::File).unwrap().unwrap())
+            .map(|p| FileLock::try_take(p).unwrap().unwrap())
             .collect();
         for p in &paths {
-            assert!(FileLock::try_take_once(p, Target::File).unwrap().is_none());
+            assert!(FileLock::try_take(p).unwrap().is_none());
         }
         drop(held);
         for p in &paths {
-            assert!(FileLock::try_take_once(p, Target::File).unwrap().is_some());
+            assert!(FileLock::try_take(p).unwrap().is_some());
         }
     }
 }

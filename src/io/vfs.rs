@@ -301,7 +301,7 @@ impl Vfs for StdFs {
     }
 
     fn lock(&self, path: &Path) -> Result<Box<dyn VfsLock>> {
-        match super::lock::FileLock::try_take(path, super::lock::Target::File)? {
+        match super::lock::FileLock::try_take(path)? {
             Some(lock) => Ok(Box::new(lock)),
             None => Err(Error::WriterBusy {
                 path: path.to_path_buf(),

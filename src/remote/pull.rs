@@ -114,18 +114,16 @@ fn remove_leftovers(dir: &Path) {
 }
 
 /// Takes the writer lock of `dir` for a pull: waiting while another pull (or a writer) holds
-/// it, or, with `wait` false, [`Error::WriterBusy`] if it is still held after the spawn grace
-/// (a collection's pull, which holds the collection's commit lock: waiting there on a writer
+/// it, or, with `wait` false, [`Error::WriterBusy`] at once if it is held (a collection's pull, which holds the collection's commit lock: waiting there on a writer
 /// would hold up every `gc` of the collection for as long as the writer lives).
 fn lock_dir(dir: &Path, wait: bool) -> Result<crate::io::lock::FileLock> {
     let path = dir.join(crate::store::layout::LOCK);
     if !wait {
-        return crate::io::lock::FileLock::try_take(&path, crate::io::lock::Target::File)?
-            .ok_or(Error::WriterBusy { path });
+        return crate::io::lock::FileLock::try_take(&path)?.ok_or(Error::WriterBusy { path });
     }
     crate::io::lock::FileLock::take_waiting(
         &path,
-        crate::io::lock::Target::File,
+        crate::io::lock::Mode::Exclusive,
         || tracing::info!(dir = %dir.display(), "another pull (or a writer) holds the directory; waiting for it"),
     )
 }
@@ -147,7 +145,7 @@ pub(crate) fn pull(
 }
 
 /// [`pull`] of a collection's part into `<root>/parts/<id>`: a writer holding the part's
-/// directory is [`Error::WriterBusy`] at once (after the spawn grace), never waited for.
+/// directory is [`Error::WriterBusy`] at once, never waited for.
 pub(crate) fn pull_part(
     url: &str,
     local: impl AsRef<Path>,

@@ -2,7 +2,8 @@
 //! latest manifest into `<root>/parts/<id>` (the dataset pull: temporary names, fsync, CRC
 //! check, rename; resumable), then the local committer appends the parts the local collection
 //! lacks, so its manifest lists exactly the store's parts, in order. Pulls into one directory
-//! run one after the other: each holds a lock on the directory itself for its whole run.
+//! run one after the other: each holds the collection's pull lock (`_collection/pull.lock`) for its
+//! whole run.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -38,11 +39,11 @@ pub(crate) fn pull_collection(
         .latest()?
         .ok_or_else(|| super::probe::no_commit(store))?;
     std::fs::create_dir_all(root).map_err(|e| Error::io(root, "create directory", e))?;
-    let _lock = lock_root(root)?;
     let local = LocalManifests::new(root);
+    crate::store::collection::prepare_root(root, &local)?;
+    let _lock = lock_root(root)?;
     // The parts are pulled under parts/ before the local manifest names them: no gc may run
     // meanwhile (the commit lock, held shared as a committer holds it).
-    crate::store::collection::prepare_root(root, &local)?;
     let _commits = crate::store::collection::commit_lock(root, crate::io::lock::Mode::Shared)?;
     let ours = local.latest()?;
     if let Target::Diverged(why) = compare(&theirs, ours.as_ref()) {
@@ -112,12 +113,19 @@ pub(crate) fn pull_collection(
     Ok(report)
 }
 
-/// Takes a lock on the directory `root` itself (`flock` of its handle: no file is added to the
-/// collection), waiting while another pull holds it.
+/// The name of a collection's pull lock, beside its manifests: one pull into a directory at a
+/// time.
+const PULL_LOCK: &str = "pull.lock";
+
+/// Takes the collection's pull lock (`_collection/pull.lock`), waiting while another pull holds
+/// it.
 fn lock_root(root: &Path) -> Result<crate::io::lock::FileLock> {
+    let path = root
+        .join(crate::store::collection::manifests::MANIFEST_DIR)
+        .join(PULL_LOCK);
     crate::io::lock::FileLock::take_waiting(
-        root,
-        crate::io::lock::Target::Directory,
+        &path,
+        crate::io::lock::Mode::Exclusive,
         || tracing::info!(dir = %root.display(), "another pull holds the collection directory; waiting for it"),
     )
 }

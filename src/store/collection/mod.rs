@@ -89,9 +89,8 @@ pub(crate) fn commit_lock(root: &Path, mode: crate::io::lock::Mode) -> Result<Co
         });
     }
     let path = root.join(manifests::MANIFEST_DIR).join(COMMIT_LOCK);
-    let lock = crate::io::lock::FileLock::take_waiting_as(
+    let lock = crate::io::lock::FileLock::take_waiting(
         &path,
-        crate::io::lock::Target::File,
         mode,
         || tracing::info!(lock = %path.display(), ?mode, "waiting for the collection's commit lock (a gc or a commit holds it)"),
     )?;

@@ -71,14 +71,12 @@ fn copy_part(src: &Path, parts: &Path, target: &Path) -> Result<Placed> {
     std::fs::create_dir(&tmp).map_err(|e| Error::io(&tmp, "create directory", e))?;
     let copied = (|| {
         let lock_path = tmp.join(crate::store::layout::LOCK);
-        let lock =
-            crate::io::lock::FileLock::try_take_once(&lock_path, crate::io::lock::Target::File)?
-                .ok_or_else(|| {
-                    Error::internal(format!(
-                        "{} is locked by another process",
-                        lock_path.display()
-                    ))
-                })?;
+        let lock = crate::io::lock::FileLock::try_take(&lock_path)?.ok_or_else(|| {
+            Error::internal(format!(
+                "{} is locked by another process",
+                lock_path.display()
+            ))
+        })?;
         copy_dir(src, &tmp)?;
         fs::sync_dir(parts)?;
         match fs::rename_noreplace(&tmp, target) {
@@ -100,12 +98,12 @@ pub(crate) fn hold_writer_lock(dir: &Path) -> Result<Box<dyn crate::io::vfs::Vfs
     crate::io::vfs::StdFs::shared().lock(&dir.join(crate::store::layout::LOCK))
 }
 
-/// The writer lock of the part dataset at `dir` if it is free at once, tried once (`None` if
-/// it is taken, or a spawned child holds a copy for a moment): for `gc`, which keeps a part
+/// The writer lock of the part dataset at `dir` if it is free at once (`None` if it is
+/// taken): for `gc`, which keeps a part
 /// it finds taken, and for a commit placing a part, which tries the next id.
 pub(crate) fn writer_lock_if_free(dir: &Path) -> Result<Option<crate::io::lock::FileLock>> {
     let path = dir.join(crate::store::layout::LOCK);
-    crate::io::lock::FileLock::try_take_once(&path, crate::io::lock::Target::File)
+    crate::io::lock::FileLock::try_take(&path)
 }
 
 /// Sets the modification time of the part directory `dir` to now: a part moved under `parts/`

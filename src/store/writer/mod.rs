@@ -100,6 +100,9 @@ pub struct Writer {
     /// Number of records, uncommitted changes included (what the caller sees).
     len: u64,
     generation: u64,
+    /// The fork generation of the process that opened it (`io::fork::generation`): in a child
+    /// of `fork()` its append tasks, its commit thread and its lock are not there.
+    process: u64,
     poisoned: Option<String>,
     tasks: Vec<TaskHandle>,
     done_rx: mpsc::UnboundedReceiver<Done>,
@@ -195,6 +198,20 @@ impl Writer {
         self.core.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Refuses a writer used in a child of `fork()`: its append tasks and its commit thread
+    /// are its parent's threads (not in the child), and its lock is its parent's.
+    fn check_process(&self) -> Result<()> {
+        if self.process == crate::io::fork::generation() {
+            return Ok(());
+        }
+        Err(Error::InvalidConfig {
+            reason: format!(
+                "this Writer of {} was opened in another process (before a fork): its append                  tasks and its lock belong to that process; open a new Writer in this one",
+                self.shared.dir.display()
+            ),
+        })
+    }
+
     fn check_poisoned(&self) -> Result<()> {
         match &self.poisoned {
             Some(cause) => Err(Error::Poisoned {
@@ -236,6 +253,7 @@ impl Writer {
     /// Everything a call does before taking new values: no commit in flight, the outbox handed
     /// over (backpressure), answers applied.
     async fn ready(&mut self) -> Result<()> {
+        self.check_process()?;
         self.check_poisoned()?;
         self.reclaim_commit().await?;
         self.send_outbox().await?;
@@ -418,6 +436,15 @@ impl Writer {
 
 impl Drop for Writer {
     fn drop(&mut self) {
+        if self.check_process().is_err() {
+            // A child of `fork()`: waiting for the parent's threads would wait forever, and
+            // what they share is the parent's. Everything is left as it is (a leak per fork).
+            std::mem::forget(std::mem::take(&mut self.tasks));
+            std::mem::forget(self.committing.take());
+            std::mem::forget(Arc::clone(&self.core));
+            std::mem::forget(Arc::clone(&self.shared));
+            return;
+        }
         // A commit still finishing on its thread holds the lock: let it end first.
         if let Some(rx) = self.committing.take() {
             let _ = wait(rx);

@@ -200,6 +200,7 @@ fn open_locked(
     Ok(Writer {
         len: meta.len,
         generation: meta.generation,
+        process: crate::io::fork::generation(),
         field_metas: meta.fields.clone(),
         core: Arc::new(Mutex::new(Core {
             vfs,
