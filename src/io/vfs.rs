@@ -32,8 +32,8 @@ use std::sync::Arc;
 pub enum Prefix {
     /// A read-only mapping of the file.
     Mapped(Mapping),
-    /// The bytes, copied.
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    /// The bytes, copied (the simulated file system of `zrecord-testing`).
+    #[cfg(feature = "testing")]
     Owned(Box<[u8]>),
 }
 
@@ -42,6 +42,7 @@ impl Prefix {
     pub fn bytes(&self) -> &[u8] {
         match self {
             Prefix::Mapped(m) => m.bytes(),
+            #[cfg(feature = "testing")]
             Prefix::Owned(b) => b,
         }
     }

@@ -274,35 +274,31 @@ impl<T> Core<T> {
         cx: &mut Context<'_>,
         w: usize,
     ) -> Poll<Merged<T>> {
-        let merged = loop {
-            let Some(queue) = self.queues.get(w) else {
-                break side.closed(w);
-            };
-            match queue.rx.poll_pop(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(None) => break side.closed(w),
-                Poll::Ready(Some((tag, result))) => {
-                    let expected = side.expected(&self.counts, w);
-                    match expected {
-                        Some(e) if tag == e => {
-                            let mark = side.merged(w, tag);
-                            break Merged {
-                                worker: Some(w),
-                                mark,
-                                result,
-                            };
-                        }
-                        // A worker's results come in the order of its jobs, in a queue of its
-                        // own: another job's result is a bug. The job expected fails in its
-                        // place, and the worker counts as gone.
-                        _ => {
-                            let mut failed = side.closed(w);
-                            failed.result = Err(Error::internal(format!(
-                                "prefetch worker {w} returned job {tag}, expected {expected:?}"
-                            )));
-                            break failed;
-                        }
+        let polled = match self.queues.get(w) {
+            Some(queue) => queue.rx.poll_pop(cx),
+            None => Poll::Ready(None),
+        };
+        let merged = match polled {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(None) => side.closed(w),
+            Poll::Ready(Some((tag, result))) => {
+                let expected = side.expected(&self.counts, w);
+                if expected == Some(tag) {
+                    let mark = side.merged(w, tag);
+                    Merged {
+                        worker: Some(w),
+                        mark,
+                        result,
                     }
+                } else {
+                    // A worker's results come in the order of its jobs, in a queue of its own:
+                    // another job's result is a bug. The job expected fails in its place, and
+                    // the worker counts as gone.
+                    let mut failed = side.closed(w);
+                    failed.result = Err(Error::internal(format!(
+                        "prefetch worker {w} returned job {tag}, expected {expected:?}"
+                    )));
+                    failed
                 }
             }
         };

@@ -6,7 +6,7 @@
 //! engine's bytes in flight), helper threads start them:
 //!
 //! - reads through the page cache are read ahead into it (`posix_fadvise(WILLNEED)` on exactly
-//!   the planned ranges, or a read into a scratch buffer; see [`Mode`]): the gather then finds
+//!   the planned ranges): the gather then finds
 //!   them resident (the `auto` backend serves the batch zero-copy) or waits on pages already
 //!   under I/O, and verifies every record as always;
 //! - `O_DIRECT` reads (no page cache) land in aligned buffers the window keeps, by file range;
@@ -38,25 +38,6 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 /// Alignment of the window's `O_DIRECT` buffers.
 const ALIGN: usize = super::plan::DIRECT_ALIGN;
-
-/// How the window reads ahead through the page cache.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Mode {
-    /// `posix_fadvise(WILLNEED)` per planned range: the kernel queues the reads and returns.
-    Advise,
-    /// A read of the planned ranges into a scratch buffer through the dataset's backend.
-    Read,
-}
-
-/// The page-cache readahead mode: `ZRECORD_WINDOW=advise|read` (for measurements), default
-/// [`Mode::Advise`]. Read once.
-fn mode() -> Mode {
-    static MODE: OnceLock<Mode> = OnceLock::new();
-    *MODE.get_or_init(|| match std::env::var("ZRECORD_WINDOW").as_deref() {
-        Ok("read") => Mode::Read,
-        _ => Mode::Advise,
-    })
-}
 
 /// An `O_DIRECT` range the window read (or is reading) for a gather: the file's identity,
 /// offset, length.
@@ -170,7 +151,7 @@ impl Window {
 
     /// Bytes held, once no helper is running a read: what announced reads no gather took
     /// still hold.
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    #[cfg(feature = "testing")]
     pub(crate) fn settle(&self) -> usize {
         let mut st = lock(&self.shared.state);
         while st.running > 0 || (!st.queue.is_empty() && self.started.get().is_some()) {
@@ -184,13 +165,13 @@ impl Window {
     }
 
     /// Files kept reads hold open.
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    #[cfg(feature = "testing")]
     pub(crate) fn files(&self) -> usize {
         self.shared.files.load(Ordering::Acquire)
     }
 
     /// Reads queued so far, since the window started.
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    #[cfg(feature = "testing")]
     pub(crate) fn announced(&self) -> u64 {
         lock(&self.shared.state).announced
     }
@@ -398,7 +379,7 @@ impl Window {
 
 /// The ops `ops` of `job` as a job of their own (holding only the files they read), each
 /// landing whole in one buffer (aligned for `O_DIRECT` if `direct`), with its bytes. Readahead
-/// of the page cache reuses the helper's scratch buffer, allocated when it runs.
+/// of the page cache needs no buffer.
 fn subjob(job: &ReadJob, ops: &[usize], direct: bool) -> (ReadJob, usize) {
     let mut sub = ReadJob::default();
     let mut file_of: HashMap<usize, usize> = HashMap::new();
@@ -439,7 +420,6 @@ fn subjob(job: &ReadJob, ops: &[usize], direct: bool) -> (ReadJob, usize) {
 
 /// A helper thread: runs queued reads, one at a time, for ever.
 fn helper(shared: &Shared) {
-    let mut scratch: Vec<u8> = Vec::new();
     loop {
         let ahead = {
             let mut st = lock(&shared.state);
@@ -465,11 +445,11 @@ fn helper(shared: &Shared) {
                 }
             }
         };
-        if let Some(mut job) = job {
+        if let Some(job) = job {
             let result = if ahead.keep {
                 ahead.io.read(job).ok()
             } else {
-                readahead(&ahead.io, &mut job, &mut scratch);
+                readahead(&job);
                 None
             };
             *lock(&ahead.slot) = Slot::Done(result);
@@ -487,27 +467,14 @@ fn helper(shared: &Shared) {
     }
 }
 
-/// Brings `job`'s ranges into the page cache: advice, or a read into `scratch`.
-fn readahead(io: &Arc<dyn ReadBackend>, job: &mut ReadJob, scratch: &mut Vec<u8>) {
-    match mode() {
-        Mode::Advise => {
-            for op in &job.ops {
-                let len = job.op_len(op);
-                if let Some(f) = job.files.get(op.file).and_then(|f| f.local()) {
-                    crate::io::fs::advise_willneed(f, op.offset, len as u64);
-                }
-            }
-        }
-        Mode::Read => {
-            let need = job.pieces.iter().map(|p| p.at + p.len).max().unwrap_or(0);
-            scratch.resize(need.max(scratch.len()), 0);
-            job.bufs = vec![std::mem::take(scratch)];
-            let taken = std::mem::take(job);
-            if let Ok(mut done) = io.read(taken) {
-                if let Some(b) = done.bufs.pop() {
-                    *scratch = b;
-                }
-            }
+/// Brings `job`'s ranges into the page cache: `posix_fadvise(WILLNEED)` on exactly the planned
+/// ranges (the kernel queues the reads and returns). A read into a scratch buffer instead was
+/// slower (docs/ARCHITECTURE.md, "The read window").
+fn readahead(job: &ReadJob) {
+    for op in &job.ops {
+        let len = job.op_len(op);
+        if let Some(f) = job.files.get(op.file).and_then(|f| f.local()) {
+            crate::io::fs::advise_willneed(f, op.offset, len as u64);
         }
     }
 }

@@ -186,7 +186,8 @@ impl Writer {
     }
 
     /// Makes the next commit write every field's table as a new generation (compaction), as if
-    /// the patch thresholds were reached. For tests of the compaction path.
+    /// the patch thresholds were reached. For tests of the compaction path (feature `testing`).
+    #[cfg(feature = "testing")]
     #[doc(hidden)]
     pub fn force_compaction_at_next_commit(&mut self) {
         self.core().force_compaction = true;
