@@ -32,8 +32,7 @@ use std::sync::Arc;
 pub enum Prefix {
     /// A read-only mapping of the file.
     Mapped(Mapping),
-    /// The bytes, copied (the simulated file system of `zrecord-testing`).
-    #[cfg(feature = "testing")]
+    /// The bytes, copied (a table an object store handed over, the simulated file system).
     Owned(Box<[u8]>),
 }
 
@@ -42,7 +41,6 @@ impl Prefix {
     pub fn bytes(&self) -> &[u8] {
         match self {
             Prefix::Mapped(m) => m.bytes(),
-            #[cfg(feature = "testing")]
             Prefix::Owned(b) => b,
         }
     }
