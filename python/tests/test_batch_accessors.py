@@ -63,6 +63,8 @@ def test_the_wrong_kind_raises_field_kind_error(small):
     assert isinstance(e.value, TypeError) and isinstance(e.value, zrecord.Error)
     assert (e.value.field, e.value.expected, e.value.actual) == ("tokens", "array", "ragged")
     assert 'batch.ragged("tokens")' in str(e.value)
+    # Found by pickle as zrecord.FieldKindError (another process, a torch worker's error).
+    assert type(pickle.loads(pickle.dumps(e.value))) is zrecord.FieldKindError
     with pytest.raises(TypeError) as e:
         b.ragged("image")
     assert isinstance(e.value, zrecord.FieldKindError)
