@@ -1,7 +1,7 @@
 //! `zrecord.Batch` and `zrecord.Ragged`: a gathered batch as one Python object, each field one
 //! NumPy array over the batch's memory.
 
-use crate::errors::{to_py, value_error};
+use crate::errors::{field_kind_error, to_py, value_error};
 use bytes::{Bytes, BytesMut};
 use numpy::ndarray::{ArrayViewMutD, IxDyn};
 use numpy::{PyArray, PyArray1};
@@ -366,7 +366,8 @@ impl Columns {
 }
 
 /// One gathered batch: `len(b)` records, `b[name]` one NumPy array per field (fixed shape:
-/// `(n, *shape)`; variable length: a [`Ragged`]), `b.indices`, `b.is_pad`.
+/// `(n, *shape)`; variable length: a [`Ragged`]; `b.array(name)` and `b.ragged(name)` return
+/// one kind each, for type checkers), `b.indices`, `b.is_pad`.
 #[pyclass(frozen, module = "zrecord._zrecord", name = "Batch", mapping)]
 pub struct PyBatch {
     columns: Columns,
@@ -670,6 +671,31 @@ impl PyBatch {
     fn __getitem__(&self, py: Python<'_>, key: Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let f = self.position_of(&key)?;
         self.field(py, f)
+    }
+
+    /// A fixed-shape field's array, `(n, *shape)` of the field's dtype (the object `b[name]`
+    /// returns, with a type a checker knows). `KeyError` for an unknown field;
+    /// `FieldKindError` (also a `TypeError`) for a variable-length field, which
+    /// [`ragged`](Self::ragged) reads.
+    fn array(&self, py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
+        let f = self.columns.position(name).map_err(to_py)?;
+        let built = self.field(py, f)?;
+        if built.bind(py).is_instance_of::<Ragged>() {
+            return Err(field_kind_error(py, name, "array", "ragged"));
+        }
+        Ok(built)
+    }
+
+    /// A variable-length field's values, a `Ragged` (the object `b[name]` returns).
+    /// `KeyError` for an unknown field; `FieldKindError` (also a `TypeError`) for a
+    /// fixed-shape field, which [`array`](Self::array) reads.
+    fn ragged(&self, py: Python<'_>, name: &str) -> PyResult<Py<Ragged>> {
+        let f = self.columns.position(name).map_err(to_py)?;
+        let built = self.field(py, f)?;
+        match built.bind(py).cast::<Ragged>() {
+            Ok(r) => Ok(r.clone().unbind()),
+            Err(_) => Err(field_kind_error(py, name, "ragged", "array")),
+        }
     }
 
     fn __contains__(&self, key: Bound<'_, PyAny>) -> bool {

@@ -1,7 +1,9 @@
 //! `zrecord.Error` and its subclasses: one Python exception per kind of `zrecord::Error`, each
 //! with the attributes the Rust variant carries (path, field, index, offset, url, ...).
 
-use pyo3::exceptions::{PyException, PyIndexError, PyKeyError, PyOSError, PyValueError};
+use pyo3::exceptions::{
+    PyException, PyIndexError, PyKeyError, PyOSError, PyTypeError, PyValueError,
+};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
@@ -79,11 +81,16 @@ pyo3::create_exception!(
 static SCHEMA_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 /// `zrecord.IOError`, built at import (see [`two_bases`]).
 static IO_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+/// `zrecord.FieldKindError`, built at import (see [`two_bases`]).
+static FIELD_KIND_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 const SCHEMA_ERROR_DOC: &str = "A schema, field, dtype, shape or value that does not fit: field, \
      reason (a value given to a writer: index, value; Arrow data: column, arrow_type, dtype; \
      missing, extra, duplicated; row). Also a ValueError.";
 const IO_ERROR_DOC: &str = "A file operation that failed: path, op, errno. Also an OSError.";
+const FIELD_KIND_ERROR_DOC: &str = "A field read as the other kind: Batch.array of a \
+     variable-length field, or Batch.ragged of a fixed-shape one: field, expected, actual \
+     (each \"array\" or \"ragged\"). Also a TypeError.";
 
 /// An exception class `zrecord.<name>` deriving from both `zrecord.Error` and `builtin`, so
 /// that `except ValueError` (or `except OSError`) catches it as well as `except zrecord.Error`.
@@ -130,6 +137,43 @@ pub(crate) fn io_error_type(py: Python<'_>) -> Bound<'_, PyType> {
         .unwrap_or_else(|_| py.get_type::<Error>())
 }
 
+/// `zrecord.FieldKindError` (a `zrecord.Error` and a `TypeError`).
+pub(crate) fn field_kind_error_type(py: Python<'_>) -> Bound<'_, PyType> {
+    FIELD_KIND_ERROR
+        .get_or_try_init(py, || {
+            two_bases(
+                py,
+                "FieldKindError",
+                py.get_type::<PyTypeError>(),
+                FIELD_KIND_ERROR_DOC,
+            )
+        })
+        .map(|t| t.bind(py).clone())
+        .unwrap_or_else(|_| py.get_type::<Error>())
+}
+
+/// A `FieldKindError`: field `field` is `actual` (`"array"` or `"ragged"`), and the caller
+/// asked for `expected`.
+pub(crate) fn field_kind_error(py: Python<'_>, field: &str, expected: &str, actual: &str) -> PyErr {
+    let message = if actual == "ragged" {
+        format!(
+            "field {field:?} is variable-length: batch.ragged({field:?}) reads it (a Ragged); \
+             batch.array reads fixed-shape fields"
+        )
+    } else {
+        format!(
+            "field {field:?} has a fixed shape: batch.array({field:?}) reads it (an array); \
+             batch.ragged reads variable-length fields"
+        )
+    };
+    let err = PyErr::from_type(field_kind_error_type(py), message);
+    let value = err.value(py);
+    let _ = value.setattr("field", field);
+    let _ = value.setattr("expected", expected);
+    let _ = value.setattr("actual", actual);
+    err
+}
+
 /// A `SchemaError` about one value given to a writer: `field`, `index` (the record) and
 /// `reason` set.
 pub(crate) fn value_schema_error(field: &str, index: u64, reason: &str) -> PyErr {
@@ -161,6 +205,14 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     IO_ERROR.get_or_try_init(py, || {
         two_bases(py, "IOError", py.get_type::<PyOSError>(), IO_ERROR_DOC)
     })?;
+    FIELD_KIND_ERROR.get_or_try_init(py, || {
+        two_bases(
+            py,
+            "FieldKindError",
+            py.get_type::<PyTypeError>(),
+            FIELD_KIND_ERROR_DOC,
+        )
+    })?;
     m.add("Error", py.get_type::<Error>())?;
     m.add("CorruptError", py.get_type::<CorruptError>())?;
     m.add("ChecksumError", py.get_type::<ChecksumError>())?;
@@ -170,6 +222,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ResumeMismatch", py.get_type::<ResumeMismatch>())?;
     m.add("WriterBusyError", py.get_type::<WriterBusyError>())?;
     m.add("IOError", io_error_type(py))?;
+    m.add("FieldKindError", field_kind_error_type(py))?;
     m.add("ChunkGoneError", py.get_type::<ChunkGoneError>())?;
     m.add("RemoteError", py.get_type::<RemoteError>())?;
     m.add("PublishConflict", py.get_type::<PublishConflict>())?;

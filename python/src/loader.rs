@@ -9,7 +9,7 @@ use crate::indices::option_in_range;
 use futures::task::ArcWake;
 use futures::{Stream, StreamExt};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyDict, PyList, PyType};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -603,6 +603,20 @@ impl PyLoader {
             }),
             batch_size,
         })
+    }
+
+    /// `Loader[T]` (a `types.GenericAlias`), for annotations evaluated at run time: the stubs
+    /// make `Loader` generic in what `next()` returns (`Batch`, or what `collate` returns).
+    #[classmethod]
+    #[pyo3(signature = (item, /))]
+    fn __class_getitem__<'py>(
+        cls: &Bound<'py, PyType>,
+        item: Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = cls.py();
+        py.import("types")?
+            .getattr("GenericAlias")?
+            .call1((cls, item))
     }
 
     fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {

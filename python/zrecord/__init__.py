@@ -6,12 +6,15 @@ Read a dataset at engine speed, one NumPy array per field per batch::
 
     ds = zrecord.open("train.zr")                 # or "s3://bucket/prefix"
     b = ds.take(np.array([7, 3, 7]))              # caller order, checksummed
-    b["image"]                                    # (3, *shape) array, zero-copy
+    b.array("image")                              # (3, *shape) array, zero-copy
+    b.ragged("tokens")                            # variable length: a zrecord.Ragged
     loader = zrecord.Loader(ds, batch_size=256, shuffle=True, seed=17, workers=2)
-    for batch in loader:
+    for batch in loader:                          # zrecord.Batch (a Loader[Batch])
         ...
     state = loader.state_dict()                   # JSON-serialisable; resume with state=
 
+``b[name]`` is either kind (``ndarray | Ragged`` to a type checker); ``b.array`` and
+``b.ragged`` are typed, and raise :class:`zrecord.FieldKindError` for the other kind.
 Every call that reads, waits or writes releases the GIL. Errors are subclasses of
 :class:`zrecord.Error` carrying the file, field, index and offset where they apply.
 """
@@ -30,6 +33,7 @@ from ._zrecord import (
     Dataset,
     Error,
     Field,
+    FieldKindError,
     InternalError,
     IOError,
     Loader,
@@ -62,6 +66,7 @@ __all__ = [
     "Dataset",
     "Error",
     "Field",
+    "FieldKindError",
     "InternalError",
     "IOError",
     "Loader",

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterator, Sequence, final
+import types
+from typing import Any, Callable, Generic, Iterator, Self, Sequence, TypeVar, final, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +20,7 @@ __all__ = [
     "Dataset",
     "Error",
     "Field",
+    "FieldKindError",
     "IOError",
     "InternalError",
     "Loader",
@@ -48,6 +50,8 @@ _Path = str | os.PathLike[str]
 # integer array. Bools (a mask to NumPy), floats, bytes and strings raise TypeError.
 _Indices = int | np.integer[Any] | Sequence[int] | npt.NDArray[np.integer[Any]]
 _Fields = str | Sequence[str]
+# What a Loader's next() returns: a Batch, or what its collate returns.
+_T = TypeVar("_T")
 
 class Error(Exception): ...
 class CorruptError(Error): ...
@@ -97,6 +101,14 @@ class IOError(Error, OSError):
     """A file operation that failed (also an ``OSError``)."""
     path: str
     op: str
+
+class FieldKindError(Error, TypeError):
+    """A field read as the other kind (also a ``TypeError``): ``Batch.array`` of a
+    variable-length field, or ``Batch.ragged`` of a fixed-shape one."""
+    field: str
+    # What the call reads and what the field is: "array" or "ragged".
+    expected: str
+    actual: str
 class ChunkGoneError(Error):
     path: str
 
@@ -123,24 +135,32 @@ class Ragged:
     """Variable-length values: ``values`` end to end, ``offsets`` (n + 1 int64)."""
     def __new__(cls, values: Any, offsets: Any) -> Ragged: ...
     @property
-    def values(self) -> np.ndarray: ...
+    def values(self) -> npt.NDArray[Any]: ...
     @property
     def offsets(self) -> npt.NDArray[np.int64]: ...
     def __len__(self) -> int: ...
-    def __getitem__(self, j: int, /) -> np.ndarray: ...
-    def to_list(self) -> list[np.ndarray]: ...
+    def __getitem__(self, j: int, /) -> npt.NDArray[Any]: ...
+    def to_list(self) -> list[npt.NDArray[Any]]: ...
     def __reduce__(self) -> tuple[Any, ...]: ...
 
 @final
 class Batch:
-    """One gathered batch: ``b[field]`` is an array ``(n, *shape)`` or a ``Ragged``."""
+    """One gathered batch: ``b.array(field)`` is a fixed-shape field's array ``(n, *shape)``,
+    ``b.ragged(field)`` a variable-length field's ``Ragged``; ``b[field]`` is either."""
     def __len__(self) -> int: ...
-    def __getitem__(self, key: str, /) -> np.ndarray | Ragged: ...
+    def __getitem__(self, key: str, /) -> npt.NDArray[Any] | Ragged: ...
+    def array(self, name: str) -> npt.NDArray[Any]:
+        """The fixed-shape field ``name``'s array, ``(n, *shape)`` of its dtype (the object
+        ``b[name]`` returns). ``KeyError`` for an unknown field, ``FieldKindError`` for a
+        variable-length one."""
+    def ragged(self, name: str) -> Ragged:
+        """The variable-length field ``name``'s ``Ragged`` (the object ``b[name]`` returns).
+        ``KeyError`` for an unknown field, ``FieldKindError`` for a fixed-shape one."""
     def __contains__(self, key: object, /) -> bool: ...
     def __iter__(self) -> Iterator[str]: ...
     def keys(self) -> list[str]: ...
-    def items(self) -> list[tuple[str, np.ndarray | Ragged]]: ...
-    def to_dict(self) -> dict[str, np.ndarray | Ragged]: ...
+    def items(self) -> list[tuple[str, npt.NDArray[Any] | Ragged]]: ...
+    def to_dict(self) -> dict[str, npt.NDArray[Any] | Ragged]: ...
     @property
     def fields(self) -> list[str]: ...
     @property
@@ -159,7 +179,7 @@ def _batch(
     names: Sequence[str],
     dtypes: Sequence[str],
     shapes: Sequence[Sequence[int] | None],
-    arrays: Sequence[np.ndarray | Ragged],
+    arrays: Sequence[npt.NDArray[Any] | Ragged],
     indices: Sequence[int],
     is_pad: Sequence[bool] | None,
     epoch: int | None,
@@ -209,8 +229,8 @@ class Dataset:
     def backend(self) -> str: ...
     def refresh(self) -> bool: ...
     def take(self, indices: _Indices, *, fields: _Fields | None = None) -> Batch: ...
-    def __getitem__(self, index: int | np.integer[Any], /) -> dict[str, np.ndarray]: ...
-    def __getitems__(self, indices: _Indices, /) -> list[dict[str, np.ndarray]]: ...
+    def __getitem__(self, index: int | np.integer[Any], /) -> dict[str, npt.NDArray[Any]]: ...
+    def __getitems__(self, indices: _Indices, /) -> list[dict[str, npt.NDArray[Any]]]: ...
     def __reduce__(self) -> tuple[Any, ...]: ...
 
 def open(
@@ -242,7 +262,10 @@ def mix(
 ) -> Mix: ...
 
 @final
-class Loader:
+class Loader(Generic[_T]):
+    """Batches of a dataset or a mix: ``next()`` returns a ``Batch``, or with ``collate`` what
+    ``collate`` returns (``Loader[Batch]`` or ``Loader[T]`` to a type checker)."""
+    @overload
     def __new__(
         cls,
         source: Dataset | Mix,
@@ -273,10 +296,44 @@ class Loader:
         key_field: str | None = None,
         state: dict[str, Any] | str | None = None,
         resume_from: Sequence[dict[str, Any] | str] | None = None,
-        collate: Callable[[Batch], Any] | None = None,
-    ) -> Loader: ...
-    def __iter__(self) -> Loader: ...
-    def __next__(self) -> Any: ...
+        collate: None = None,
+    ) -> Loader[Batch]: ...
+    @overload
+    def __new__(
+        cls,
+        source: Dataset | Mix,
+        *,
+        batch_size: int = 256,
+        shuffle: bool = True,
+        sampler: str | None = None,
+        seed: int = 0,
+        epochs: int | None = ...,
+        shard: tuple[int, int] | None = None,
+        shard_mode: str = "interleaved",
+        pad_to_equal: bool = False,
+        drop_remainder: bool = False,
+        workers: int = 2,
+        merge: str = "strict",
+        max_lead: int | None = None,
+        max_skips_per_round: int | None = None,
+        bucket: int | dict[str, int] | None = None,
+        drop_last: bool = False,
+        lookahead: int | None = None,
+        gathers_in_flight: int | None = None,
+        worker_queue_size: int | None = None,
+        consumer_queue_size: int | None = None,
+        retries: int | None = None,
+        retry_backoff: float | None = None,
+        on_error: str = "raise",
+        fields: _Fields | None = None,
+        key_field: str | None = None,
+        state: dict[str, Any] | str | None = None,
+        resume_from: Sequence[dict[str, Any] | str] | None = None,
+        collate: Callable[[Batch], _T],
+    ) -> Loader[_T]: ...
+    def __class_getitem__(cls, item: Any, /) -> types.GenericAlias: ...
+    def __iter__(self) -> Self: ...
+    def __next__(self) -> _T: ...
     def _unget(self, batch: Batch) -> None: ...
     def state_dict(self) -> dict[str, Any]: ...
     def stats(self) -> dict[str, Any]: ...
