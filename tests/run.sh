@@ -4,8 +4,8 @@
 # minutes to build on 2 cores) when they are missing, then runs `cargo test` with any arguments
 # given and, without arguments, `cargo test` of the library and of the test machinery crate
 # (testing/, zrecord-testing: one build, the features are the same) and then the Python
-# package's tests (python/tests/run.sh: the wheel built by `pip install ./python` into a fresh
-# venv, then pytest).
+# package's tests (python/tests/run.sh: the abi3 manylinux wheel python/build-wheel.sh builds,
+# installed into a fresh venv with no cargo on PATH, then pytest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 S3S_FS_VERSION=0.14.1

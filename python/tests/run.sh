@@ -1,21 +1,31 @@
 #!/usr/bin/env bash
-# The Python tests: builds the wheel with `pip install ./python` (maturin, from PyPI, pinned in
-# python/pyproject.toml) into a fresh virtual environment, then runs pytest. The Rust build
-# goes to the workspace's target/ (release profile), so a second run rebuilds nothing.
-# The S3 tests start s3s-fs (tests/run.sh installs it).
+# The Python tests, against the wheel a user installs: python/build-wheel.sh builds the abi3
+# manylinux wheel (one Rust build), then a fresh virtual environment whose PATH holds no cargo
+# or rustc installs it (binary only: nothing is compiled) with the pinned test requirements,
+# and runs pytest there. The S3 tests start s3s-fs (tests/run.sh installs it; conftest.py finds
+# it in cargo's bin directory without PATH).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-python=${PYTHON:-python3}
+python=$(command -v "${PYTHON:-python3}")
 venv=target/py/test-venv
+wheel=$(bash python/build-wheel.sh | tail -n 1)
+# PATH without the directories that hold cargo or rustc.
+clean=""
+IFS=: read -ra dirs <<< "$PATH"
+for d in "${dirs[@]}"; do
+  if [ -z "$d" ] || [ -x "$d/cargo" ] || [ -x "$d/rustc" ]; then continue; fi
+  clean="${clean:+$clean:}$d"
+done
 rm -rf "$venv"
 "$python" -m venv "$venv"
-"$venv/bin/pip" install --quiet --disable-pip-version-check -r python/requirements-test.txt
-start=$SECONDS
-# Overflow checks on in the tested wheel (an integer wrap panics, and the binding turns the panic
-# into InternalError), the same profile setting as CI's `cargo test --release` step: the two
-# release builds share their dependencies instead of compiling them twice.
-CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true \
-  "$venv/bin/pip" install --quiet --disable-pip-version-check ./python
-echo "python/tests/run.sh: wheel built and installed in $((SECONDS - start)) s" >&2
+export PATH="$PWD/$venv/bin:$clean"
+unset CARGO RUSTC RUSTUP_TOOLCHAIN
+if command -v cargo > /dev/null || command -v rustc > /dev/null; then
+  echo "python/tests/run.sh: cargo or rustc is still on PATH ($PATH)" >&2
+  exit 1
+fi
+pip install --quiet --disable-pip-version-check -r python/requirements-test.txt
+pip install --quiet --disable-pip-version-check --no-deps --only-binary=:all: "$wheel"
+echo "python/tests/run.sh: installed $(basename "$wheel") with no cargo on PATH" >&2
 cd python/tests
-exec "../../$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
+exec python -m pytest -q -p no:cacheprovider "$@"
