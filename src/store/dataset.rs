@@ -296,15 +296,7 @@ impl GatherFuture {
             // A panic is the batch's error, not the pool thread's end.
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(gather))
                 .unwrap_or_else(|panic| {
-                    let message = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| (*s).to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "non-string panic payload".into());
-                    Err(Error::WorkerPanicked {
-                        what: "an asynchronous gather".into(),
-                        message,
-                    })
+                    Err(Error::from_panic("an asynchronous gather", panic.as_ref()))
                 });
             let _ = tx.send(result);
         });
