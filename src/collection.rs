@@ -85,10 +85,11 @@ impl GcOptions {
 /// file or object.
 pub fn gc(root_or_url: &str, older_than: Duration, options: &GcOptions) -> Result<GcReport> {
     let now = options.now.unwrap_or_else(SystemTime::now);
-    #[cfg(feature = "remote")]
-    if crate::remote::is_url(root_or_url) {
+    let Some(local) = crate::store::location::local_path(root_or_url) else {
+        #[cfg(feature = "remote")]
         return crate::remote::collection::gc_url(root_or_url, older_than, now, &options.store);
-    }
-    let local = root_or_url.strip_prefix("file://").unwrap_or(root_or_url);
+        #[cfg(not(feature = "remote"))]
+        return Err(crate::store::location::no_object_stores(root_or_url));
+    };
     crate::store::collection::gc::gc_dir(std::path::Path::new(local), older_than, now)
 }

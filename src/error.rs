@@ -533,6 +533,22 @@ impl Error {
         Error::Internal { reason }
     }
 
+    /// The [`Error::WorkerPanicked`] of a panic caught (by [`std::panic::catch_unwind`] or a
+    /// joined thread) while `what` worked: its message is the panic's (the `&str` or `String`
+    /// that `panic!` carries), or "a panic without a message" for any other payload. The one
+    /// place zrecord, its Python package and its tests turn a panic's payload into words.
+    pub fn from_panic(what: impl Into<String>, payload: &(dyn std::any::Any + Send)) -> Self {
+        let message = payload
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("a panic without a message");
+        Error::WorkerPanicked {
+            what: what.into(),
+            message: message.to_string(),
+        }
+    }
+
     /// True if another try of the call that returned this error cannot help: it would fail the
     /// same way, or the layer that could retry it has (an object-store request is tried as
     /// `StoreOptions::retries` says, once for a permanent answer; a record failing its checksum
@@ -623,5 +639,27 @@ mod tests {
             assert_eq!(chain.matches(&text).count(), 1, "{chain}");
             assert!(!e.to_string().contains(&text), "{e}");
         }
+    }
+
+    /// A panic's message is its `&str` or `String` payload; any other payload says it has none.
+    #[test]
+    fn from_panic_words_every_payload() {
+        let payloads: [(Box<dyn std::any::Any + Send>, &str); 3] = [
+            (Box::new("static words"), "static words"),
+            (Box::new(format!("formatted {}", 7)), "formatted 7"),
+            (Box::new(7_u32), "a panic without a message"),
+        ];
+        for (payload, want) in payloads {
+            let e = Error::from_panic("a worker", payload.as_ref());
+            assert_eq!(e.to_string(), format!("a worker panicked: {want}"));
+        }
+        let caught = std::panic::catch_unwind(|| panic!("caught {}", "here"));
+        let Err(payload) = caught else {
+            unreachable!("the closure panics")
+        };
+        assert_eq!(
+            Error::from_panic("a closure", payload.as_ref()).to_string(),
+            "a closure panicked: caught here"
+        );
     }
 }

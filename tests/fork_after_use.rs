@@ -170,10 +170,7 @@ fn in_child(report: &Path, work: impl FnOnce() -> Result<(), String>) -> Result<
             Ok(Err(m)) => (1, m),
             Err(p) => (
                 2,
-                p.downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_string()))
-                    .unwrap_or_else(|| "panic".into()),
+                zrecord::Error::from_panic("the child", p.as_ref()).to_string(),
             ),
         };
         let _ = std::fs::write(report, message);

@@ -38,17 +38,15 @@ pub(crate) fn commit_collection<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let root = path_str(&root)?;
     let parts = parts.iter().map(path_str).collect::<PyResult<Vec<_>>>()?;
-    if zrecord::remote::is_url(&root) {
+    let Some(local) = zrecord::remote::local_path(&root).map(str::to_string) else {
         let o = crate::transfer::options(storage_options, None, single_writer)?;
         let r = without_gil(py, move || {
             zrecord::collection::commit_url(&root, &parts, CommitOptions::new(), &o)
         })?;
         return report(py, &r);
-    }
-    // `file://` names the directory (as for gc_collection and open).
-    let root = root.strip_prefix("file://").unwrap_or(&root).to_string();
+    };
     let r = without_gil(py, move || {
-        zrecord::collection::commit(&root, &parts, CommitOptions::new())
+        zrecord::collection::commit(&local, &parts, CommitOptions::new())
     })?;
     report(py, &r)
 }

@@ -10,13 +10,9 @@ pub(crate) fn guarded<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(payload) => {
-            let message = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic without a message".into());
+            let panicked = zrecord::Error::from_panic("zrecord", payload.as_ref());
             Err(InternalError::new_err(format!(
-                "zrecord panicked (a bug; please report it): {message}"
+                "{panicked} (a bug; please report it)"
             )))
         }
     }

@@ -49,6 +49,14 @@ fn open(
     )
 }
 
+/// `_local_path(name)`: the local path `name` names (itself, or what follows `file://`), or
+/// `None` for an object store's URL: `zrecord::remote::local_path`, the one rule, which
+/// `zrecord.ray` asks instead of keeping its own list of schemes.
+#[pyfunction]
+fn _local_path(name: &str) -> Option<String> {
+    zrecord::remote::local_path(name).map(str::to_string)
+}
+
 #[pymodule]
 fn _zrecord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
@@ -61,6 +69,7 @@ fn _zrecord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::PyLoader>()?;
     m.add_class::<loader::PyMix>()?;
     m.add_function(wrap_pyfunction!(open, m)?)?;
+    m.add_function(wrap_pyfunction!(_local_path, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::_reopen, m)?)?;
     m.add_function(wrap_pyfunction!(batch::_batch, m)?)?;
     m.add_function(wrap_pyfunction!(loader::mix, m)?)?;

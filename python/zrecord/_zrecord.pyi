@@ -246,6 +246,9 @@ def open(
     copy_mapped: bool = True,
 ) -> Dataset: ...
 def _reopen(path: str, options: dict[str, Any]) -> Dataset: ...
+def _local_path(name: str) -> str | None:
+    """The local path ``name`` names (itself, or what follows ``file://``), or ``None`` for an
+    object store's URL (``s3://…``, ``gs://…``, ``az://…``): zrecord's one rule."""
 
 @final
 class Mix: ...

@@ -58,11 +58,11 @@ except ImportError:  # pragma: no cover - exercised only without ray
     _RayDatasink = object
     _BlockAccessor = None
 
-_REMOTE_SCHEMES = ("s3://", "s3a://", "gs://", "az://", "azure://", "abfs://", "abfss://")
-
 
 def _is_url(root: str) -> bool:
-    return root.startswith(_REMOTE_SCHEMES)
+    """Whether ``root`` names an object store's prefix, by the rule every zrecord call follows
+    (``zrecord::remote::local_path``): ``scheme://…`` is a URL, but not ``file://…``."""
+    return _zrecord._local_path(root) is None
 
 
 SCRATCH_DIR = "zrecord-ray-scratch"
@@ -219,8 +219,9 @@ class Datasink(_RayDatasink):  # type: ignore[misc,valid-type]
         return "zrecord"
 
     def on_write_start(self, schema: Any = None) -> None:
-        if not _is_url(self.url):
-            os.makedirs(os.path.join(self.url, "parts"), exist_ok=True)
+        local = _zrecord._local_path(self.url)
+        if local is not None:
+            os.makedirs(os.path.join(local, "parts"), exist_ok=True)
 
     def write(self, blocks: Iterable[Any], ctx: Any) -> WrittenPart:
         return self._write_part(int(ctx.task_idx), blocks, keep_empty=False)
@@ -231,15 +232,14 @@ class Datasink(_RayDatasink):  # type: ignore[misc,valid-type]
         # A new id per attempt: a retried task never collides with what its first attempt left.
         part_id = f"{task:06d}-{uuid.uuid4().hex[:16]}"
         scratch = None
-        if _is_url(self.url):
+        local = _zrecord._local_path(self.url)
+        if local is None:
             parent = scratch_parent(self.url)
             clean_scratch(parent)
             scratch = _Scratch(parent, part_id)
-        path = (
-            os.path.join(scratch.dir, part_id)
-            if scratch is not None
-            else os.path.join(self.url, "parts", part_id)
-        )
+            path = os.path.join(scratch.dir, part_id)
+        else:
+            path = os.path.join(local, "parts", part_id)
         try:
             records = 0
             kwargs: dict[str, Any] = {}

@@ -8,7 +8,6 @@
 use super::dtype::{Codec, DType};
 use super::{FORMAT_VERSION, MAX_CHUNKS, MAX_CHUNK_BYTES, MAX_RECORDS, MAX_TABLE_ENTRIES};
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 
 /// The committed state of a dataset.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,14 +90,6 @@ pub struct ChunkMeta {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EnvelopeIn<'a> {
-    #[serde(borrow)]
-    meta: &'a RawValue,
-    crc32c: u32,
-}
-
-#[derive(Deserialize)]
 struct VersionOnly {
     format: String,
     version: u32,
@@ -113,35 +104,23 @@ pub enum MetaError {
     Version(u32),
 }
 
+impl From<super::envelope::Corrupt> for MetaError {
+    fn from(e: super::envelope::Corrupt) -> Self {
+        MetaError::Corrupt(e.0)
+    }
+}
+
 impl Meta {
     /// Encodes the envelope: the bytes written to `meta.json`.
     pub fn encode(&self) -> Vec<u8> {
         // Serialising plain data structs to JSON cannot fail; the fallback keeps this panic-free.
         let body = serde_json::to_string(self).unwrap_or_default();
-        let crc = crate::checksum::crc32c(body.as_bytes());
-        let mut out = Vec::with_capacity(body.len().saturating_add(32));
-        out.extend_from_slice(b"{\"meta\":");
-        out.extend_from_slice(body.as_bytes());
-        out.extend_from_slice(format!(",\"crc32c\":{crc}}}\n").as_bytes());
-        debug_assert!(
-            serde_json::from_slice::<EnvelopeIn<'_>>(&out).is_ok(),
-            "envelope must parse"
-        );
-        out
+        super::envelope::seal("meta", &body)
     }
 
     /// Decodes and checks `meta.json` bytes.
     pub fn decode(bytes: &[u8]) -> Result<Meta, MetaError> {
-        let env: EnvelopeIn<'_> = serde_json::from_slice(bytes)
-            .map_err(|e| MetaError::Corrupt(format!("not a zrecord metadata envelope: {e}")))?;
-        let body = env.meta.get();
-        let crc = crate::checksum::crc32c(body.as_bytes());
-        if crc != env.crc32c {
-            return Err(MetaError::Corrupt(format!(
-                "checksum mismatch: stored {:#010x}, computed {crc:#010x}",
-                env.crc32c
-            )));
-        }
+        let body = super::envelope::open("meta", bytes)?;
         let v: VersionOnly = serde_json::from_str(body)
             .map_err(|e| MetaError::Corrupt(format!("no format/version: {e}")))?;
         if v.format != "zrecord" {

@@ -19,12 +19,11 @@
 //! are; a push always writes version 2.
 
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 
 use super::store::Store;
-use crate::checksum::crc32c;
 use crate::error::{Error, Result};
 use crate::format::entry::{ENTRY_BYTES, PATCH_BYTES};
+use crate::format::envelope;
 use crate::format::meta::{Meta, MetaError};
 
 /// Where commit manifests live, under the dataset prefix.
@@ -131,20 +130,6 @@ pub(crate) struct Manifest {
     pub(crate) objects: Vec<ObjectEntry>,
 }
 
-#[derive(Serialize)]
-struct EnvelopeOut<'a> {
-    manifest: &'a RawValue,
-    crc32c: u32,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EnvelopeIn<'a> {
-    #[serde(borrow)]
-    manifest: &'a RawValue,
-    crc32c: u32,
-}
-
 /// The files a commit names, with their committed sizes: every field's offset table, patch log
 /// and zstd dictionaries, then every chunk.
 pub(crate) fn required_files(meta: &Meta) -> Vec<(String, u64)> {
@@ -181,18 +166,13 @@ impl Manifest {
         }
     }
 
-    /// The manifest as stored: the body and its CRC32C.
+    /// The manifest as stored: the body in the checksummed envelope (`crate::format::envelope`),
+    /// without a final newline.
     pub(crate) fn encode(&self) -> Result<Vec<u8>> {
-        let internal = |e: serde_json::Error| Error::Internal {
+        let body = serde_json::to_string(self).map_err(|e| Error::Internal {
             reason: format!("encoding a manifest: {e}"),
-        };
-        let body = serde_json::to_string(self).map_err(internal)?;
-        let raw = RawValue::from_string(body).map_err(internal)?;
-        let out = EnvelopeOut {
-            crc32c: crc32c(raw.get().as_bytes()),
-            manifest: &raw,
-        };
-        serde_json::to_vec(&out).map_err(internal)
+        })?;
+        Ok(envelope::seal_without_newline("manifest", &body))
     }
 
     /// Decodes and checks a stored manifest (`object` names it in errors): the envelope's
@@ -204,16 +184,7 @@ impl Manifest {
             object: object.to_string(),
             reason,
         };
-        let env: EnvelopeIn<'_> = serde_json::from_slice(bytes)
-            .map_err(|e| corrupt(format!("not a commit manifest: {e}")))?;
-        let body = env.manifest.get();
-        let crc = crc32c(body.as_bytes());
-        if crc != env.crc32c {
-            return Err(corrupt(format!(
-                "checksum {crc:#010x} of the manifest, {:#010x} recorded",
-                env.crc32c
-            )));
-        }
+        let body = envelope::open("manifest", bytes).map_err(|e| corrupt(e.0))?;
         let m: Manifest =
             serde_json::from_str(body).map_err(|e| corrupt(format!("malformed manifest: {e}")))?;
         if m.format != FORMAT || !(m.version == VERSION || m.version == VERSION_CRC_KEYS) {

@@ -42,6 +42,7 @@ pub(crate) mod url;
 
 use std::path::PathBuf;
 
+pub use crate::store::location::local_path;
 pub use collection::open_collection;
 pub use push::{TransferOptions, TransferReport};
 pub use store::StoreOptions;
@@ -207,10 +208,9 @@ impl RemoteConfig {
 }
 
 /// True if `path` is a URL of a dataset on an object store (`s3://…`, `gs://…`, `az://…`)
-/// rather than a local path.
+/// rather than a local path: `local_path(path)` is `None` (its documentation has the rule).
 pub fn is_url(path: &str) -> bool {
-    path.split_once("://")
-        .is_some_and(|(scheme, _)| !scheme.is_empty() && scheme != "file")
+    local_path(path).is_none()
 }
 
 /// Runs blocking file work `f` on the object-store runtime's blocking threads, off the workers

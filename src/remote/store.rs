@@ -32,6 +32,7 @@ use object_store::{
 use crate::error::{Error, Result};
 use crate::io::fork::ForkLocal;
 use crate::retry::{retry, Failure, RetryPolicy};
+use crate::store::location::url_parts;
 
 use super::failure::{chain, http_status, transient};
 
@@ -326,9 +327,7 @@ impl Store {
         let bad = |reason: String| Error::InvalidConfig {
             reason: format!("{url}: {reason}"),
         };
-        let (scheme, rest) = url
-            .split_once("://")
-            .ok_or_else(|| bad("not a URL".into()))?;
+        let (scheme, rest) = url_parts(&url).ok_or_else(|| bad("not a URL".into()))?;
         let provider = Provider::of_scheme(scheme).ok_or_else(|| {
             bad(format!(
                 "the {scheme}:// scheme is not supported (zrecord reads s3:// URLs, S3 and \

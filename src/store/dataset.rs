@@ -8,7 +8,7 @@ use crate::store::schema::Schema;
 use crate::store::snapshot::Snapshot;
 use crate::store::writer::{Writer, WriterConfig};
 use bytes::Bytes;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 /// A dataset opened for reading. Any number of them, in any number of processes, can read while
@@ -42,7 +42,9 @@ impl Dataset {
     /// options. With the `remote` feature, `s3://bucket/prefix` is a dataset on an object
     /// store (published with `zrecord::remote::push`; options: `zrecord::remote::open`): its
     /// offset tables are fetched into the local cache directory and its records read with
-    /// range requests, checked as on local disk. `file://` URLs are local paths.
+    /// range requests, checked as on local disk. `file://` URLs are local paths. Which names
+    /// are URLs is one rule for every call of zrecord: `zrecord::remote::local_path` states it
+    /// (`SCHEME://…` with a well-formed scheme; `./a://b` is a path).
     ///
     /// A directory holding `_collection/` is a collection (`zrecord::collection`): its latest
     /// manifest's parts, read as one dataset with global indices (part after part).
@@ -61,15 +63,16 @@ impl Dataset {
     /// for an invalid `ZRECORD_IO`; the corruption and I/O errors of the files the commit
     /// names.
     pub fn open_with(path: impl AsRef<Path>, config: ReadConfig) -> Result<Dataset> {
-        let text = path.as_ref().to_str().unwrap_or_default();
-        if let Some(local) = text.strip_prefix("file://") {
-            return Dataset::open_with(local, config);
-        }
-        if text.contains("://") {
-            let location = crate::store::location::open_url(text, crate::url_schemes())?;
-            return Dataset::from_location(location, config);
-        }
-        let dir = path.as_ref().to_path_buf();
+        let text = path.as_ref().to_str();
+        let dir = match text.map(|t| (t, crate::store::location::local_path(t))) {
+            Some((url, None)) => {
+                let location = crate::store::location::open_url(url, crate::url_schemes())?;
+                return Dataset::from_location(location, config);
+            }
+            Some((_, Some(local))) => PathBuf::from(local),
+            // Not UTF-8: no URL.
+            None => path.as_ref().to_path_buf(),
+        };
         if crate::store::collection::is_collection(&dir) {
             let location = Arc::new(crate::store::collection::CollectionDir::new(dir));
             return Dataset::from_location(location, config);
@@ -296,15 +299,7 @@ impl GatherFuture {
             // A panic is the batch's error, not the pool thread's end.
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(gather))
                 .unwrap_or_else(|panic| {
-                    let message = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| (*s).to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "non-string panic payload".into());
-                    Err(Error::WorkerPanicked {
-                        what: "an asynchronous gather".into(),
-                        message,
-                    })
+                    Err(Error::from_panic("an asynchronous gather", panic.as_ref()))
                 });
             let _ = tx.send(result);
         });

@@ -115,6 +115,57 @@ impl Location for LocalDir {
     }
 }
 
+/// The local path `name` names, or `None` if it names a URL: the one rule by which every call
+/// that takes a dataset's or collection's place as text ([`crate::Dataset::open`],
+/// `zrecord::collection::commit_url` and `gc`, `zrecord::remote::is_url`, the CLI, the Python
+/// package) tells a URL from a local path.
+///
+/// - `SCHEME://…`, where SCHEME is a URL scheme as RFC 3986 spells one (an ASCII letter, then
+///   letters, digits, `+`, `-` or `.`) other than `file`, is a URL: `s3://b/p`, `gs://b/p`,
+///   `az://c/p`, `abfss://c@a.dfs.core.windows.net/p`, also `http://h/p` (which is then refused
+///   as a scheme zrecord does not open, not taken for a directory named `http:`).
+/// - `file://PATH` is the local path PATH: `file:///data/ds` is `/data/ds`.
+/// - Anything else is a local path as it stands: `data/ds`, `/data/ds`, `s3:` and `s3:/b/p` (no
+///   `//`), `./a://b` and `://b` (no scheme before the `://`), `C:\data` (zrecord runs on Linux,
+///   where that is a file name).
+///
+/// Schemes are taken as written: `S3://b/p` is a URL of the scheme `S3`, which no store opens.
+pub fn local_path(name: &str) -> Option<&str> {
+    match split_url(name) {
+        Some(("file", path)) => Some(path),
+        Some(_) => None,
+        None => Some(name),
+    }
+}
+
+/// The scheme and the rest of `name` if it is a URL by [`local_path`]'s rule (`("s3",
+/// "bucket/prefix")` of `s3://bucket/prefix`), else `None`.
+pub(crate) fn url_parts(name: &str) -> Option<(&str, &str)> {
+    split_url(name).filter(|(scheme, _)| *scheme != "file")
+}
+
+/// `name` split at its first `://` if what comes before is a URL scheme (RFC 3986, section 3.1).
+fn split_url(name: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = name.split_once("://")?;
+    let mut chars = scheme.chars();
+    let first = chars.next()?;
+    let valid = first.is_ascii_alphabetic()
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    valid.then_some((scheme, rest))
+}
+
+/// The error for the URL `url` in a build that opens no object stores (no `remote` feature).
+pub(crate) fn no_object_stores(url: &str) -> Error {
+    let scheme = url_parts(url).map_or("", |(s, _)| s);
+    Error::NotADataset {
+        path: PathBuf::from(url),
+        reason: format!(
+            "this build of zrecord opens no `{scheme}://` URLs (object stores need its \
+             `remote` feature: enable it)"
+        ),
+    }
+}
+
 /// Opens the datasets at URLs of some schemes as [`Location`]s: the seam
 /// [`crate::Dataset::open`] dispatches `scheme://…` through. The crate root lists the schemes
 /// this build knows (`crate::url_schemes`, in `lib.rs`: `s3://` with the `remote` feature);
@@ -130,17 +181,11 @@ pub(crate) trait UrlScheme: Sync {
 /// The location of the dataset at `url` (`scheme://…`), from the first scheme of `schemes`
 /// that handles it.
 pub(crate) fn open_url(url: &str, schemes: &[&dyn UrlScheme]) -> Result<Arc<dyn Location>> {
-    let scheme = url.split_once("://").map_or("", |(s, _)| s);
+    let scheme = url_parts(url).map_or("", |(s, _)| s);
     match schemes.iter().find(|s| s.handles(scheme)) {
         Some(s) => s.open(url),
         // A build without object stores: say how to get them.
-        None if schemes.is_empty() => Err(Error::NotADataset {
-            path: PathBuf::from(url),
-            reason: format!(
-                "this build of zrecord opens no `{scheme}://` URLs (object stores need its \
-                 `remote` feature: enable it)"
-            ),
-        }),
+        None if schemes.is_empty() => Err(no_object_stores(url)),
         None => Err(Error::InvalidConfig {
             reason: format!("{url}: the {scheme}:// scheme is not supported"),
         }),
@@ -181,5 +226,59 @@ mod tests {
         let e = open_url("s3://b/p", &[]).unwrap_err();
         assert!(matches!(e, Error::NotADataset { .. }), "{e}");
         assert!(e.to_string().contains("`remote` feature"), "{e}");
+    }
+
+    /// The one rule, case by case: what is a URL, and which local path the rest name.
+    #[test]
+    fn local_path_tells_a_url_from_a_path() {
+        let cases: &[(&str, Option<&str>)] = &[
+            // Local paths, as they stand.
+            ("data/train.zr", Some("data/train.zr")),
+            ("/data/train.zr", Some("/data/train.zr")),
+            ("./train.zr", Some("./train.zr")),
+            ("", Some("")),
+            // Windows-looking names are file names on Linux.
+            ("C:\\data\\train.zr", Some("C:\\data\\train.zr")),
+            ("C:/data/train.zr", Some("C:/data/train.zr")),
+            // No `//` after the colon: a path named so.
+            ("s3:", Some("s3:")),
+            ("s3:/bucket/prefix", Some("s3:/bucket/prefix")),
+            ("s3:bucket", Some("s3:bucket")),
+            // No scheme before the `://`: a path holding `://`.
+            ("://bucket/prefix", Some("://bucket/prefix")),
+            ("./a://b", Some("./a://b")),
+            ("data/s3://b", Some("data/s3://b")),
+            ("3d://b", Some("3d://b")),
+            ("my_store://b", Some("my_store://b")),
+            (" s3://b", Some(" s3://b")),
+            // `file://`: the path after it.
+            ("file:///data/train.zr", Some("/data/train.zr")),
+            ("file://train.zr", Some("train.zr")),
+            ("file://", Some("")),
+            // URLs: the object stores' schemes and every other well-formed one.
+            ("s3://bucket/prefix", None),
+            ("s3a://bucket/prefix", None),
+            ("s3://bucket", None),
+            ("gs://bucket/prefix", None),
+            ("az://container/prefix", None),
+            ("azure://container/prefix", None),
+            ("abfs://container/prefix", None),
+            (
+                "abfss://container@account.dfs.core.windows.net/prefix",
+                None,
+            ),
+            ("http://host/prefix", None),
+            ("https://host/prefix", None),
+            ("S3://bucket/prefix", None),
+            ("git+ssh://host/p", None),
+            ("s3://bucket/a://b", None),
+            ("FILE:///data", None),
+        ];
+        for &(name, want) in cases {
+            assert_eq!(local_path(name), want, "{name:?}");
+            assert_eq!(url_parts(name).is_none(), want.is_some(), "{name:?}");
+        }
+        assert_eq!(url_parts("s3://bucket/p"), Some(("s3", "bucket/p")));
+        assert_eq!(url_parts("gs://b/x://y"), Some(("gs", "b/x://y")));
     }
 }

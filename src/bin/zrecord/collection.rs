@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
 use zrecord::collection::{commit, commit_url, gc, CommitOptions, GcOptions};
-use zrecord::remote::{is_url, TransferOptions};
+use zrecord::remote::{local_path, TransferOptions};
 use zrecord::Dataset;
 
 #[derive(Subcommand)]
@@ -128,13 +128,12 @@ pub fn run_gc(a: &GcArgs) -> Res {
 pub fn run(c: &CollectionCmd) -> Res {
     match c {
         CollectionCmd::Commit(a) => {
-            let r = if is_url(&a.root) {
-                let t = TransferOptions::default().single_writer(a.single_writer);
-                commit_url(&a.root, &a.parts, CommitOptions::default(), &t)?
-            } else {
-                // `file://` names the directory (as for gc, info and open).
-                let root = a.root.strip_prefix("file://").unwrap_or(&a.root);
-                commit(root, &a.parts, CommitOptions::default())?
+            let r = match local_path(&a.root) {
+                None => {
+                    let t = TransferOptions::default().single_writer(a.single_writer);
+                    commit_url(&a.root, &a.parts, CommitOptions::default(), &t)?
+                }
+                Some(root) => commit(root, &a.parts, CommitOptions::default())?,
             };
             if a.json {
                 let out = serde_json::json!({

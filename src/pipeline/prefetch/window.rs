@@ -339,16 +339,11 @@ pub(crate) fn panicked(
     pos: Position,
     panic: &(dyn std::any::Any + Send),
 ) -> Error {
-    let msg = panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".into());
-    Error::WorkerPanicked {
-        what: format!(
+    Error::from_panic(
+        format!(
             "{} {} (at epoch {} position {})",
             name.what, name.w, pos.epoch, pos.position
         ),
-        message: msg,
-    }
+        panic,
+    )
 }

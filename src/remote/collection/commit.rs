@@ -27,6 +27,7 @@ use crate::store::collection::options::stepper;
 use crate::store::collection::place::hold_writer_lock;
 use crate::store::collection::source;
 use crate::store::collection::{id_of, schema_difference, CommitOptions, CommitReport, CommitStep};
+use crate::store::location::local_path;
 use crate::store::snapshot::read_meta;
 
 /// Where a given part is.
@@ -173,12 +174,13 @@ fn commit_leased(
     let mut seen: Vec<String> = Vec::with_capacity(parts.len());
     for p in parts {
         let p = p.as_ref();
-        let key = if crate::remote::is_url(p) {
-            p.trim_end_matches('/').to_string()
-        } else {
-            let dir = Path::new(p.strip_prefix("file://").unwrap_or(p));
-            let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-            dir.display().to_string()
+        let key = match local_path(p) {
+            None => p.trim_end_matches('/').to_string(),
+            Some(local) => {
+                let dir = Path::new(local);
+                let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+                dir.display().to_string()
+            }
         };
         if seen.contains(&key) {
             continue;
@@ -240,12 +242,10 @@ fn commit_leased(
 /// The id a given part is first tried under: its id in `<url>/parts/<id>`, or a local
 /// directory's name as a part id; `None` for a URL elsewhere (refused by its check).
 fn first_id(store: &Arc<Store>, part: &str) -> Option<String> {
-    if crate::remote::is_url(part) {
-        return id_in(store.url(), part);
+    match local_path(part) {
+        None => id_in(store.url(), part),
+        Some(local) => Some(id_of(Path::new(local))),
     }
-    Some(id_of(Path::new(
-        part.strip_prefix("file://").unwrap_or(part),
-    )))
 }
 
 /// What the `gc` leases of a collection name, read after this commit's lease named the ids
@@ -293,7 +293,7 @@ impl<'a> Guard<'a> {
 /// Reads part `part` (a URL under `<store>/parts/<id>`, or a local dataset directory). A part
 /// given by URL that a `gc` is removing is no dataset.
 fn check_part(store: &Arc<Store>, part: &str, guard: &mut Guard<'_>) -> Result<Given> {
-    if crate::remote::is_url(part) {
+    let Some(local) = local_path(part) else {
         let id = id_in(store.url(), part).ok_or_else(|| Error::PartOutsideCollection {
             part: part.to_string(),
             collection: store.url().to_string(),
@@ -315,8 +315,8 @@ fn check_part(store: &Arc<Store>, part: &str, guard: &mut Guard<'_>) -> Result<G
             source: Source::Pushed { id },
             meta,
         });
-    }
-    let dir = Path::new(part.strip_prefix("file://").unwrap_or(part));
+    };
+    let dir = Path::new(local);
     let not_a_dataset = || Error::NotADataset {
         path: dir.to_path_buf(),
         reason: "a part must be a zrecord dataset (it holds no meta.json)".to_string(),

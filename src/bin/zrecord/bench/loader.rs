@@ -132,7 +132,7 @@ pub(super) fn loader(a: &LoaderArgs) -> Res {
     // Untimed warm-up (warm local runs only): the first touches of a mapping fault its pages
     // in (page tables, not I/O), which would otherwise be charged to whichever run comes first:
     // every record once, in order, so neither run's records are favoured.
-    let remote = a.dir.to_string_lossy().contains("://");
+    let remote = a.dir.to_str().is_some_and(zrecord::remote::is_url);
     if let (Some(ds), false) = (&shared, remote) {
         let n = ds.len();
         let mut first = 0u64;
