@@ -512,7 +512,7 @@ fn not_a_dataset(dir: &Path, e: Error) -> Error {
     let Error::Io { path, source, .. } = &e else {
         return e;
     };
-    if path != &crate::store::layout::meta(dir) {
+    if path != &crate::format::layout::meta(dir) {
         return e;
     }
     let reason = match std::fs::metadata(dir) {

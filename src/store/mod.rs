@@ -4,7 +4,6 @@
 pub mod batch;
 pub mod collection;
 pub mod dataset;
-pub(crate) mod layout;
 pub mod location;
 pub(crate) mod paged;
 pub mod read;
