@@ -1,7 +1,6 @@
 //! The storage engine on top of `format/` and `io/`: datasets, snapshots, the writer and its
 //! commit protocol.
 
-pub mod batch;
 pub mod collection;
 pub mod dataset;
 pub mod location;
