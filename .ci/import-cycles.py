@@ -3,6 +3,11 @@
 to the file that defines the module it names, and prints each strongly connected component of
 more than one file. Exit 1 if a component is not in the allowed list below.
 
+Then one layer rule (issue #34): the read engine never calls back into the snapshot. No file
+under src/store/read/ imports store/snapshot.rs, store/dataset.rs, store/writer/,
+store/collection/ or the public collection module. It prints the rule and the exceptions still
+left (READ_EXCEPTIONS), and exits 1 on a violation not in that list or on a listed one that is gone.
+
 Usage: .ci/import-cycles.py [--list]
 """
 import re
@@ -105,6 +110,102 @@ def allowed(comp):
     return False
 
 
+# The read engine never calls back into the snapshot (docs/ARCHITECTURE.md, "Import rules"):
+# no file under store/read/ imports the layers above it, by a `crate::store::...` or `super::`
+# path or by a crate-root name re-exported from them (`crate::Snapshot`). Comments, doc links and
+# `#[cfg(test)] mod tests` are not imports.
+READ = "store/read/"
+ABOVE_READ = ("store/snapshot.rs", "store/dataset.rs", "store/writer/", "store/collection/",
+              "collection.rs")
+# Imports that still break the rule: file under store/read/ -> the files above it it imports.
+# Each is to be removed (issue #34); a violation not listed here fails the check, and a listed one
+# that is gone is reported so that the list only shrinks.
+READ_EXCEPTIONS = {
+    # to be removed (issue #34): gather() and lookahead() take a &Snapshot.
+    "store/read/mod.rs": {"store/snapshot.rs"},
+    # to be removed (issue #34): resolving reads the snapshot's tables (FieldTable, Snapshot).
+    "store/read/resolve.rs": {"store/snapshot.rs"},
+    # to be removed (issue #34): `impl Snapshot { fn engine, refetch loop }` lives here.
+    "store/read/engine.rs": {"store/snapshot.rs"},
+}
+
+
+def root_names():
+    """Crate-root names re-exported from a module: `pub use store::snapshot::{Snapshot, ..}`
+    gives {"Snapshot": src/store/snapshot.rs, ..}."""
+    text = (SRC / "lib.rs").read_text()
+    out = {}
+    for m in re.finditer(r"pub use ((?:\w+::)*\w+)::(\{[^}]*\}|\w+);", text):
+        origin = module_file(m.group(1).split("::"))
+        for name in re.findall(r"\w+", m.group(2)):
+            out[name] = origin
+    return out
+
+
+def upper_imports(path, roots):
+    """The files above store/read/ that `path` imports."""
+    text = path.read_text()
+    text = re.sub(r"#\[cfg\(test\)\]\s*mod tests\s*\{.*", "", text, flags=re.S)
+    text = re.sub(r"//.*", "", text)
+    here = module_of(path)
+    is_mod = path.name == "mod.rs"
+    hits = set()
+    # `use crate::{a::b, c}` reads as `crate::a::b` and `crate::c`.
+    text = re.sub(r"\bcrate::\{([^}]*)\}",
+                  lambda m: ", ".join("crate::" + i.strip() for i in m.group(1).split(",")), text)
+    for m in re.finditer(r"\b((?:crate|super)(?:::\w+)+)", text):
+        segs = m.group(1).split("::")
+        if segs[0] == "crate":
+            parts = segs[1:]
+        else:
+            base = here if is_mod else here[:-1]
+            i = 0
+            while i < len(segs) and segs[i] == "super":
+                base = base[:-1] if i > 0 else base
+                i += 1
+            parts = base + segs[i:]
+        cands = []
+        tail = text[m.end():m.end() + 400]
+        if tail.startswith("::{") and "}" in tail:
+            cands += [parts + [s.strip() for s in item.split("::")]
+                      for item in tail[3:tail.find("}")].split(",") if item.strip()]
+        cands.append(parts)
+        for p in cands:
+            f = roots.get(p[0]) if p and p[0] in roots else module_file(p)
+            if f is None:
+                continue
+            rel = str(f.relative_to(SRC))
+            if any(rel == a or (a.endswith("/") and rel.startswith(a)) for a in ABOVE_READ):
+                hits.add(rel)
+    return hits
+
+
+def read_rule():
+    """Checks the read rule; returns the number of violations not in READ_EXCEPTIONS."""
+    print("rule: no file under src/store/read/ imports " + ", ".join(ABOVE_READ)
+          + " (the read engine never calls back into the snapshot)")
+    roots = root_names()
+    bad = 0
+    seen = {}
+    for path in sorted(SRC.joinpath(READ).rglob("*.rs")):
+        rel = str(path.relative_to(SRC))
+        hits = upper_imports(path, roots)
+        if not hits:
+            continue
+        seen[rel] = hits
+        allowed_here = READ_EXCEPTIONS.get(rel, set())
+        for h in sorted(hits):
+            ok = h in allowed_here
+            bad += not ok
+            print(("  exception (to be removed, issue #34): " if ok else "  violation: ")
+                  + f"{rel} imports {h}")
+    for rel, targets in sorted(READ_EXCEPTIONS.items()):
+        for t in sorted(targets - seen.get(rel, set())):
+            print(f"  stale exception: {rel} no longer imports {t}: remove it from READ_EXCEPTIONS")
+            bad += 1
+    return bad
+
+
 def main():
     files = [p for p in SRC.rglob("*.rs") if "bin" not in p.relative_to(SRC).parts]
     graph = {p: {q for q in uses(p) if q in files and q.name != "lib.rs"} for p in files}
@@ -116,6 +217,7 @@ def main():
         ok = allowed(set(names))
         bad += not ok
         print(("allowed: " if ok else "cycle: ") + " <-> ".join(names))
+    bad += read_rule()
     sys.exit(1 if bad and "--list" not in sys.argv else 0)
 
 

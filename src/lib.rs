@@ -77,7 +77,7 @@ pub use error::{Error, Result};
 pub use format::dtype::{Codec, DType};
 pub use format::{MAX_CHUNKS, MAX_CHUNK_BYTES, MAX_RECORDS, MAX_RECORD_BYTES};
 pub use io::job::{ReadJob, ReadRange};
-pub use store::batch::{Batch, Element};
+pub use store::read::batch::{Batch, Element};
 pub use store::dataset::{Dataset, GatherFuture};
 pub use store::location::{LocalDir, Location};
 pub use store::read::{

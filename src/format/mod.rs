@@ -1,6 +1,7 @@
 //! Pure encode/decode of the on-disk format: dtypes and codecs, offset entries, patch entries and
-//! `meta.json`; and the decoder of NumPy `.npy` input files ([`npy`]). No I/O and no unsafe:
-//! every decoder takes `&[u8]` (or, for `.npy` rows, any reader) and returns a `Result`.
+//! `meta.json`; the file names inside a dataset directory (`layout`, crate-private); and the
+//! decoder of NumPy `.npy` input files ([`npy`]). No I/O and no unsafe: every decoder takes `&[u8]`
+//! (or, for `.npy` rows, any reader) and returns a `Result`.
 //!
 //! The byte-level specification is `docs/FORMAT.md`.
 
@@ -11,6 +12,7 @@ pub mod collection;
 pub mod dtype;
 pub mod entry;
 pub(crate) mod envelope;
+pub(crate) mod layout;
 #[cfg(feature = "remote")]
 pub mod lease;
 pub mod meta;

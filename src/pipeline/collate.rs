@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::batch::Element;
+use crate::store::read::batch::Element;
 use crate::{Error, Result};
 
 /// The side padding goes on.
@@ -352,7 +352,7 @@ pub fn pooling_mask(attention_mask: &[u8], cols: usize, pooling: PoolingType) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::batch::{Span, Values};
+    use crate::store::read::batch::{Span, Values};
     use crate::DType;
     use bytes::Bytes;
     use std::sync::Arc;

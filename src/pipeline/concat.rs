@@ -37,7 +37,7 @@ impl Concatenate for crate::Batch {
         picks: &[(usize, usize)],
         indices: &[u64],
     ) -> Result<Self> {
-        crate::store::batch::concatenate(batches, picks, indices.to_vec())
+        crate::store::read::batch::concatenate(batches, picks, indices.to_vec())
     }
 }
 

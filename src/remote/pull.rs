@@ -117,7 +117,7 @@ fn remove_leftovers(dir: &Path) {
 /// it, or, with `wait` false, [`Error::WriterBusy`] at once if it is held (a collection's pull, which holds the collection's commit lock: waiting there on a writer
 /// would hold up every `gc` of the collection for as long as the writer lives).
 fn lock_dir(dir: &Path, wait: bool) -> Result<crate::io::lock::FileLock> {
-    let path = dir.join(crate::store::layout::LOCK);
+    let path = dir.join(crate::format::layout::LOCK);
     if !wait {
         return crate::io::lock::FileLock::try_take(&path)?.ok_or(Error::WriterBusy { path });
     }
@@ -180,7 +180,7 @@ fn pull_with(
     let (slot, bytes) = block_on(async move { latest(&s).await })??
         .ok_or_else(|| super::collection::probe::no_commit(&store))?;
     let (manifest, meta) = Manifest::decode(&store.object_url(&slot_key(slot)), &bytes)?;
-    let meta_path = crate::store::layout::meta(&dir);
+    let meta_path = crate::format::layout::meta(&dir);
     let mut committed = false;
     if let Ok((_, local_meta)) = read_meta(&dir) {
         committed = local_meta.generation == meta.generation

@@ -253,7 +253,7 @@ pub(crate) fn push_with(
         let snap = LocalDir::new(dir).snapshot().map_err(not_a_dataset)?;
         if snap.generation() == meta.generation {
             let text = String::from_utf8(bytes).map_err(|_| Error::MetaCorrupt {
-                path: crate::store::layout::meta(dir),
+                path: crate::format::layout::meta(dir),
                 reason: "not UTF-8".into(),
             })?;
             break (text, Arc::new(snap));

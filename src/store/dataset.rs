@@ -1,7 +1,7 @@
 //! `Dataset`: a read handle on the latest commit it opened or refreshed to.
 
 use crate::error::{Error, Result};
-use crate::store::batch::Batch;
+use crate::store::read::batch::Batch;
 use crate::store::location::{LocalDir, Location};
 use crate::store::read::{self, Engine, ReadConfig};
 use crate::store::schema::Schema;
@@ -507,7 +507,7 @@ fn not_a_dataset(dir: &Path, e: Error) -> Error {
     let Error::Io { path, source, .. } = &e else {
         return e;
     };
-    if path != &crate::store::layout::meta(dir) {
+    if path != &crate::format::layout::meta(dir) {
         return e;
     }
     let reason = match std::fs::metadata(dir) {

@@ -1,10 +1,8 @@
 //! The storage engine on top of `format/` and `io/`: datasets, snapshots, the writer and its
 //! commit protocol.
 
-pub mod batch;
 pub mod collection;
 pub mod dataset;
-pub(crate) mod layout;
 pub mod location;
 pub(crate) mod paged;
 pub mod read;

@@ -18,7 +18,7 @@ use crate::format::meta::{DictionaryMeta, FieldMeta, Meta, MetaError};
 use crate::format::FORMAT_VERSION;
 use crate::io::job::FileId;
 use crate::io::vfs::{Prefix, StdFs, Vfs, VfsFile};
-use crate::store::layout;
+use crate::format::layout;
 use crate::store::paged::{self, PagedTable};
 use crate::store::read::chunks::{ChunkAt, ChunkHandle, ChunkSet};
 use crate::store::schema::{Field, Schema};

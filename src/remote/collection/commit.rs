@@ -321,7 +321,7 @@ fn check_part(store: &Arc<Store>, part: &str, guard: &mut Guard<'_>) -> Result<G
         path: dir.to_path_buf(),
         reason: "a part must be a zrecord dataset (it holds no meta.json)".to_string(),
     };
-    if !crate::store::layout::meta(dir).exists() {
+    if !crate::format::layout::meta(dir).exists() {
         return Err(not_a_dataset());
     }
     // No writer may have the part open while it is pushed and committed.

@@ -26,7 +26,7 @@ pub(crate) fn pull_collection(
     options: &TransferOptions,
 ) -> Result<TransferReport> {
     options.check()?;
-    if crate::store::layout::meta(root).exists() {
+    if crate::format::layout::meta(root).exists() {
         return Err(Error::InvalidConfig {
             reason: format!(
                 "{} holds a dataset and {} is a collection: pull it into a new directory",

@@ -251,7 +251,7 @@ fn undo(store: &LocalManifests, parts_dir: &Path, placed: &[Placement]) {
 /// Creates the collection's directories if missing (fsyncing what it creates); refuses a root
 /// that is a dataset.
 pub(crate) fn prepare_root(root: &Path, store: &LocalManifests) -> Result<()> {
-    if crate::store::layout::meta(root).exists() {
+    if crate::format::layout::meta(root).exists() {
         return Err(Error::InvalidConfig {
             reason: format!(
                 "{} is a dataset, not a collection: commit parts to a new directory",
@@ -311,7 +311,7 @@ fn check_part(parts_dir: &Path, path: &Path) -> Result<Given> {
     let mut id = if inside { raw.to_string() } else { id_of(path) };
     let mut src = path.to_path_buf();
     let mut inside = inside;
-    if !inside && !crate::store::layout::meta(path).exists() {
+    if !inside && !crate::format::layout::meta(path).exists() {
         let gone = std::fs::symlink_metadata(path).is_err();
         if gone || is_rest_of_a_dataset(path) {
             if let Some(found) = earlier_placement(parts_dir, path, gone)? {
@@ -342,7 +342,7 @@ fn check_part(parts_dir: &Path, path: &Path) -> Result<Given> {
         Ok((_, meta)) => meta,
         Err(Error::Io {
             path: p, source, ..
-        }) if p == crate::store::layout::meta(&src)
+        }) if p == crate::format::layout::meta(&src)
             && source.kind() == std::io::ErrorKind::NotFound =>
         {
             return Err(Error::NotADataset {
@@ -419,7 +419,7 @@ fn earlier_placement(parts_dir: &Path, path: &Path, gone: bool) -> Result<Option
     }
     let plain = id_of(path);
     let dir = parts_dir.join(&plain);
-    let old = crate::store::layout::meta(&dir).exists()
+    let old = crate::format::layout::meta(&dir).exists()
         && !dir.join(crate::format::source::SOURCE_FILE).exists();
     Ok(old.then_some(plain))
 }
@@ -441,7 +441,7 @@ fn check_schema(fields: &[ManifestField], g: &Given, id: Option<&str>) -> Result
 /// logs, dictionaries, lock, temporary meta) and no `meta.json`: what a copy's removal of its
 /// original leaves when it is cut short.
 fn is_rest_of_a_dataset(dir: &Path) -> bool {
-    use crate::store::layout;
+    use crate::format::layout;
     let Ok(entries) = std::fs::read_dir(dir) else {
         return false;
     };
@@ -484,7 +484,7 @@ fn place(
     placed_here: &mut Vec<Placement>,
 ) -> Result<(String, Option<PartLock>)> {
     let mine = source::ensure(src, true)?;
-    let meta_file = crate::store::layout::meta(src);
+    let meta_file = crate::format::layout::meta(src);
     let my_meta = std::fs::read(&meta_file).map_err(|e| Error::io(&meta_file, "read", e))?;
     let base = id_of(src);
     for attempt in 0..64 {
@@ -520,7 +520,7 @@ fn place(
                     continue;
                 };
                 let found_meta =
-                    std::fs::read(crate::store::layout::meta(&target)).unwrap_or_default();
+                    std::fs::read(crate::format::layout::meta(&target)).unwrap_or_default();
                 let found = source::read(&target);
                 if source::is_earlier_copy(&mine, &my_meta, found.as_ref(), &found_meta) {
                     record(How::EarlierCopy);

@@ -134,7 +134,7 @@ pub(crate) fn gc_dir(root: &Path, older_than: Duration, now: SystemTime) -> Resu
             // holds the commit lock), or a dataset a writer is creating in place
             // (`.<name>.zrecord-create-<pid>-<hex>`: held by its writer from just after its
             // directory is made, and kept at least CREATE_FLOOR for that moment).
-            let limit = match name.contains(crate::store::layout::CREATE_INFIX) {
+            let limit = match name.contains(crate::format::layout::CREATE_INFIX) {
                 true => older_than.max(CREATE_FLOOR),
                 false => older_than,
             };

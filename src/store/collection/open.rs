@@ -190,7 +190,7 @@ pub(crate) fn part_error(dir: &Path, id: &str, manifest: &Manifest, e: Error) ->
             ref path,
             ref source,
             ..
-        } if path == &crate::store::layout::meta(dir)
+        } if path == &crate::format::layout::meta(dir)
             && source.kind() == std::io::ErrorKind::NotFound =>
         {
             Error::NotADataset {

@@ -70,7 +70,7 @@ fn copy_part(src: &Path, parts: &Path, target: &Path) -> Result<Placed> {
     let tmp = parts.join(format!(".incoming-{:016x}", super::unique_word()));
     std::fs::create_dir(&tmp).map_err(|e| Error::io(&tmp, "create directory", e))?;
     let copied = (|| {
-        let lock_path = tmp.join(crate::store::layout::LOCK);
+        let lock_path = tmp.join(crate::format::layout::LOCK);
         let lock = crate::io::lock::FileLock::try_take(&lock_path)?.ok_or_else(|| {
             Error::internal(format!(
                 "{} is locked by another process",
@@ -95,14 +95,14 @@ fn copy_part(src: &Path, parts: &Path, target: &Path) -> Result<Placed> {
 /// writer has it open ([`Error::WriterBusy`] naming its lock file otherwise), and none can open
 /// it until the lock is dropped.
 pub(crate) fn hold_writer_lock(dir: &Path) -> Result<Box<dyn crate::io::vfs::VfsLock>> {
-    crate::io::vfs::StdFs::shared().lock(&dir.join(crate::store::layout::LOCK))
+    crate::io::vfs::StdFs::shared().lock(&dir.join(crate::format::layout::LOCK))
 }
 
 /// The writer lock of the part dataset at `dir` if it is free at once (`None` if it is
 /// taken): for `gc`, which keeps a part
 /// it finds taken, and for a commit placing a part, which tries the next id.
 pub(crate) fn writer_lock_if_free(dir: &Path) -> Result<Option<crate::io::lock::FileLock>> {
-    let path = dir.join(crate::store::layout::LOCK);
+    let path = dir.join(crate::format::layout::LOCK);
     crate::io::lock::FileLock::try_take(&path)
 }
 
@@ -122,7 +122,7 @@ pub(crate) fn touch(dir: &Path) {
 /// removal cut short leaves a directory that is no dataset (a retry of the commit takes the
 /// copy), never a dataset missing some of its files.
 pub(crate) fn remove_part(src: &Path) -> Result<()> {
-    let meta = crate::store::layout::meta(src);
+    let meta = crate::format::layout::meta(src);
     match std::fs::remove_file(&meta) {
         Ok(()) => fs::sync_dir(src)?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -148,7 +148,7 @@ fn copy_dir(src: &Path, dst: &Path) -> Result<()> {
             std::fs::create_dir(&to).map_err(|e| Error::io(&to, "create directory", e))?;
             copy_dir(&from, &to)?;
         } else if kind.is_file() {
-            if entry.file_name() == crate::store::layout::LOCK && to.exists() {
+            if entry.file_name() == crate::format::layout::LOCK && to.exists() {
                 continue;
             }
             copy_file(&from, &to)?;

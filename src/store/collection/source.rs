@@ -145,7 +145,7 @@ pub(crate) fn find_placed(
         let matches = rec.host == host
             && rec.path == path
             && nonce.is_none_or(|n| n == rec.nonce)
-            && crate::store::layout::meta(&part).exists();
+            && crate::format::layout::meta(&part).exists();
         let key = (rec.created_unix_ms, id);
         if matches && best.as_ref().is_none_or(|b| key > *b) {
             best = Some(key);

@@ -21,7 +21,7 @@ use super::resolve::{Resolved, Want};
 use crate::error::Result;
 use crate::format::dtype::StoredCodec;
 use crate::io::mmap::SharedMap;
-use crate::store::batch::{Span, Values, EMPTY};
+use crate::store::read::batch::{Span, Values, EMPTY};
 use bytes::Bytes;
 
 /// The mapping index of an absent value (no stored bytes), in the mapped path's `which`.
@@ -228,9 +228,9 @@ fn view_of(
 /// `wants` order (`wants` record-major, `fields` per record), as [`slab`] gives for the slotted
 /// layout.
 ///
-/// [`slab`]: crate::store::batch::slab
+/// [`slab`]: crate::store::read::batch::slab
 pub(super) fn slab(wants: &[Want], fields: usize) -> (Vec<u8>, Vec<usize>) {
-    const ALIGN: usize = crate::store::batch::SLOT_ALIGN;
+    const ALIGN: usize = crate::store::read::batch::SLOT_ALIGN;
     let nf = fields.max(1);
     let mut starts = vec![0usize; wants.len()];
     let mut total = 0usize;

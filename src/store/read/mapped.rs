@@ -9,7 +9,7 @@ use super::finish::{run_parallel, Finisher, Task, DATA_BYTES};
 use super::resolve::{Resolved, Want};
 use crate::error::Result;
 use crate::io::mmap::SharedMap;
-use crate::store::batch::{slab, Span, Values, EMPTY, SLOT_ALIGN};
+use crate::store::read::batch::{slab, Span, Values, EMPTY, SLOT_ALIGN};
 use bytes::Bytes;
 
 /// Records probed with `mincore` per batch under [`ZeroCopy::WhenResident`].

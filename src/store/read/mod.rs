@@ -1,6 +1,7 @@
 //! The read engine: a batch of record indices becomes a [`Batch`] in caller order.
 //!
 //! ```text
+//! batch.rs     Batch (the gathered records: slab, spans, field names) and Element
 //! resolve.rs   indices × fields → checked offset entries (table entries prefetched)
 //! mapped.rs    zero-copy from the chunks' mappings, when the backend's policy says so; or
 //! plan.rs      entries → coalesced, aligned reads and landing spots (pure)
@@ -14,9 +15,11 @@
 //!
 //! No two files import each other: `mod.rs` drives the others; `mapped` uses `finish` and
 //! `resolve`; `finish` uses `resolve`; `resolve` uses `chunks`; `engine` uses `backend`,
-//! `config`, `finish` and `window`; `window` uses `backend` and `plan`; `config` uses `backend`.
+//! `config`, `finish` and `window`; `window` uses `backend` and `plan`; `config` uses `backend`;
+//! `mod.rs`, `mapped` and `columns` use `batch`, which uses none of them.
 
 mod backend;
+pub mod batch;
 pub(crate) mod chunks;
 mod columns;
 mod config;
@@ -38,7 +41,7 @@ pub use engine::{read_backend, uring_available};
 
 use crate::error::{Error, Result};
 use crate::io::job::ReadJob;
-use crate::store::batch::{slab, Batch, FieldNames, Span, Values, SLOT_ALIGN};
+use crate::store::read::batch::{slab, Batch, FieldNames, Span, Values, SLOT_ALIGN};
 use crate::store::snapshot::Snapshot;
 use bytes::Bytes;
 use finish::{run_parallel, Task};

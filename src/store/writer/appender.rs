@@ -5,7 +5,7 @@ use super::placement::NextFit;
 use crate::error::{Error, Result};
 use crate::format::{MAX_CHUNKS, MAX_CHUNK_BYTES};
 use crate::io::vfs::VfsFile;
-use crate::store::layout;
+use crate::format::layout;
 use std::path::PathBuf;
 use std::sync::Arc;
 

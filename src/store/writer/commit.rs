@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::format::entry::{encode_patch, ENTRY_BYTES, PATCH_BYTES};
 use crate::format::meta::{ChunkMeta, TableMeta};
 use crate::io::vfs::{self, Vfs};
-use crate::store::layout;
+use crate::format::layout;
 use crate::store::snapshot::load_dictionary;
 use futures::channel::oneshot;
 use std::path::Path;

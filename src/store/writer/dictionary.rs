@@ -14,7 +14,7 @@ use crate::format::codec::Dictionary;
 use crate::format::dtype::Codec;
 use crate::format::meta::DictionaryMeta;
 use crate::io::vfs;
-use crate::store::layout;
+use crate::format::layout;
 use std::sync::Arc;
 
 /// The records a `zstd_dict` field without a dictionary has seen so far, back to back.

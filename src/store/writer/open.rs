@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::format::meta::{FieldMeta, Meta, TableMeta};
 use crate::format::MAX_CHUNKS;
 use crate::io::vfs::{self, Vfs, VfsLock};
-use crate::store::layout;
+use crate::format::layout;
 use crate::store::schema::Schema;
 use crate::store::snapshot::read_meta_with;
 use futures::channel::mpsc;

@@ -22,7 +22,7 @@ use crate::format::dtype::{Codec, StoredCodec};
 use crate::format::entry::{Entry, ENTRY_BYTES};
 use crate::format::meta::{ChunkMeta, DictionaryMeta, TableMeta};
 use crate::io::vfs::VfsFile;
-use crate::store::layout;
+use crate::format::layout;
 use futures::channel::oneshot;
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::format::entry::{ENTRY_BYTES, PATCH_BYTES};
 use crate::format::meta::Meta;
 use crate::io::vfs::Vfs;
-use crate::store::layout;
+use crate::format::layout;
 use crate::store::snapshot::FieldTable;
 use std::path::{Path, PathBuf};
 

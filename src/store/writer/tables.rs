@@ -5,7 +5,7 @@ use crate::error::Result;
 use crate::format::entry::Entry;
 use crate::format::meta::{FieldMeta, Meta, TableMeta};
 use crate::io::vfs::{Vfs, VfsFile, VfsLock};
-use crate::store::layout;
+use crate::format::layout;
 use crate::store::snapshot::FieldTable;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

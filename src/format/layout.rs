@@ -1,4 +1,4 @@
-//! File names inside a dataset directory.
+//! File names inside a dataset directory: the on-disk layout (docs/FORMAT.md), paths only, no I/O.
 
 use std::path::{Path, PathBuf};
 
