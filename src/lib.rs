@@ -77,9 +77,9 @@ pub use error::{Error, Result};
 pub use format::dtype::{Codec, DType};
 pub use format::{MAX_CHUNKS, MAX_CHUNK_BYTES, MAX_RECORDS, MAX_RECORD_BYTES};
 pub use io::job::{ReadJob, ReadRange};
-pub use store::read::batch::{Batch, Element};
 pub use store::dataset::{Dataset, GatherFuture};
 pub use store::location::{LocalDir, Location};
+pub use store::read::batch::{Batch, Element};
 pub use store::read::{
     read_backend, uring_available, Backend, ChunkAt, ReadBackend, ReadConfig, ZeroCopy,
     DEFAULT_MAX_BYTES_IN_FLIGHT, DEFAULT_QUEUE_DEPTH, DEFAULT_THREADS,

@@ -1,8 +1,8 @@
 //! `Dataset`: a read handle on the latest commit it opened or refreshed to.
 
 use crate::error::{Error, Result};
-use crate::store::read::batch::Batch;
 use crate::store::location::{LocalDir, Location};
+use crate::store::read::batch::Batch;
 use crate::store::read::{self, Engine, ReadConfig};
 use crate::store::schema::Schema;
 use crate::store::snapshot::Snapshot;

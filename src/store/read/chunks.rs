@@ -11,12 +11,12 @@
 
 use super::plan::ChunkKey;
 use crate::error::{Error, Result};
+use crate::format::layout;
 use crate::format::meta::Meta;
 use crate::io::fork::{take_unlocked, ForkLocal};
 use crate::io::fs;
 use crate::io::job::{FileId, ReadFile};
 use crate::io::mmap::SharedMap;
-use crate::format::layout;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

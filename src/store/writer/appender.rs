@@ -3,9 +3,9 @@
 use super::book::Shared;
 use super::placement::NextFit;
 use crate::error::{Error, Result};
+use crate::format::layout;
 use crate::format::{MAX_CHUNKS, MAX_CHUNK_BYTES};
 use crate::io::vfs::VfsFile;
-use crate::format::layout;
 use std::path::PathBuf;
 use std::sync::Arc;
 

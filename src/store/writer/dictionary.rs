@@ -12,9 +12,9 @@ use super::Writer;
 use crate::error::{Error, Result};
 use crate::format::codec::Dictionary;
 use crate::format::dtype::Codec;
+use crate::format::layout;
 use crate::format::meta::DictionaryMeta;
 use crate::io::vfs;
-use crate::format::layout;
 use std::sync::Arc;
 
 /// The records a `zstd_dict` field without a dictionary has seen so far, back to back.

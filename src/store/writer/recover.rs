@@ -5,9 +5,9 @@
 
 use crate::error::{Error, Result};
 use crate::format::entry::{ENTRY_BYTES, PATCH_BYTES};
+use crate::format::layout;
 use crate::format::meta::Meta;
 use crate::io::vfs::Vfs;
-use crate::format::layout;
 use crate::store::snapshot::FieldTable;
 use std::path::{Path, PathBuf};
 

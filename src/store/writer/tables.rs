@@ -3,9 +3,9 @@
 
 use crate::error::Result;
 use crate::format::entry::Entry;
+use crate::format::layout;
 use crate::format::meta::{FieldMeta, Meta, TableMeta};
 use crate::io::vfs::{Vfs, VfsFile, VfsLock};
-use crate::format::layout;
 use crate::store::snapshot::FieldTable;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
