@@ -41,6 +41,19 @@ def module_of(path):
     return parts
 
 
+def absolute(segs, here, is_mod):
+    """The module path (names under crate) of `crate::…` or `super::…` path `segs`, written in
+    the module `here` (whose file is a `mod.rs`/`lib.rs` if `is_mod`)."""
+    if segs[0] == "crate":
+        return segs[1:]
+    base = here if is_mod else here[:-1]
+    i = 0
+    while i < len(segs) and segs[i] == "super":
+        base = base[:-1] if i > 0 else base
+        i += 1
+    return base + segs[i:]
+
+
 def uses(path):
     text = path.read_text()
     text = re.sub(r"#\[cfg\(test\)\]\s*mod tests\s*\{.*", "", text, flags=re.S)
@@ -48,16 +61,7 @@ def uses(path):
     is_mod = path.name in ("mod.rs", "lib.rs")
     out = set()
     for m in re.finditer(r"\b(?:use\s+|\b)((?:crate|super)(?:::\w+)+)", text):
-        segs = m.group(1).split("::")
-        if segs[0] == "crate":
-            parts = segs[1:]
-        else:
-            base = here if is_mod else here[:-1]
-            i = 0
-            while i < len(segs) and segs[i] == "super":
-                base = base[:-1] if i > 0 else base
-                i += 1
-            parts = base + segs[i:]
+        parts = absolute(m.group(1).split("::"), here, is_mod)
         # Braced groups: `use crate::a::{b, c::d}`.
         tail = text[m.end():m.end() + 400]
         if tail.startswith("::{"):
@@ -154,16 +158,7 @@ def upper_imports(path, roots):
     text = re.sub(r"\bcrate::\{([^}]*)\}",
                   lambda m: ", ".join("crate::" + i.strip() for i in m.group(1).split(",")), text)
     for m in re.finditer(r"\b((?:crate|super)(?:::\w+)+)", text):
-        segs = m.group(1).split("::")
-        if segs[0] == "crate":
-            parts = segs[1:]
-        else:
-            base = here if is_mod else here[:-1]
-            i = 0
-            while i < len(segs) and segs[i] == "super":
-                base = base[:-1] if i > 0 else base
-                i += 1
-            parts = base + segs[i:]
+        parts = absolute(m.group(1).split("::"), here, is_mod)
         cands = []
         tail = text[m.end():m.end() + 400]
         if tail.startswith("::{") and "}" in tail:
