@@ -35,6 +35,7 @@ __all__ = [
     "WriterBusyError",
     "__version__",
     "_batch",
+    "_local_path",
     "_reopen",
     "commit_collection",
     "convert_npy",
