@@ -199,10 +199,15 @@ impl Writer {
         self.core.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether this is a child of `fork()` of the process that opened the writer.
+    fn forked(&self) -> bool {
+        self.process != crate::io::fork::generation()
+    }
+
     /// Refuses a writer used in a child of `fork()`: its append tasks and its commit thread
     /// are its parent's threads (not in the child), and its lock is its parent's.
     fn check_process(&self) -> Result<()> {
-        if self.process == crate::io::fork::generation() {
+        if !self.forked() {
             return Ok(());
         }
         Err(Error::InvalidConfig {
@@ -437,7 +442,7 @@ impl Writer {
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        if self.check_process().is_err() {
+        if self.forked() {
             // A child of `fork()`: waiting for the parent's threads would wait forever, and
             // what they share is the parent's. Everything is left as it is (a leak per fork).
             std::mem::forget(std::mem::take(&mut self.tasks));
