@@ -68,6 +68,7 @@ pub mod pipeline;
 pub mod remote;
 mod retry;
 mod store;
+pub mod transform;
 
 // The public face: every name a user needs, once, at the root; the loader's at `pipeline::`,
 // the object store's at `remote::`, `.npy` conversion at `convert::`, bench and diagnostic

@@ -30,6 +30,7 @@ use super::stage::{describe, Cursor, Stage};
 use super::staged_chain::{StagedChain, UserStage};
 use super::state::{LoaderState, PrefetchState, LOADER_STATE_VERSION};
 use super::stats::LoaderStats;
+use crate::transform::RecordKey;
 use crate::{Error, Result};
 
 /// The prefetch a loader with a user stage runs over the stage: the stream form.
@@ -120,8 +121,13 @@ pub struct LoaderBuilder<S: Source, T = <S as Source>::Batch> {
     network: Network,
     /// The user stage over the index chain, if any ([`LoaderBuilder::stage`]).
     stage: Option<UserStage>,
+    /// The transform stage ([`LoaderBuilder::map`]), run before `transform`.
+    map: Option<MapStep<S::Batch>>,
     transform: Transform<S::Batch, T>,
 }
+
+/// A [`Map`] over a source's batches, given the loader's seed: what [`LoaderBuilder::map`] sets.
+type MapStep<B> = Arc<dyn Fn(B, u64, &IndexBatch) -> Result<B> + Send + Sync>;
 
 /// A copy of the builder (sources, keys and transforms are shared): one per rank, say.
 impl<S: Source, T> Clone for LoaderBuilder<S, T> {
@@ -134,6 +140,7 @@ impl<S: Source, T> Clone for LoaderBuilder<S, T> {
             seed: self.seed,
             network: self.network,
             stage: self.stage.clone(),
+            map: self.map.clone(),
             transform: Arc::clone(&self.transform),
         }
     }
@@ -161,6 +168,7 @@ impl<S: Source> LoaderBuilder<S> {
             seed: None,
             network: Network::default(),
             stage: None,
+            map: None,
             transform: identity(),
         }
     }
@@ -389,8 +397,85 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
             seed: self.seed,
             network: self.network,
             stage: self.stage,
+            map: self.map,
             transform: Arc::new(transform),
         }
+    }
+
+    /// Runs the transform stage `map` over every gathered batch, on the worker threads, before
+    /// the [`LoaderBuilder::transform`]: per field, every record's value goes through the map's
+    /// operations (decode, crop, flip, normalize, your own), each record's randomness drawn
+    /// from (loader seed, epoch, record index, field) ([`crate::transform::Rng`]). A second
+    /// call replaces the first.
+    ///
+    /// # Guarantees
+    ///
+    /// - The workers run it in parallel, each on its own batches; the batches come out in the
+    ///   loader's order, and backpressure reaches the reads (a full queue stops the worker).
+    /// - The same record of the same epoch is transformed alike on any worker count, after
+    ///   [`LoaderBuilder::resume`], and on any rank count after
+    ///   [`LoaderBuilder::resume_elastic`]: the checkpoint holds no transform state, and an
+    ///   exact resume stays exact through random augmentation. The seed is the sampler's
+    ///   (or the mix's) seed.
+    /// - An operation that fails is [`Error::Transform`] naming the record index, the field
+    ///   and the operation; it is not retried, and [`crate::pipeline::OnError`] decides what
+    ///   the stream does next (stop, or skip the batch).
+    /// - [`Loader::stats`] counts its time in `transform_time`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use futures::executor::block_on;
+    /// use futures::StreamExt;
+    /// use zrecord::transform::{Map, Op, OpError, Rng, Value};
+    /// use zrecord::{DType, Dataset, Field, Schema, Writer, WriterConfig};
+    /// use zrecord::pipeline::{DatasetSource, Loader};
+    ///
+    /// /// Each byte plus a random 0 or 1.
+    /// #[derive(Debug)]
+    /// struct Noise;
+    /// impl Op for Noise {
+    ///     fn name(&self) -> String { "noise".into() }
+    ///     fn apply(&self, v: Value, rng: &mut Rng) -> Result<Value, OpError> {
+    ///         let Value::Bytes(b) = v else { return Err("expects bytes".into()) };
+    ///         let bit = rng.below(2) as u8;
+    ///         Ok(Value::Bytes(b.iter().map(|x| x.wrapping_add(bit)).collect::<Vec<u8>>().into()))
+    ///     }
+    /// }
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let tmp = tempfile::tempdir()?;
+    /// # let dir = tmp.path().join("ds");
+    /// # let mut w = Writer::create(&dir, &Schema::new().field(Field::new("x", DType::U8)), WriterConfig::default())?;
+    /// # for i in 0..64u8 { w.append(&[&[i, i][..]])?; }
+    /// # w.commit()?; drop(w);
+    /// let source = Arc::new(DatasetSource::new(Dataset::open(&dir)?));
+    /// let builder = Loader::builder(source)
+    ///     .seed(3)
+    ///     .batch_size(16)
+    ///     .map(Map::new().field("x", [Arc::new(Noise) as Arc<dyn Op>]));
+    /// let first = block_on(builder.clone().build()?.next()).expect("a batch")?;
+    /// let again = block_on(builder.build()?.next()).expect("a batch")?;
+    /// assert_eq!(first.data.get(0, 0), again.data.get(0, 0)); // the same noise, every time
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn map(mut self, map: crate::transform::Map) -> Self
+    where
+        S: Source<Batch = crate::Batch>,
+    {
+        let map = Arc::new(map);
+        self.map = Some(Arc::new(move |batch, seed, index: &IndexBatch| {
+            let keys: Vec<RecordKey> = index
+                .samples
+                .iter()
+                .map(|s| RecordKey {
+                    epoch: s.epoch,
+                    index: s.index,
+                })
+                .collect();
+            map.apply(batch, seed, &keys)
+        }));
+        self
     }
 
     /// Runs a stage of your own over the whole index chain: `f` gets the chain (sampler or mix,
@@ -695,6 +780,24 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
         description
     }
 
+    /// The seed the sampler, or the mix, draws from: the transform stage's too.
+    fn loader_seed(&self) -> u64 {
+        self.mix
+            .as_ref()
+            .map_or(self.config.sampler.seed, |m| m.seed)
+    }
+
+    /// The worker's transform: the transform stage ([`LoaderBuilder::map`]), if any, then the
+    /// user's transform.
+    fn composed_transform(&self) -> Transform<S::Batch, T> {
+        let Some(map) = self.map.clone() else {
+            return Arc::clone(&self.transform);
+        };
+        let seed = self.loader_seed();
+        let after = Arc::clone(&self.transform);
+        Arc::new(move |batch, index: &IndexBatch| after(map(batch, seed, index)?, index))
+    }
+
     fn start(self, resume: Option<&LoaderState>) -> Result<Loader<S, T>> {
         if let Some(earlier) = self.for_checkpoint(resume) {
             return earlier.start(resume);
@@ -710,6 +813,7 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
                 });
             }
         }
+        let transform = self.composed_transform();
         let elastic = resume.and_then(|s| s.elastic.clone());
         let chain =
             self.with_spec(|spec| ElasticChain::new(spec, elastic.as_ref(), self.config.shard))?;
@@ -725,7 +829,7 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
             (None, None) => LoaderPrefetch::Seekable(Prefetch::new(
                 chain,
                 Arc::clone(&self.source),
-                self.transform,
+                transform,
                 self.config.prefetch,
             )?),
             (None, Some(state)) => {
@@ -739,7 +843,7 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
                 LoaderPrefetch::Seekable(Prefetch::resume(
                     chain,
                     Arc::clone(&self.source),
-                    self.transform,
+                    transform,
                     self.config.prefetch,
                     &state.prefetch,
                 )?)
@@ -749,7 +853,7 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
                 let mut prefetch: StagedPrefetch<T> = staged.prefetch_with(
                     Arc::clone(&self.source),
                     self.config.prefetch,
-                    self.transform,
+                    transform,
                 )?;
                 if let Some(state) = resume {
                     let mismatch = |what: String| Error::ResumeMismatch {
