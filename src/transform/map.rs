@@ -1,10 +1,11 @@
 //! [`Map`]: each field's operations, run over every record of a gathered batch.
 
 use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use super::value::Output;
-use super::{Op, Rng, Value};
+use super::{Op, OpError, Rng, Value};
 use crate::format::dtype::DType;
 use crate::store::read::batch::{Batch, Span};
 use crate::{Error, Result};
@@ -131,7 +132,13 @@ impl Map {
                 let mut rng = Rng::for_record(seed, key.epoch, key.index, name);
                 let mut value = Value::Bytes(bytes);
                 for op in ops {
-                    value = op.apply(value, &mut rng).map_err(|e| Error::Transform {
+                    // A panic in an operation (a user's, or a decoder's) is this record's error.
+                    let applied = catch_unwind(AssertUnwindSafe(|| op.apply(value, &mut rng)))
+                        .unwrap_or_else(|panic| {
+                            let e = Error::from_panic("the operation", panic.as_ref());
+                            Err(OpError::new(e.to_string()))
+                        });
+                    value = applied.map_err(|e| Error::Transform {
                         field: name.clone(),
                         index: key.index,
                         op: op.name(),

@@ -49,3 +49,20 @@ pub fn dataset(dir: &Path, n: u64, bad: Option<u64>) {
     }
     w.commit().unwrap();
 }
+
+/// A PNG of `pixels` (`channels` 1, 3 or 4), lossless.
+pub fn png(pixels: &[u8], w: usize, h: usize, channels: u8) -> Vec<u8> {
+    use zune_core::bit_depth::BitDepth;
+    use zune_core::colorspace::ColorSpace;
+    use zune_core::options::EncoderOptions;
+    let cs = match channels {
+        1 => ColorSpace::Luma,
+        4 => ColorSpace::RGBA,
+        _ => ColorSpace::RGB,
+    };
+    let mut out = Vec::new();
+    zune_png::PngEncoder::new(pixels, EncoderOptions::new(w, h, cs, BitDepth::Eight))
+        .encode(&mut out)
+        .unwrap();
+    out
+}
