@@ -186,6 +186,8 @@ struct Options {
     on_error: String,
     fields: Option<Vec<String>>,
     key_field: Option<String>,
+    /// The transform stage (`transform=`).
+    map: Option<zrecord::transform::Map>,
 }
 
 impl Options {
@@ -275,6 +277,9 @@ impl Options {
             }
         });
         b = b.prefetch(p);
+        if let Some(map) = &self.map {
+            b = b.map(map.clone());
+        }
         Ok(b)
     }
 
@@ -440,7 +445,7 @@ impl PyLoader {
                         bucket=None, drop_last=false, lookahead=None, gathers_in_flight=None,
                         worker_queue_size=None, consumer_queue_size=None, retries=None,
                         retry_backoff=None, on_error="raise", fields=None, key_field=None,
-                        state=None, resume_from=None, collate=None))]
+                        state=None, resume_from=None, collate=None, transform=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -472,6 +477,7 @@ impl PyLoader {
         state: Option<Bound<'_, PyAny>>,
         resume_from: Option<Vec<Bound<'_, PyAny>>>,
         collate: Option<Py<PyAny>>,
+        transform: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         // Integer options: a ValueError naming the option and its range, never an
         // OverflowError from the conversion.
@@ -507,6 +513,10 @@ impl PyLoader {
             .transpose()?;
         let retries: Option<u32> = retries.map(|v| option_in_range("retries", v)).transpose()?;
         let fields = field_names_of(fields)?;
+        let map = match transform {
+            Some(t) if !t.is_none() => Some(crate::transform::map_of(py, &t)?),
+            _ => None,
+        };
         let collate = collate.filter(|c| !c.is_none(py));
         if let Some(c) = &collate {
             if !c.bind(py).is_callable() {
@@ -563,6 +573,7 @@ impl PyLoader {
             on_error: on_error.to_string(),
             fields,
             key_field,
+            map,
         };
         let state = state.map(|s| parse_state(py, &s)).transpose()?;
         let resume_from = resume_from
