@@ -356,6 +356,9 @@ pub struct PyLoader {
     last_before: Mutex<Option<LoaderState>>,
     /// Applied to each batch on the thread that calls `next()`, which returns its result.
     collate: Option<Py<PyAny>>,
+    /// `on_error="skip"`: a batch that failed for good is skipped with a `RuntimeWarning`
+    /// instead of raised.
+    skip_errors: bool,
 }
 
 impl PyLoader {
@@ -410,6 +413,17 @@ impl PyLoader {
             }
             match polled {
                 Poll::Ready(None) => return Ok(None),
+                Poll::Ready(Some(Err(e))) if self.skip_errors => {
+                    // on_error="skip": the batch is consumed; say so, and go on.
+                    let message = format!("zrecord.Loader skipped a batch: {e}");
+                    let warning = py.get_type::<pyo3::exceptions::PyRuntimeWarning>();
+                    pyo3::PyErr::warn(
+                        py,
+                        &warning,
+                        &std::ffi::CString::new(message).unwrap_or_default(),
+                        1,
+                    )?;
+                }
                 Poll::Ready(Some(Err(e))) => return Err(to_py(e)),
                 Poll::Ready(Some(Ok(b))) => {
                     let is_pad = b.padded();
@@ -575,6 +589,7 @@ impl PyLoader {
             key_field,
             map,
         };
+        let skip_errors = opts.on_error == "skip";
         let state = state.map(|s| parse_state(py, &s)).transpose()?;
         let resume_from = resume_from
             .map(|v| {
@@ -608,6 +623,7 @@ impl PyLoader {
             stash: Mutex::new(None),
             last_before: Mutex::new(None),
             collate,
+            skip_errors,
             parker: Arc::new(Parker {
                 woken: Mutex::new(false),
                 cv: Condvar::new(),

@@ -42,7 +42,10 @@ fn get<'py, T: FromPyObjectOwned<'py>>(
     match args.get_item(key)? {
         Some(v) if !v.is_none() => match v.extract::<T>() {
             Ok(t) => Ok(Some(t)),
-            Err(_) => Err(value_error(format!("{key}: {} is not the right type", v.repr()?))),
+            Err(_) => Err(value_error(format!(
+                "{key}: {} is not the right type",
+                v.repr()?
+            ))),
         },
         _ => Ok(None),
     }
@@ -78,7 +81,11 @@ pub(crate) fn _op(kind: &str, args: Bound<'_, PyDict>) -> PyResult<PyOp> {
             let channels = match get::<u8>(&args, "channels")? {
                 None => None,
                 Some(c @ (1 | 3 | 4)) => Some(c),
-                Some(c) => return Err(value_error(format!("channels must be 1, 3, 4 or None, not {c}"))),
+                Some(c) => {
+                    return Err(value_error(format!(
+                        "channels must be 1, 3, 4 or None, not {c}"
+                    )))
+                }
             };
             Arc::new(Decode { channels })
         }
@@ -130,24 +137,42 @@ pub(crate) fn _op(kind: &str, args: Bound<'_, PyDict>) -> PyResult<PyOp> {
             Arc::new(RandomFlip { horizontal, p })
         }
         "normalize" => {
-            let mean: Vec<f32> = get(&args, "mean")?.ok_or_else(|| value_error("mean is required"))?;
+            let mean: Vec<f32> =
+                get(&args, "mean")?.ok_or_else(|| value_error("mean is required"))?;
             let std: Vec<f32> = get(&args, "std")?.ok_or_else(|| value_error("std is required"))?;
             if mean.len() != std.len() || std.contains(&0.0) {
-                return Err(value_error("mean and std need one value per channel, std non-zero"));
+                return Err(value_error(
+                    "mean and std need one value per channel, std non-zero",
+                ));
             }
             let dtype = match get::<String>(&args, "dtype")? {
                 None => DType::F32,
                 Some(s) => dtype_of(&s)?,
             };
             if !matches!(dtype, DType::F32 | DType::F16 | DType::Bf16) {
-                return Err(value_error(format!("normalize's dtype is float32, float16 or bfloat16, not {dtype}")));
+                return Err(value_error(format!(
+                    "normalize's dtype is float32, float16 or bfloat16, not {dtype}"
+                )));
             }
-            let layout = match get::<String>(&args, "layout")?.as_deref().map(str::to_ascii_uppercase).as_deref() {
+            let layout = match get::<String>(&args, "layout")?
+                .as_deref()
+                .map(str::to_ascii_uppercase)
+                .as_deref()
+            {
                 None | Some("CHW") => Layout::Chw,
                 Some("HWC") => Layout::Hwc,
-                Some(other) => return Err(value_error(format!("layout is 'CHW' or 'HWC', not {other:?}"))),
+                Some(other) => {
+                    return Err(value_error(format!(
+                        "layout is 'CHW' or 'HWC', not {other:?}"
+                    )))
+                }
             };
-            Arc::new(Normalize { mean, std, dtype, layout })
+            Arc::new(Normalize {
+                mean,
+                std,
+                dtype,
+                layout,
+            })
         }
         other => return Err(value_error(format!("unknown operation {other:?}"))),
     };
@@ -158,9 +183,16 @@ pub(crate) fn _op(kind: &str, args: Bound<'_, PyDict>) -> PyResult<PyOp> {
 /// `random`, `fn(x, rng)` with a `numpy.random.Generator` seeded from the record's generator.
 #[pyfunction]
 #[pyo3(signature = (f, random, name=None))]
-pub(crate) fn _py_op(py: Python<'_>, f: Py<PyAny>, random: bool, name: Option<String>) -> PyResult<PyOp> {
+pub(crate) fn _py_op(
+    py: Python<'_>,
+    f: Py<PyAny>,
+    random: bool,
+    name: Option<String>,
+) -> PyResult<PyOp> {
     if !f.bind(py).is_callable() {
-        return Err(value_error("a transform's operation is a zrecord.transform op or a callable"));
+        return Err(value_error(
+            "a transform's operation is a zrecord.transform op or a callable",
+        ));
     }
     let name = match name {
         Some(n) => n,
@@ -201,9 +233,7 @@ impl Op for PyCall {
             let x = to_python(py, value)?;
             let out = if self.random {
                 let np = py.import("numpy")?;
-                let g = np
-                    .getattr("random")?
-                    .call_method1("default_rng", (seed,))?;
+                let g = np.getattr("random")?.call_method1("default_rng", (seed,))?;
                 self.f.call1(py, (x, g))?
             } else {
                 self.f.call1(py, (x,))?
@@ -236,7 +266,11 @@ fn to_python(py: Python<'_>, value: Value) -> PyResult<Py<PyAny>> {
     match value {
         Value::Bytes(b) => Ok(PyBytes::new(py, &b).into_any().unbind()),
         Value::Image(img) => {
-            let shape = vec![u64::from(img.height()), u64::from(img.width()), u64::from(img.channels())];
+            let shape = vec![
+                u64::from(img.height()),
+                u64::from(img.width()),
+                u64::from(img.channels()),
+            ];
             let pixels = img.into_pixels().map_err(value_error)?;
             array(pixels, "uint8", shape)
         }
@@ -273,10 +307,16 @@ fn from_python(out: &Bound<'_, PyAny>) -> PyResult<Value> {
         return Ok(Value::Bytes(bytes::Bytes::copy_from_slice(b.as_bytes())));
     }
     let py = out.py();
-    let a = py.import("numpy")?.call_method1("ascontiguousarray", (out,))?;
+    let a = py
+        .import("numpy")?
+        .call_method1("ascontiguousarray", (out,))?;
     let dtype = dtype_of(&a.getattr("dtype")?.getattr("str")?.extract::<String>()?)?;
     let shape: Vec<u64> = a.getattr("shape")?.extract()?;
-    let data: Vec<u8> = a.call_method0("tobytes")?.cast::<PyBytes>()?.as_bytes().to_vec();
+    let data: Vec<u8> = a
+        .call_method0("tobytes")?
+        .cast::<PyBytes>()?
+        .as_bytes()
+        .to_vec();
     if dtype == DType::U8 && shape.len() == 3 && (1..=4).contains(&shape[2]) {
         let (h, w, c) = (shape[0], shape[1], shape[2]);
         if let (Ok(h), Ok(w)) = (u32::try_from(h), u32::try_from(w)) {
@@ -285,7 +325,9 @@ fn from_python(out: &Bound<'_, PyAny>) -> PyResult<Value> {
                 .map_err(value_error);
         }
     }
-    Tensor::new(dtype, shape, data).map(Value::Tensor).map_err(value_error)
+    Tensor::new(dtype, shape, data)
+        .map(Value::Tensor)
+        .map_err(value_error)
 }
 
 /// The `transform=` argument of a `Loader`: `{field: op or [ops]}`, each op a
@@ -299,11 +341,12 @@ pub(crate) fn map_of(py: Python<'_>, transform: &Bound<'_, PyAny>) -> PyResult<M
         let field: String = field
             .extract()
             .map_err(|_| value_error("transform's keys are field names"))?;
-        let list: Vec<Bound<'_, PyAny>> = if ops.cast::<PyList>().is_ok() || ops.cast::<PyTuple>().is_ok() {
-            ops.try_iter()?.collect::<PyResult<_>>()?
-        } else {
-            vec![ops]
-        };
+        let list: Vec<Bound<'_, PyAny>> =
+            if ops.cast::<PyList>().is_ok() || ops.cast::<PyTuple>().is_ok() {
+                ops.try_iter()?.collect::<PyResult<_>>()?
+            } else {
+                vec![ops]
+            };
         let mut made: Vec<Arc<dyn Op>> = Vec::with_capacity(list.len());
         for op in list {
             if let Ok(o) = op.cast::<PyOp>() {
