@@ -133,19 +133,16 @@ pub(crate) fn crop_resize(
 
 /// Mirrors the image left to right, in place.
 pub(crate) fn flip_horizontal(pixels: &mut [u8], width: u32, channels: u8) {
-    let c = usize::from(channels);
-    let row = width as usize * c;
+    let row = width as usize * usize::from(channels);
     if row == 0 {
         return;
     }
     for line in pixels.chunks_exact_mut(row) {
-        let (mut i, mut j) = (0, width as usize - 1);
-        while i < j {
-            for k in 0..c {
-                line.swap(i * c + k, j * c + k);
-            }
-            i += 1;
-            j -= 1;
+        match channels {
+            1 => line.reverse(),
+            2 => bytemuck::cast_slice_mut::<u8, [u8; 2]>(line).reverse(),
+            3 => bytemuck::cast_slice_mut::<u8, [u8; 3]>(line).reverse(),
+            _ => bytemuck::cast_slice_mut::<u8, [u8; 4]>(line).reverse(),
         }
     }
 }
