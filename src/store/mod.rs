@@ -3,6 +3,7 @@
 
 pub mod collection;
 pub mod dataset;
+pub(crate) mod gather;
 pub mod location;
 pub(crate) mod paged;
 pub mod read;
