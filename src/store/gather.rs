@@ -1,12 +1,13 @@
-//! Reading a snapshot: a gather (or a lookahead) of indices × fields is split into parts,
-//! each part resolved against the snapshot's tables here, then handed to the read engine
-//! (`read/`), which plans, reads and finishes it. The snapshot calls down into `read/`, never
-//! the other way round (docs/ARCHITECTURE.md, "Import rules").
+//! Reading a snapshot: a gather (or a lookahead) of indices × fields is split into parts, each
+//! part resolved against the snapshot's tables (`resolve.rs`), then handed to the read engine
+//! (`read/`), which plans, reads and finishes it; a record found damaged in a cached copy is
+//! read again here. The snapshot calls down into `read/`, never the other way round
+//! (docs/ARCHITECTURE.md, "Import rules").
 
 use crate::error::{Error, Result};
 use crate::store::read::batch::{Batch, FieldNames, Values};
-use crate::store::read::resolve::resolve;
 use crate::store::read::{self, Engine, ReadConfig};
+use crate::store::resolve::resolve;
 use crate::store::snapshot::Snapshot;
 use std::sync::Arc;
 

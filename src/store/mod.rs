@@ -7,6 +7,7 @@ pub(crate) mod gather;
 pub mod location;
 pub(crate) mod paged;
 pub mod read;
+pub(crate) mod resolve;
 pub mod scan;
 pub mod schema;
 pub mod snapshot;

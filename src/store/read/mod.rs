@@ -1,10 +1,11 @@
 //! The read engine: a batch's resolved values (checked offset entries in caller order) become
-//! the values of a [`Batch`](batch::Batch). The store splits a gather into parts and resolves
-//! each (`store/gather.rs`), then calls [`read`] (or [`announce`], for lookahead) here.
+//! the values of a [`Batch`](batch::Batch). The store splits a gather into parts, resolves
+//! each against the snapshot (`store/gather.rs`, `store/resolve.rs`) and calls down: [`read`]
+//! for a gather, [`probe`] and [`announce`] for lookahead. Nothing here names the snapshot.
 //!
 //! ```text
 //! batch.rs     Batch (the gathered records: slab, spans, field names) and Element
-//! resolve.rs   indices × fields → checked offset entries (table entries prefetched)
+//! resolved.rs  Resolved and Want: the checked entries, their parts, chunks and dictionaries
 //! mapped.rs    zero-copy from the chunks' mappings, when the backend's policy says so; or
 //! plan.rs      entries → coalesced, aligned reads and landing spots (pure)
 //! backend.rs   the ReadBackend trait: a backend executes the reads
@@ -16,7 +17,7 @@
 //! ```
 //!
 //! No two files import each other: `mod.rs` drives the others; `mapped` uses `finish` and
-//! `resolve`; `finish` uses `resolve`; `resolve` uses `chunks`; `engine` uses `backend`,
+//! `resolved`; `finish` uses `resolved`; `resolved` uses `chunks`; `engine` uses `backend`,
 //! `config`, `finish` and `window`; `window` uses `backend` and `plan`; `config` uses `backend`;
 //! `mod.rs`, `mapped` and `columns` use `batch`, which uses none of them.
 
@@ -29,7 +30,7 @@ mod engine;
 mod finish;
 mod mapped;
 mod plan;
-pub(crate) mod resolve;
+pub(crate) mod resolved;
 mod window;
 
 pub use backend::{ReadBackend, ZeroCopy};
@@ -47,7 +48,7 @@ use crate::store::read::batch::{slab, Span, Values, SLOT_ALIGN};
 use bytes::Bytes;
 use finish::{run_parallel, Task};
 use plan::{Extent, DIRECT_ALIGN, OUT, STAGING};
-use resolve::Resolved;
+use resolved::Resolved;
 
 /// Reads the resolved values `res` through `engine`: from the chunks' mappings when the
 /// backend's zero-copy policy says so (and `may_map`: `false` after a damaged cache entry, so
