@@ -22,7 +22,8 @@ per image summed), with 2 workers (threads or processes, each system's own kind)
                           of OUT/litdata (optimize() of the same JPEG bytes, 16 MB chunks, shuffled),
                           Pillow as the dataset's transform (a Generator per worker process)
   limit                   `zrecord bench transform OUT/train.zr --epochs 1`: decode + crop + flip
-                          in a tight loop on ONE core; images/s × the machine's cores
+                          in a tight loop on ONE core; images/s × the machine's cores (the
+                          binary: $ZRECORD_BIN, else target/release/zrecord)
 
 pil_rrc_flip is one function for every Pillow-based system: decode with Pillow, torchvision's
 RandomResizedCrop parameters drawn from a numpy Generator, im.resize((224, 224), BILINEAR,
@@ -426,7 +427,7 @@ def children_cpu() -> tuple[float, float]:
 
 
 def run_limit(out: Path, limit: int | None) -> dict:
-    exe = ROOT / "target" / "release" / "zrecord"
+    exe = Path(os.environ.get("ZRECORD_BIN") or ROOT / "target" / "release" / "zrecord")
     if not exe.exists():
         return {"system": "limit", "skipped": f"{exe} missing (cargo build --release)"}
     cmd = [str(exe), "bench", "transform", str(out / "train.zr"), "--epochs", "1"]
