@@ -149,8 +149,54 @@ fn geometry_matches_the_models() {
     let (.., got) = pixels_of(run(&[image::decode(), whole], png.clone()).unwrap());
     assert_eq!(got, px);
 
-    let (rw, rh, ..) = pixels_of(run(&[image::decode(), image::resize(3)], png).unwrap());
+    let (rw, rh, ..) = pixels_of(run(&[image::decode(), image::resize(3)], png.clone()).unwrap());
     assert_eq!((rw, rh), (4, 3));
+
+    // A random crop is one of the image's windows; every window is reachable.
+    let windows: Vec<Vec<u8>> = (0..=h - 4)
+        .flat_map(|y| (0..=w - 5).map(move |x| (x, y)))
+        .map(|(x, y)| {
+            (y..y + 4)
+                .flat_map(|yy| (x..x + 5).flat_map(move |xx| at(xx, yy).to_vec()))
+                .collect()
+        })
+        .collect();
+    let crop = Arc::new(image::RandomCrop {
+        width: 5,
+        height: 4,
+    });
+    let mut hit = vec![false; windows.len()];
+    for seed in 0..400 {
+        let mut rng = Rng::new(seed);
+        let v = image::decode()
+            .apply(Value::Bytes(png.clone().into()), &mut rng)
+            .unwrap();
+        let (.., got) = pixels_of(crop.apply(v, &mut rng).unwrap());
+        let k = windows
+            .iter()
+            .position(|win| *win == got)
+            .expect("a window of the image");
+        hit[k] = true;
+    }
+    assert!(hit.iter().all(|&h| h), "every window of the 15 is drawn");
+    // Larger than the image: centred and padded, as the center crop pads.
+    let big = Arc::new(image::RandomCrop {
+        width: 11,
+        height: 6,
+    });
+    let (.., got) = pixels_of(run(&[image::decode(), big], png).unwrap());
+    let model: Vec<u8> = (0..6)
+        .flat_map(|y| {
+            (0..11).flat_map(move |x| {
+                if (1..10).contains(&x) {
+                    at(x - 1, y).to_vec()
+                } else {
+                    vec![0; 3]
+                }
+            })
+        })
+        .collect();
+    assert_eq!(got, model);
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use zrecord::transform::image::{
-    CenterCrop, Decode, Layout, Normalize, RandomFlip, RandomResizedCrop, Resize,
+    CenterCrop, Decode, Layout, Normalize, RandomCrop, RandomFlip, RandomResizedCrop, Resize,
 };
 use zrecord::transform::{Image, Map, Op, OpError, Rng, Tensor, Value};
 use zrecord::DType;
@@ -123,6 +123,10 @@ pub(crate) fn _op(kind: &str, args: Bound<'_, PyDict>) -> PyResult<PyOp> {
                 let (height, width) = size_of(&args)?;
                 Arc::new(Resize::Exact { width, height })
             }
+        }
+        "random_crop" => {
+            let (height, width) = size_of(&args)?;
+            Arc::new(RandomCrop { width, height })
         }
         "center_crop" => {
             let (height, width) = size_of(&args)?;

@@ -38,6 +38,7 @@ __all__ = [
     "center_crop",
     "decode",
     "normalize",
+    "random_crop",
     "random_map",
     "random_flip",
     "random_resized_crop",
@@ -64,6 +65,13 @@ def random_resized_crop(
     aspect ratio (log-uniform in ``ratio``), resized to ``size`` (an int, or ``(height,
     width)``), bilinear with antialiasing."""
     return _op("random_resized_crop", {"size": size, "scale": scale, "ratio": ratio})
+
+
+def random_crop(size: int | tuple[int, int]) -> Op:
+    """A window of ``size`` (an int, or ``(height, width)``) at a uniformly random place, as
+    torchvision's ``RandomCrop(size, pad_if_needed=True)``: where the image is smaller, it is
+    centred and padded with zeros. Decodes only the window's part of a JPEG where it can."""
+    return _op("random_crop", {"size": size})
 
 
 def resize(size: int | tuple[int, int]) -> Op:

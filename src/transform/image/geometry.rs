@@ -170,26 +170,44 @@ pub(crate) fn center_crop(
     out_w: u32,
     out_h: u32,
 ) -> Vec<u8> {
-    let c = usize::from(channels);
-    let mut out = vec![0u8; out_w as usize * out_h as usize * c];
-    // Signed offsets of the window in the image (negative: padding on that side), rounded as
+    // The window's offsets in the image (negative: padding on that side), rounded as
     // torchvision rounds them.
     let left = ((f64::from(width) - f64::from(out_w)) / 2.0).round() as i64;
     let top = ((f64::from(height) - f64::from(out_h)) / 2.0).round() as i64;
+    window(pixels, width, height, channels, left, top, out_w, out_h)
+}
+
+/// The `out_w` × `out_h` window whose top left corner is at (`left`, `top`) of the image
+/// (negative: the window starts before the image), zeros where it leaves the image.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn window(
+    pixels: &[u8],
+    width: u32,
+    height: u32,
+    channels: u8,
+    left: i64,
+    top: i64,
+    out_w: u32,
+    out_h: u32,
+) -> Vec<u8> {
+    let c = usize::from(channels);
+    let mut out = vec![0u8; out_w as usize * out_h as usize * c];
+    let x0 = (-left).max(0);
+    let x1 = (i64::from(width) - left).min(i64::from(out_w));
+    if x0 >= x1 {
+        return out;
+    }
+    let n = (x1 - x0) as usize * c;
     for y in 0..i64::from(out_h) {
         let sy = y + top;
         if sy < 0 || sy >= i64::from(height) {
             continue;
         }
-        let x0 = (-left).max(0);
-        let x1 = (i64::from(width) - left).min(i64::from(out_w));
-        if x0 >= x1 {
-            continue;
-        }
         let src = (sy as usize * width as usize + (x0 + left) as usize) * c;
         let dst = (y as usize * out_w as usize + x0 as usize) * c;
-        let n = (x1 - x0) as usize * c;
-        out[dst..dst + n].copy_from_slice(&pixels[src..src + n]);
+        if let (Some(d), Some(s)) = (out.get_mut(dst..dst + n), pixels.get(src..src + n)) {
+            d.copy_from_slice(s);
+        }
     }
     out
 }

@@ -45,6 +45,15 @@ pub fn random_resized_crop(size: u32) -> Arc<dyn Op> {
     Arc::new(RandomResizedCrop::new(size, size))
 }
 
+/// A `size` × `size` window at a random place, as torchvision's `RandomCrop(size,
+/// pad_if_needed=True)`; see [`RandomCrop`].
+pub fn random_crop(size: u32) -> Arc<dyn Op> {
+    Arc::new(RandomCrop {
+        width: size,
+        height: size,
+    })
+}
+
 /// Resizes the shorter side to `size`, keeping the aspect ratio, as torchvision's
 /// `Resize(size)`; see [`Resize`].
 pub fn resize(size: u32) -> Arc<dyn Op> {
@@ -285,6 +294,59 @@ impl Op for CenterCrop {
         let (w, h, c) = (img.width, img.height, img.channels);
         let pixels = img.into_pixels()?;
         let out = geometry::center_crop(&pixels, w, h, c, self.width, self.height);
+        Ok(Value::Image(Image::from_pixels(
+            self.width,
+            self.height,
+            c,
+            out,
+        )?))
+    }
+}
+
+/// A `width` × `height` window placed uniformly at random (torchvision's `RandomCrop` with
+/// `pad_if_needed=True`): where the image is narrower or shorter than the window, it is
+/// centred on that side and padded with zeros.
+#[derive(Debug, Clone)]
+pub struct RandomCrop {
+    /// Output width.
+    pub width: u32,
+    /// Output height.
+    pub height: u32,
+}
+
+impl Op for RandomCrop {
+    fn name(&self) -> String {
+        format!("random_crop({}x{})", self.width, self.height)
+    }
+
+    fn apply(&self, value: Value, rng: &mut Rng) -> Result<Value, OpError> {
+        if self.width == 0
+            || self.height == 0
+            || self.width > codec::MAX_SIDE
+            || self.height > codec::MAX_SIDE
+        {
+            return Err(OpError::new(format!(
+                "sides must be 1 to {}",
+                codec::MAX_SIDE
+            )));
+        }
+        let img = image_of(value, "random_crop")?;
+        let (w, h, c) = (img.width, img.height, img.channels);
+        // Both draws are made whatever the sizes, so later operations draw the same numbers.
+        let dx = rng.below(u64::from(w.saturating_sub(self.width)) + 1) as i64;
+        let dy = rng.below(u64::from(h.saturating_sub(self.height)) + 1) as i64;
+        let left = if w >= self.width {
+            dx
+        } else {
+            -(i64::from(self.width - w) / 2)
+        };
+        let top = if h >= self.height {
+            dy
+        } else {
+            -(i64::from(self.height - h) / 2)
+        };
+        let pixels = img.into_pixels()?;
+        let out = geometry::window(&pixels, w, h, c, left, top, self.width, self.height);
         Ok(Value::Image(Image::from_pixels(
             self.width,
             self.height,

@@ -1,5 +1,6 @@
 //! `zrecord bench transform`: the limit of the transform stage on one core. Every record of a
-//! dataset's image field is gathered once (untimed), then decoded, cropped (random resized crop)
+//! dataset's image field is gathered once (untimed), then decoded, cropped (a random window, or
+//! a random resized crop)
 //! and flipped by the same `Map` a loader runs, in a tight loop on this thread, as JSON: images
 //! per second and CPU seconds. Issue #32's limit is this times the cores.
 
@@ -18,9 +19,12 @@ pub struct TransformArgs {
     /// The image field.
     #[arg(long, default_value = "image")]
     field: String,
-    /// Output side of the random resized crop.
+    /// Output side of the crop.
     #[arg(long, default_value_t = 224)]
     size: u32,
+    /// The crop: `random-crop` (a window, issue #32's workload) or `random-resized-crop`.
+    #[arg(long, default_value = "random-crop", value_parser = ["random-crop", "random-resized-crop"])]
+    crop: String,
     /// Records per batch handed to the transform.
     #[arg(long, default_value_t = 256)]
     batch: u64,
@@ -74,6 +78,7 @@ pub(super) fn transform(a: &TransformArgs) -> Res {
         serde_json::json!({
             "images": images,
             "size": a.size,
+            "crop": a.crop,
             "seconds": secs,
             "cpu_seconds": cpu,
             "images_per_s": images as f64 / secs,
