@@ -124,11 +124,15 @@ impl Map {
             if ops.is_empty() {
                 continue;
             }
-            let stored = fields[pos].1;
+            let Some(&(_, stored)) = fields.get(pos) else {
+                continue;
+            };
             let mut outs: Vec<Output> = Vec::with_capacity(records.len());
             for (r, key) in records.iter().enumerate() {
-                let span = values.spans[r * nf + pos];
-                let bytes = values.bytes_of(span);
+                let bytes = values
+                    .spans
+                    .get(r * nf + pos)
+                    .map_or_else(bytes::Bytes::new, |&span| values.bytes_of(span));
                 let mut rng = Rng::for_record(seed, key.epoch, key.index, name);
                 let mut value = Value::Bytes(bytes);
                 for op in ops {
@@ -174,8 +178,12 @@ impl Map {
                 }
                 _ => None,
             };
-            new_fields[pos].1 = outs.first().map_or(stored, |o| o.dtype);
-            new_shapes[pos] = shape;
+            if let Some(f) = new_fields.get_mut(pos) {
+                f.1 = outs.first().map_or(stored, |o| o.dtype);
+            }
+            if let Some(s) = new_shapes.get_mut(pos) {
+                *s = shape;
+            }
             // One buffer, values end to end from a 64-byte-aligned start (a column).
             let total: usize = outs.iter().map(|o| o.data.as_slice().len()).sum();
             let mut buf = vec![0u8; total + 64];
@@ -184,12 +192,16 @@ impl Map {
             let mut at = pad;
             for (r, out) in outs.iter().enumerate() {
                 let data = out.data.as_slice();
-                buf[at..at + data.len()].copy_from_slice(data);
-                values.spans[r * nf + pos] = Span {
-                    owner,
-                    start: at,
-                    len: data.len(),
-                };
+                if let Some(dst) = buf.get_mut(at..at + data.len()) {
+                    dst.copy_from_slice(data);
+                }
+                if let Some(span) = values.spans.get_mut(r * nf + pos) {
+                    *span = Span {
+                        owner,
+                        start: at,
+                        len: data.len(),
+                    };
+                }
                 at += data.len();
             }
             values.owners.push(bytes::Bytes::from(buf));

@@ -23,11 +23,12 @@ pub(crate) fn convert_channels(raw: Vec<u8>, have: usize, want: usize) -> Vec<u8
     let n = raw.len() / have;
     let mut out = Vec::with_capacity(n * want);
     for px in raw.chunks_exact(have) {
-        let (rgb, alpha) = match have {
-            1 => ([px[0]; 3], 255),
-            2 => ([px[0]; 3], px[1]),
-            3 => ([px[0], px[1], px[2]], 255),
-            _ => ([px[0], px[1], px[2]], px[3]),
+        let (rgb, alpha) = match *px {
+            [g] => ([g; 3], 255),
+            [g, a] => ([g; 3], a),
+            [r, g, b] => ([r, g, b], 255),
+            [r, g, b, a, ..] => ([r, g, b], a),
+            [] => ([0; 3], 255),
         };
         match want {
             1 => {
@@ -153,10 +154,11 @@ pub(crate) fn flip_vertical(pixels: &mut [u8], width: u32, channels: u8) {
     if row == 0 {
         return;
     }
-    let rows = pixels.len() / row;
-    for r in 0..rows / 2 {
-        let (a, b) = pixels.split_at_mut((rows - 1 - r) * row);
-        a[r * row..(r + 1) * row].swap_with_slice(&mut b[..row]);
+    let mut lines: Vec<&mut [u8]> = pixels.chunks_exact_mut(row).collect();
+    let half = lines.len() / 2;
+    let (top, bottom) = lines.split_at_mut(half);
+    for (a, b) in top.iter_mut().zip(bottom.iter_mut().rev()) {
+        a.swap_with_slice(b);
     }
 }
 

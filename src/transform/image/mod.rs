@@ -428,7 +428,7 @@ impl Op for Normalize {
             img.height as usize,
             usize::from(img.channels),
         );
-        if self.mean.len() != c || self.std.len() != c || self.std.iter().any(|&s| s == 0.0) {
+        if self.mean.len() != c || self.std.len() != c || self.std.contains(&0.0) {
             return Err(OpError::new(format!(
                 "a {c}-channel image needs {c} means and {c} non-zero stds (got {} and {})",
                 self.mean.len(),
@@ -458,13 +458,14 @@ impl Op for Normalize {
         };
         let plane = w * h;
         for (p, px) in pixels.chunks_exact(c).enumerate() {
-            for (k, &x) in px.iter().enumerate() {
-                let v = f32::from(x) * scale[k] + shift[k];
+            for (k, ((&x, sc), sh)) in px.iter().zip(&scale).zip(&shift).enumerate() {
                 let at = match self.layout {
                     Layout::Hwc => p * c + k,
                     Layout::Chw => k * plane + p,
                 };
-                write(&mut out[at * item..(at + 1) * item], v);
+                if let Some(slot) = out.get_mut(at * item..(at + 1) * item) {
+                    write(slot, f32::from(x) * sc + sh);
+                }
             }
         }
         let shape = match self.layout {
