@@ -13,8 +13,8 @@ record's value of that field; the last one's output lands in the batch, one arra
         images = batch.array("image")      # (256, 224, 224, 3) uint8, zero-copy
         labels = batch.array("label")
 
-The built-in operations are Rust: they run without the GIL, on every worker, and decode only
-the part of a JPEG a crop needs. A Python callable in the list runs on the workers too (each
+The built-in operations are Rust: they run without the GIL, on every worker, and write no
+Python object per record. A Python callable in the list runs on the workers too (each
 call holds the GIL; Pillow, OpenCV and NumPy release it while they work): ``fn(x)``, where
 ``x`` is ``bytes`` (the stored value), or a NumPy array (an image, ``(height, width, channels)``
 ``uint8``, after ``decode()``); it returns ``bytes``, a NumPy array or anything
@@ -70,7 +70,7 @@ def random_resized_crop(
 def random_crop(size: int | tuple[int, int]) -> Op:
     """A window of ``size`` (an int, or ``(height, width)``) at a uniformly random place, as
     torchvision's ``RandomCrop(size, pad_if_needed=True)``: where the image is smaller, it is
-    centred and padded with zeros. Decodes only the window's part of a JPEG where it can."""
+    centred and padded with zeros."""
     return _op("random_crop", {"size": size})
 
 

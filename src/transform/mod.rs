@@ -5,8 +5,8 @@
 //! [`crate::pipeline::LoaderBuilder::map`]. Each operation takes a [`Value`] (stored bytes, an
 //! [`Image`] or a [`Tensor`]) and the record's [`Rng`], and returns the next value; the last
 //! value of every record lands in the batch, one column per field. With the `images` feature,
-//! [`image`] has the built-in image operations (JPEG and PNG decoding, random resized crop,
-//! resize, center crop, flip, normalize, CHW layout), which decode only what a crop needs.
+//! `image` has the built-in image operations (JPEG and PNG decoding, random resized crop,
+//! resize, center crop, flip, normalize, CHW layout).
 //!
 //! ```
 //! use std::sync::Arc;

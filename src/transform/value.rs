@@ -18,9 +18,9 @@ pub enum Value {
 
 /// An image: `height` rows of `width` pixels of `channels` bytes (1: grey, 3: RGB, 4: RGBA).
 ///
-/// An image an operation decoded may still be encoded: [`Image::pixels`] decodes it, and an
-/// operation that crops or resizes it decodes only what it needs (the crop's rows and columns,
-/// at the smallest scale that keeps the output sharp), as DALI and FFCV do.
+/// An image [`super::image::decode`] made is still encoded (its header read, so its size is
+/// known): [`Image::pixels`] and [`Image::into_pixels`] decode it, once, when an operation
+/// first needs its pixels.
 #[derive(Clone)]
 pub struct Image {
     pub(crate) width: u32,

@@ -1,5 +1,5 @@
 //! Encoded images: the header read at once (size, channels), the pixels decoded when an
-//! operation needs them, and only the part it needs where the decoder allows it.
+//! operation needs them.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

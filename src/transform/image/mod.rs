@@ -2,9 +2,8 @@
 //! resize, center crop, flips, and normalize to `f32`, `f16` or `bf16` in HWC or CHW layout.
 //! Each writes no per-record object: the last one's pixels land in the batch's column.
 //!
-//! [`decode`] reads only the header; the pixels are decoded when an operation needs them, and
-//! [`random_resized_crop`], [`resize`] and [`center_crop`] decode only what their output needs
-//! where the format allows it.
+//! [`decode`] reads only the header; the pixels are decoded (the whole image, with zune-jpeg
+//! or zune-png) when the first operation needs them.
 //!
 //! The functions return the operations as `Arc<dyn Op>`, ready for [`super::Map::field`]:
 //!
@@ -103,7 +102,7 @@ fn image_of(value: Value, op: &str) -> Result<Image, OpError> {
 
 /// Decodes JPEG or PNG bytes (the format is sniffed) into an image of `channels` channels
 /// (`None`: the image's own). Only the header is read here; the pixels are decoded by the
-/// first operation that needs them, which may decode only part of them (see the module docs).
+/// first operation that needs them.
 #[derive(Debug, Clone)]
 pub struct Decode {
     /// Channels of the result: 1 (grey), 3 (RGB), 4 (RGBA), or `None` for the image's own.
@@ -139,8 +138,8 @@ impl Op for Decode {
     }
 }
 
-/// `rect` of `img`, resized to `out_w` × `out_h`: decoding only what is needed if the image is
-/// still encoded.
+/// `rect` of `img`, resized to `out_w` × `out_h` (decoding the image first if it is still
+/// encoded).
 fn crop_resize(img: Image, rect: Rect, out_w: u32, out_h: u32) -> Result<Image, OpError> {
     let (w, h, c) = (img.width, img.height, img.channels);
     let pixels = img.into_pixels()?;
