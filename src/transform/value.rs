@@ -18,7 +18,7 @@ pub enum Value {
 
 /// An image: `height` rows of `width` pixels of `channels` bytes (1: grey, 3: RGB, 4: RGBA).
 ///
-/// An image [`super::image::decode`] made is still encoded (its header read, so its size is
+/// An image `image::decode()` made is still encoded (its header read, so its size is
 /// known): [`Image::pixels`] and [`Image::into_pixels`] decode it, once, when an operation
 /// first needs its pixels.
 #[derive(Clone)]
