@@ -182,3 +182,35 @@ def test_normalize_gives_chw_floats(tmp_path):
     x = b.array("image")
     assert x.shape == (3, 3, 16, 16) and x.dtype == np.float32
     assert -2.2 < float(x.min()) and float(x.max()) < 2.7
+
+
+def test_exit_with_callables_running(tmp_path):
+    """A process that leaves a loader whose workers are inside Python callables exits at once
+    (the workers wait on the GIL during finalization; nothing joins them)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    path = tmp_path / "exit.zr"
+    with zrecord.Writer.create(path, {"image": "bytes"}) as w:
+        for i in range(64):
+            w.append({"image": np.frombuffer(_jpeg(i), np.uint8)})
+    script = textwrap.dedent(
+        f"""
+        import io, time, numpy as np, zrecord
+        from PIL import Image
+        def slow(x):
+            time.sleep(0.01)
+            return np.asarray(Image.open(io.BytesIO(x)).convert("RGB").resize((8, 8)))
+        loader = zrecord.Loader(zrecord.open({str(path)!r}), batch_size=4, workers=2,
+                                epochs=None, transform={{"image": slow}})
+        it = iter(loader)
+        next(it)
+        print("exiting", flush=True)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert "exiting" in out.stdout
