@@ -73,6 +73,18 @@ fn _zrecord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<transform::PyOp>()?;
     m.add_function(wrap_pyfunction!(transform::_op, m)?)?;
     m.add_function(wrap_pyfunction!(transform::_py_op, m)?)?;
+    let at_exit = wrap_pyfunction!(transform::_at_exit, m)?;
+    m.py()
+        .import("atexit")?
+        .call_method1("register", (&at_exit,))?;
+    let kw = pyo3::types::PyDict::new(m.py());
+    kw.set_item(
+        "after_in_child",
+        wrap_pyfunction!(transform::_after_fork_child, m)?,
+    )?;
+    m.py()
+        .import("os")?
+        .call_method("register_at_fork", (), Some(&kw))?;
     m.add_function(wrap_pyfunction!(open, m)?)?;
     m.add_function(wrap_pyfunction!(_local_path, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::_reopen, m)?)?;

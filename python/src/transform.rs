@@ -3,7 +3,9 @@
 //! without the GIL; a Python callable in a field's list runs there too, taking the GIL for its
 //! call (Pillow, OpenCV and NumPy release it while they work, so the workers overlap).
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
@@ -225,6 +227,73 @@ impl std::fmt::Debug for PyCall {
     }
 }
 
+/// Set by `_at_exit`: the interpreter is finalizing, and no worker may enter Python again (a
+/// thread that takes the GIL then is ended by CPython with `pthread_exit`, which unwinds
+/// through Rust frames: a crash at exit).
+static CLOSING: AtomicBool = AtomicBool::new(false);
+/// Callables in progress on worker threads, and the signal `_at_exit` waits on.
+static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+static IDLE: (Mutex<()>, Condvar) = (Mutex::new(()), Condvar::new());
+
+/// One callable in progress (see [`CLOSING`]).
+struct InPython;
+
+impl InPython {
+    /// `None` once the interpreter is finalizing. The count goes up before the flag is read,
+    /// and `_at_exit` sets the flag before it reads the count: one of the two sees the other.
+    fn enter() -> Option<InPython> {
+        ACTIVE.fetch_add(1, Ordering::SeqCst);
+        if CLOSING.load(Ordering::SeqCst) {
+            InPython::leave();
+            return None;
+        }
+        Some(InPython)
+    }
+
+    fn leave() {
+        if ACTIVE.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let _g = IDLE.0.lock().unwrap_or_else(PoisonError::into_inner);
+            IDLE.1.notify_all();
+        }
+    }
+}
+
+impl Drop for InPython {
+    fn drop(&mut self) {
+        InPython::leave();
+    }
+}
+
+/// `_at_exit()` (registered with `atexit` at import): from now on no worker thread calls a
+/// transform's Python callable; waits (without the GIL, at most 10 s) for the calls in
+/// progress to return.
+#[pyfunction]
+pub(crate) fn _at_exit(py: Python<'_>) {
+    CLOSING.store(true, Ordering::SeqCst);
+    py.detach(|| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut g = IDLE.0.lock().unwrap_or_else(PoisonError::into_inner);
+        while ACTIVE.load(Ordering::SeqCst) > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            g = IDLE
+                .1
+                .wait_timeout(g, left.min(Duration::from_millis(50)))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    });
+}
+
+/// `_after_fork_child()` (registered with `os.register_at_fork`): the parent's worker threads
+/// did not cross the fork, so none of their calls is in progress here.
+#[pyfunction]
+pub(crate) fn _after_fork_child() {
+    ACTIVE.store(0, Ordering::SeqCst);
+}
+
 impl Op for PyCall {
     fn name(&self) -> String {
         self.name.clone()
@@ -233,6 +302,9 @@ impl Op for PyCall {
     fn apply(&self, value: Value, rng: &mut Rng) -> Result<Value, OpError> {
         // Drawn whether or not the call succeeds: the record's later draws stay the same.
         let seed = rng.next_u64();
+        let Some(_in) = InPython::enter() else {
+            return Err(OpError::new("the Python interpreter is exiting"));
+        };
         Python::attach(|py| -> PyResult<Value> {
             let x = to_python(py, value)?;
             let out = if self.random {
