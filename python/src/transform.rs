@@ -22,6 +22,8 @@ use crate::schema::dtype_of;
 #[pyclass(frozen, module = "zrecord._zrecord", name = "Op")]
 pub struct PyOp {
     pub(crate) inner: Arc<dyn Op>,
+    /// What made it, for pickling: `(_op, (kind, args))` or `(_py_op, (f, random, name))`.
+    recipe: Option<(Py<PyAny>, Py<PyTuple>)>,
 }
 
 #[pymethods]
@@ -35,6 +37,24 @@ impl PyOp {
     fn __repr__(&self) -> String {
         format!("zrecord.transform.{}", self.inner.name())
     }
+
+    /// Pickles as the call that made it (a callable pickles by reference, as `pickle` does).
+    fn __reduce__(&self, py: Python<'_>) -> PyResult<(Py<PyAny>, Py<PyTuple>)> {
+        match &self.recipe {
+            Some((f, args)) => Ok((f.clone_ref(py), args.clone_ref(py))),
+            None => Err(value_error("this operation cannot be pickled")),
+        }
+    }
+}
+
+/// The recipe of an operation made by `name(args...)` of this module.
+fn recipe(
+    py: Python<'_>,
+    name: &str,
+    args: PyResult<Bound<'_, PyTuple>>,
+) -> Option<(Py<PyAny>, Py<PyTuple>)> {
+    let f = py.import("zrecord._zrecord").ok()?.getattr(name).ok()?;
+    Some((f.unbind(), args.ok()?.unbind()))
 }
 
 fn get<'py, T: FromPyObjectOwned<'py>>(
@@ -77,7 +97,7 @@ fn size_of(args: &Bound<'_, PyDict>) -> PyResult<(u32, u32)> {
 
 /// `_op(kind, args)`: a built-in operation (`zrecord.transform`'s functions call this).
 #[pyfunction]
-pub(crate) fn _op(kind: &str, args: Bound<'_, PyDict>) -> PyResult<PyOp> {
+pub(crate) fn _op(py: Python<'_>, kind: &str, args: Bound<'_, PyDict>) -> PyResult<PyOp> {
     let inner: Arc<dyn Op> = match kind {
         "decode" => {
             let channels = match get::<u8>(&args, "channels")? {
@@ -182,7 +202,8 @@ pub(crate) fn _op(kind: &str, args: Bound<'_, PyDict>) -> PyResult<PyOp> {
         }
         other => return Err(value_error(format!("unknown operation {other:?}"))),
     };
-    Ok(PyOp { inner })
+    let recipe = recipe(py, "_op", (kind, args.copy()?).into_pyobject(py));
+    Ok(PyOp { inner, recipe })
 }
 
 /// `_py_op(fn, random, name)`: a Python callable as an operation, called `fn(x)` or, if
@@ -209,8 +230,14 @@ pub(crate) fn _py_op(
             .str()?
             .to_string(),
     };
+    let made = recipe(
+        py,
+        "_py_op",
+        (f.clone_ref(py), random, name.clone()).into_pyobject(py),
+    );
     Ok(PyOp {
         inner: Arc::new(PyCall { f, random, name }),
+        recipe: made,
     })
 }
 

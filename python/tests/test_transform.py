@@ -214,3 +214,22 @@ def test_exit_with_callables_running(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert "exiting" in out.stdout
+
+
+def _jitter(img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    return img
+
+
+def test_ops_pickle(jpegs):
+    """Operations pickle (a spawned torch or Grain worker gets the loader's options pickled):
+    built-in ones as the call that made them, a callable by reference."""
+    import pickle
+
+    ops = [T.decode(channels=None), T.random_resized_crop((12, 16), scale=(0.5, 1.0)),
+           T.random_crop(8), T.resize((10, 20)), T.center_crop(4), T.random_flip(p=0.25),
+           T.normalize(dtype="bfloat16", layout="HWC"), T.random_map(_jitter)]
+    for op in ops:
+        assert pickle.loads(pickle.dumps(op)).name == op.name
+    tf = pickle.loads(pickle.dumps({"image": [T.decode(), T.random_crop(8)]}))
+    b = next(iter(zrecord.Loader(zrecord.open(jpegs), batch_size=4, shuffle=False, transform=tf)))
+    assert b.array("image").shape == (4, 8, 8, 3)
