@@ -162,23 +162,6 @@ pub(crate) fn flip_vertical(pixels: &mut [u8], width: u32, channels: u8) {
     }
 }
 
-/// The `out_w` × `out_h` window at the centre of the image, padded with zeros where the image
-/// is smaller (as torchvision's `CenterCrop`).
-pub(crate) fn center_crop(
-    pixels: &[u8],
-    width: u32,
-    height: u32,
-    channels: u8,
-    out_w: u32,
-    out_h: u32,
-) -> Vec<u8> {
-    // The window's offsets in the image (negative: padding on that side), rounded as
-    // torchvision rounds them.
-    let left = ((f64::from(width) - f64::from(out_w)) / 2.0).round() as i64;
-    let top = ((f64::from(height) - f64::from(out_h)) / 2.0).round() as i64;
-    window(pixels, width, height, channels, left, top, out_w, out_h)
-}
-
 /// The `out_w` × `out_h` window whose top left corner is at (`left`, `top`) of the image
 /// (negative: the window starts before the image), zeros where it leaves the image.
 #[allow(clippy::too_many_arguments)]
@@ -234,10 +217,10 @@ mod tests {
     }
 
     #[test]
-    fn center_crop_pads_and_crops() {
+    fn window_pads_and_crops() {
         let px: Vec<u8> = (0..4 * 4).map(|i| i as u8).collect();
-        assert_eq!(center_crop(&px, 4, 4, 1, 2, 2), [5, 6, 9, 10]);
-        let padded = center_crop(&px, 4, 4, 1, 6, 6);
+        assert_eq!(window(&px, 4, 4, 1, 1, 1, 2, 2), [5, 6, 9, 10]);
+        let padded = window(&px, 4, 4, 1, -1, -1, 6, 6);
         assert_eq!(padded.len(), 36);
         assert_eq!(&padded[7..11], &px[0..4]);
         assert_eq!(padded[0], 0);

@@ -138,6 +138,26 @@ impl Op for Decode {
     }
 }
 
+/// Refuses an output side of 0 or over [`codec::MAX_SIDE`].
+fn check_sides(width: u32, height: u32) -> Result<(), OpError> {
+    match (1..=codec::MAX_SIDE).contains(&width) && (1..=codec::MAX_SIDE).contains(&height) {
+        true => Ok(()),
+        false => Err(OpError::new(format!(
+            "sides must be 1 to {}, not {width}x{height}",
+            codec::MAX_SIDE
+        ))),
+    }
+}
+
+/// The `width` × `height` window of `img` whose top left corner is at (`left`, `top`)
+/// (negative: before the image), zeros where it leaves the image.
+fn window_of(img: Image, left: i64, top: i64, width: u32, height: u32) -> Result<Value, OpError> {
+    let (w, h, c) = (img.width, img.height, img.channels);
+    let pixels = img.into_pixels()?;
+    let out = geometry::window(&pixels, w, h, c, left, top, width, height);
+    Ok(Value::Image(Image::from_pixels(width, height, c, out)?))
+}
+
 /// `rect` of `img`, resized to `out_w` × `out_h` (decoding the image first if it is still
 /// encoded).
 fn crop_resize(img: Image, rect: Rect, out_w: u32, out_h: u32) -> Result<Image, OpError> {
@@ -279,26 +299,12 @@ impl Op for CenterCrop {
     }
 
     fn apply(&self, value: Value, _rng: &mut Rng) -> Result<Value, OpError> {
-        if self.width == 0
-            || self.height == 0
-            || self.width > codec::MAX_SIDE
-            || self.height > codec::MAX_SIDE
-        {
-            return Err(OpError::new(format!(
-                "sides must be 1 to {}",
-                codec::MAX_SIDE
-            )));
-        }
+        check_sides(self.width, self.height)?;
         let img = image_of(value, "center_crop")?;
-        let (w, h, c) = (img.width, img.height, img.channels);
-        let pixels = img.into_pixels()?;
-        let out = geometry::center_crop(&pixels, w, h, c, self.width, self.height);
-        Ok(Value::Image(Image::from_pixels(
-            self.width,
-            self.height,
-            c,
-            out,
-        )?))
+        // torchvision rounds the centred window's offsets.
+        let left = ((f64::from(img.width) - f64::from(self.width)) / 2.0).round() as i64;
+        let top = ((f64::from(img.height) - f64::from(self.height)) / 2.0).round() as i64;
+        window_of(img, left, top, self.width, self.height)
     }
 }
 
@@ -319,18 +325,9 @@ impl Op for RandomCrop {
     }
 
     fn apply(&self, value: Value, rng: &mut Rng) -> Result<Value, OpError> {
-        if self.width == 0
-            || self.height == 0
-            || self.width > codec::MAX_SIDE
-            || self.height > codec::MAX_SIDE
-        {
-            return Err(OpError::new(format!(
-                "sides must be 1 to {}",
-                codec::MAX_SIDE
-            )));
-        }
+        check_sides(self.width, self.height)?;
         let img = image_of(value, "random_crop")?;
-        let (w, h, c) = (img.width, img.height, img.channels);
+        let (w, h) = (img.width, img.height);
         // Both draws are made whatever the sizes, so later operations draw the same numbers.
         let dx = rng.below(u64::from(w.saturating_sub(self.width)) + 1) as i64;
         let dy = rng.below(u64::from(h.saturating_sub(self.height)) + 1) as i64;
@@ -344,14 +341,7 @@ impl Op for RandomCrop {
         } else {
             -(i64::from(self.height - h) / 2)
         };
-        let pixels = img.into_pixels()?;
-        let out = geometry::window(&pixels, w, h, c, left, top, self.width, self.height);
-        Ok(Value::Image(Image::from_pixels(
-            self.width,
-            self.height,
-            c,
-            out,
-        )?))
+        window_of(img, left, top, self.width, self.height)
     }
 }
 
