@@ -66,7 +66,7 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     /// # let mut w = Writer::create(&dir, &Schema::new().field(Field::new("x", DType::U8)), WriterConfig::default())?;
     /// # for i in 0..64u8 { w.append(&[&[i, i][..]])?; }
     /// # w.commit()?; drop(w);
-    /// let source = Arc::new(DatasetSource::new(Dataset::open(&dir)?));
+    /// let source = Arc::new(DatasetSource::new(&Dataset::open(&dir)?));
     /// let builder = Loader::builder(source)
     ///     .seed(3)
     ///     .batch_size(16)
