@@ -35,10 +35,10 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     ///   [`LoaderBuilder::resume_elastic`]: the checkpoint holds no transform state, and an
     ///   exact resume stays exact through random augmentation. The seed is the sampler's
     ///   (or the mix's) seed.
-    /// - An operation that fails is [`Error::Transform`] naming the record index, the field
+    /// - An operation that fails is [`Error::Transform`](crate::Error::Transform) naming the record index, the field
     ///   and the operation; it is not retried, and [`crate::pipeline::OnError`] decides what
     ///   the stream does next (stop, or skip the batch).
-    /// - [`Loader::stats`] counts its time in `transform_time`.
+    /// - [`Loader::stats`](crate::pipeline::Loader::stats) counts its time in `transform_time`.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -100,7 +100,7 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     /// shard, bucket, batch, and the residual epochs an elastic resume left) as a [`Cursor`],
     /// a [`Checkpoint`] stream of [`IndexBatch`]es, and returns a [`Checkpoint`] stream of index
     /// batches, which the loader gathers, transforms and delivers: the chain filtered
-    /// ([`CheckpointExt::filter_items`]), changed ([`CheckpointExt::map_items`]), or any stage
+    /// ([`CheckpointExt::filter_items`](crate::pipeline::CheckpointExt::filter_items)), changed ([`CheckpointExt::map_items`](crate::pipeline::CheckpointExt::map_items)), or any stage
     /// of your own. `name` identifies the stage in checkpoints. A loader has one stage: a
     /// second call replaces the first (compose stages inside `f`). `f` is called once by every
     /// [`LoaderBuilder::build`] and [`LoaderBuilder::resume`].
@@ -108,16 +108,16 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     /// # Guarantees
     ///
     /// - The stage is a stage like any other: its loader has every option of
-    ///   [`PrefetchConfig`] (workers, queues, strict or best-effort merge, gathers in flight,
-    ///   lookahead, retries, error handling), [`Loader::stats`], and mixing and bucketing under
-    ///   the stage. Its prefetch is the one [`Prefetch`] over a stream
-    ///   ([`CheckpointExt::prefetch`]): the stage runs on the consumer's task, which deals its
+    ///   [`PrefetchConfig`](crate::pipeline::PrefetchConfig) (workers, queues, strict or best-effort merge, gathers in flight,
+    ///   lookahead, retries, error handling), [`Loader::stats`](crate::pipeline::Loader::stats), and mixing and bucketing under
+    ///   the stage. Its prefetch is the one [`Prefetch`](crate::pipeline::Prefetch) over a stream
+    ///   ([`CheckpointExt::prefetch`](crate::pipeline::CheckpointExt::prefetch)): the stage runs on the consumer's task, which deals its
     ///   batches to the workers (keep it cheap; the gathers and the transform run on the
     ///   workers).
     /// - Under the strict merge the loader yields exactly the stage's batches, in order, with
     ///   any worker count: a sequential pass of `f` over [`LoaderBuilder::index_chain`]'s cursor,
     ///   each batch gathered and transformed.
-    /// - [`Loader::state`] holds the stage's checkpoint ([`LoaderState::stage`]), and `name` in
+    /// - [`Loader::state`](crate::pipeline::Loader::state) holds the stage's checkpoint ([`LoaderState::stage`](crate::pipeline::LoaderState::stage)), and `name` in
     ///   the configuration description. [`LoaderBuilder::resume`] with the same stage continues
     ///   right after the last consumed batch, with any worker count and either merge: under the
     ///   strict merge the rest is exactly the uninterrupted run's; under the best-effort merge
@@ -126,19 +126,19 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
     ///   `f` must build the same stage every time); `name` is all the checkpoint knows of it, so
     ///   give a stage whose behaviour changes a new name.
     /// - Resuming with another stage name, with a stage from a checkpoint taken without one, or
-    ///   without one from a checkpoint taken with one, is [`Error::ResumeMismatch`] naming the
+    ///   without one from a checkpoint taken with one, is [`Error::ResumeMismatch`](crate::Error::ResumeMismatch) naming the
     ///   difference; so is a stage state the stage's `restore` (or its state's `Deserialize`)
     ///   refuses.
     /// - A loader with a stage resumes on the same ranks only: its stage's state is one rank's
     ///   stream, which an elastic merge cannot split or combine.
     ///   [`LoaderBuilder::merge_checkpoints`], [`LoaderBuilder::resume_elastic`] and
     ///   [`LoaderBuilder::elastic_chain`] with a stage, or of checkpoints taken with one, are
-    ///   [`Error::ResumeMismatch`].
-    /// - A loader without a stage runs the seekable prefetch ([`Prefetch`]) exactly as before,
+    ///   [`Error::ResumeMismatch`](crate::Error::ResumeMismatch).
+    /// - A loader without a stage runs the seekable prefetch ([`Prefetch`](crate::pipeline::Prefetch)) exactly as before,
     ///   and its checkpoints are unchanged.
     ///
     /// The stage's state is written as JSON at the start and after every batch it yields: a
-    /// state serde_json cannot write (a map with non-string keys) is [`Error::InvalidConfig`],
+    /// state serde_json cannot write (a map with non-string keys) is [`Error::InvalidConfig`](crate::Error::InvalidConfig),
     /// from [`LoaderBuilder::build`] or as an `Err` item in the batch's place.
     ///
     /// ```
