@@ -233,3 +233,41 @@ def test_ops_pickle(jpegs):
     tf = pickle.loads(pickle.dumps({"image": [T.decode(), T.random_crop(8)]}))
     b = next(iter(zrecord.Loader(zrecord.open(jpegs), batch_size=4, shuffle=False, transform=tf)))
     assert b.array("image").shape == (4, 8, 8, 3)
+
+
+def test_fork_child_exits_at_once(tmp_path):
+    """A child forked while the parent's workers are inside Python callables exits at once:
+    the parent's calls in progress are not the child's to wait for at exit."""
+    import subprocess
+    import sys
+    import textwrap
+
+    path = tmp_path / "fork.zr"
+    with zrecord.Writer.create(path, {"image": "bytes"}) as w:
+        for i in range(64):
+            w.append({"image": np.frombuffer(_jpeg(i), np.uint8)})
+    script = textwrap.dedent(
+        f"""
+        import os, sys, time, numpy as np, zrecord
+        def slow(x):
+            time.sleep(0.05)
+            return x
+        loader = zrecord.Loader(zrecord.open({str(path)!r}), batch_size=4, workers=2,
+                                epochs=None, worker_queue_size=1000,
+                                transform={{"image": slow}})
+        it = iter(loader)
+        next(it)
+        start = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(0)  # runs the atexit hooks, zrecord's among them
+        os.waitpid(pid, 0)
+        print(f"child took {{time.monotonic() - start:.2f}}", flush=True)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    took = float(out.stdout.split()[-1])
+    assert took < 5, out.stdout
