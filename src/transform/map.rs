@@ -185,13 +185,13 @@ impl Map {
                 *s = shape;
             }
             // One buffer, values end to end from a 64-byte-aligned start (a column).
-            let total: usize = outs.iter().map(|o| o.data.as_slice().len()).sum();
+            let total: usize = outs.iter().map(|o| o.data.len()).sum();
             let mut buf = vec![0u8; total + 64];
             let pad = buf.as_ptr().align_offset(64).min(64);
             let owner = values.owners.len() as u32;
             let mut at = pad;
             for (r, out) in outs.iter().enumerate() {
-                let data = out.data.as_slice();
+                let data = &out.data[..];
                 if let Some(dst) = buf.get_mut(at..at + data.len()) {
                     dst.copy_from_slice(data);
                 }

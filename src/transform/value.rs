@@ -187,21 +187,7 @@ impl Tensor {
 pub(crate) struct Output {
     pub(crate) dtype: DType,
     pub(crate) shape: Option<Vec<u64>>,
-    pub(crate) data: OutputData,
-}
-
-pub(crate) enum OutputData {
-    Shared(Bytes),
-    Owned(Vec<u8>),
-}
-
-impl OutputData {
-    pub(crate) fn as_slice(&self) -> &[u8] {
-        match self {
-            OutputData::Shared(b) => b,
-            OutputData::Owned(v) => v,
-        }
-    }
+    pub(crate) data: Bytes,
 }
 
 impl Value {
@@ -211,7 +197,7 @@ impl Value {
             Value::Bytes(b) => Output {
                 dtype: stored,
                 shape: None,
-                data: OutputData::Shared(b),
+                data: b,
             },
             Value::Image(img) => {
                 let shape = vec![
@@ -222,13 +208,13 @@ impl Value {
                 Output {
                     dtype: DType::U8,
                     shape: Some(shape),
-                    data: OutputData::Owned(img.into_pixels()?),
+                    data: Bytes::from(img.into_pixels()?),
                 }
             }
             Value::Tensor(t) => Output {
                 dtype: t.dtype,
                 shape: Some(t.shape),
-                data: OutputData::Owned(t.data),
+                data: Bytes::from(t.data),
             },
         })
     }
