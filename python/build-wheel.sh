@@ -18,6 +18,11 @@ if ! "$build/bin/maturin" --version 2>/dev/null | grep -qx "maturin $want" \
   "$python" -m venv "$build"
   "$build/bin/pip" install --quiet --disable-pip-version-check -r python/requirements-build.txt
 fi
+if ! command -v nasm >/dev/null; then
+  echo "build-wheel.sh: warning: no nasm on PATH: the JPEG decoder is built without its SIMD" \
+    "code (slower decoding); install it (Debian: apt-get install nasm) for a wheel" \
+    "to ship" >&2
+fi
 rm -rf target/wheels
 echo "build-wheel.sh: building the extension (release, cargo's progress below; about 6 minutes of" \
   "CPU the first time)" >&2

@@ -78,6 +78,45 @@ fn jpeg_decoding_is_close() {
     );
 }
 
+/// CMYK JPEGs (Photoshop's, stored inverted under an Adobe marker) decode to their RGB colours,
+/// and greyscale ones to grey replicated, or kept as one channel when asked.
+#[test]
+fn cmyk_and_grey_jpegs() {
+    let (w, h) = (24u16, 16u16);
+    let px = images::pixels(w, h, 9);
+    let cmyk: Vec<u8> = px
+        .chunks(3)
+        .flat_map(|p| [255 - p[0], 255 - p[1], 255 - p[2], 0])
+        .collect();
+    let mut bytes = Vec::new();
+    jpeg_encoder::Encoder::new(&mut bytes, 95)
+        .encode(&cmyk, w, h, jpeg_encoder::ColorType::Cmyk)
+        .unwrap();
+    let (.., c, got) = pixels_of(run(&[image::decode()], bytes).unwrap());
+    assert_eq!(c, 3);
+    let err: u64 = px
+        .iter()
+        .zip(&got)
+        .map(|(a, b)| u64::from(a.abs_diff(*b)))
+        .sum();
+    assert!(
+        err / (px.len() as u64) < 12,
+        "mean error {}",
+        err / px.len() as u64
+    );
+
+    let grey = images::jpeg_with(w, h, 9, None, false);
+    let own = Arc::new(image::Decode { channels: None });
+    let (.., c, one) = pixels_of(run(&[own], grey.clone()).unwrap());
+    assert_eq!((c, one.len()), (1, usize::from(w) * usize::from(h)));
+    let (.., c, three) = pixels_of(run(&[image::decode()], grey).unwrap());
+    assert_eq!(c, 3);
+    assert_eq!(
+        three,
+        one.iter().flat_map(|&g| [g, g, g]).collect::<Vec<_>>()
+    );
+}
+
 #[test]
 fn geometry_matches_the_models() {
     let (w, h) = (9usize, 6usize);

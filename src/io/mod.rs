@@ -12,6 +12,8 @@
 //!   I/O-error tests use live outside the product, in the `zrecord-testing` crate (`testing/`).
 //! - `pool`: the worker threads async gathers run on (page faults, checksums, inflate).
 //! - `lock`: exclusive file locks that a child of `fork()` or of a spawn never holds.
+//! - `jpeg` (feature `images`): JPEG decoding through libjpeg-turbo's C library, whole images
+//!   or only a crop's rows and columns.
 //! - `fork`: the process id, and `ForkLocal`, one value per process: what `fork()`'s child must
 //!   make again (threads, rings, runtimes, registries, budgets) instead of using its parent's.
 //!
@@ -20,6 +22,8 @@
 pub(crate) mod fork;
 pub(crate) mod fs;
 pub(crate) mod job;
+#[cfg(feature = "images")]
+pub(crate) mod jpeg;
 pub(crate) mod lock;
 pub(crate) mod mmap;
 pub(crate) mod pool;

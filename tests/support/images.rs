@@ -66,3 +66,31 @@ pub fn png(pixels: &[u8], w: usize, h: usize, channels: u8) -> Vec<u8> {
         .unwrap();
     out
 }
+
+/// A JPEG of [`pixels`] with the given chroma sampling (`None`: greyscale), baseline or
+/// progressive, quality 85: the shapes a region decode must get right (iMCU widths of 8, 16
+/// and 32 pixels, one and three components, progressive scans).
+pub fn jpeg_with(
+    w: u16,
+    h: u16,
+    seed: u64,
+    sampling: Option<jpeg_encoder::SamplingFactor>,
+    progressive: bool,
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut enc = jpeg_encoder::Encoder::new(&mut out, 85);
+    enc.set_progressive(progressive);
+    let px = pixels(w, h, seed);
+    match sampling {
+        Some(s) => {
+            enc.set_sampling_factor(s);
+            enc.encode(&px, w, h, jpeg_encoder::ColorType::Rgb).unwrap();
+        }
+        None => {
+            let grey: Vec<u8> = px.chunks(3).map(|p| p[2]).collect();
+            enc.encode(&grey, w, h, jpeg_encoder::ColorType::Luma)
+                .unwrap();
+        }
+    }
+    out
+}

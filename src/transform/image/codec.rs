@@ -4,8 +4,9 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use bytes::Bytes;
+
+pub(crate) use crate::io::jpeg::Region;
 use zune_core::bytestream::ZCursor;
-use zune_core::colorspace::ColorSpace;
 use zune_core::options::DecoderOptions;
 
 /// The largest side an image may have: larger headers are refused before any pixel memory is
@@ -42,16 +43,10 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, St
     })
 }
 
-fn options(channels: u8) -> DecoderOptions {
-    let cs = match channels {
-        1 => ColorSpace::Luma,
-        4 => ColorSpace::RGBA,
-        _ => ColorSpace::RGB,
-    };
+fn options() -> DecoderOptions {
     DecoderOptions::default()
         .set_max_width(MAX_SIDE as usize)
         .set_max_height(MAX_SIDE as usize)
-        .jpeg_set_out_colorspace(cs)
         .png_set_strip_to_8bit(true)
 }
 
@@ -72,18 +67,13 @@ impl Encoded {
             ));
         };
         let (width, height, own) = match format {
-            Format::Jpeg => guarded("JPEG", || {
-                let mut d =
-                    zune_jpeg::JpegDecoder::new_with_options(ZCursor::new(&bytes[..]), options(3));
-                d.decode_headers()
-                    .map_err(|e| format!("bad JPEG header: {e:?}"))?;
-                let info = d.info().ok_or("bad JPEG header")?;
-                let own = if info.components == 1 { 1 } else { 3 };
-                Ok((u32::from(info.width), u32::from(info.height), own))
-            })?,
+            Format::Jpeg => {
+                let h = crate::io::jpeg::header(&bytes).map_err(|e| format!("bad JPEG: {e}"))?;
+                (h.width, h.height, h.channels)
+            }
             Format::Png => guarded("PNG", || {
                 let mut d =
-                    zune_png::PngDecoder::new_with_options(ZCursor::new(&bytes[..]), options(3));
+                    zune_png::PngDecoder::new_with_options(ZCursor::new(&bytes[..]), options());
                 d.decode_headers()
                     .map_err(|e| format!("bad PNG header: {e:?}"))?;
                 let (w, h) = d.dimensions().ok_or("bad PNG header")?;
@@ -113,17 +103,13 @@ impl Encoded {
     /// Decodes every pixel, with `channels` per pixel.
     pub(crate) fn decode_all(&self, channels: u8) -> Result<Vec<u8>, String> {
         match self.format {
-            Format::Jpeg => guarded("JPEG", || {
-                let mut d = zune_jpeg::JpegDecoder::new_with_options(
-                    ZCursor::new(&self.bytes[..]),
-                    options(channels),
-                );
-                d.decode().map_err(|e| format!("bad JPEG data: {e:?}"))
-            }),
+            Format::Jpeg => crate::io::jpeg::decode(&self.bytes, channels, None, MAX_SIDE)
+                .map(|(pixels, _)| pixels)
+                .map_err(|e| format!("bad JPEG: {e}")),
             Format::Png => guarded("PNG", || {
                 let mut d = zune_png::PngDecoder::new_with_options(
                     ZCursor::new(&self.bytes[..]),
-                    options(channels),
+                    options(),
                 );
                 d.decode_headers()
                     .map_err(|e| format!("bad PNG header: {e:?}"))?;
@@ -134,6 +120,36 @@ impl Encoded {
                     have,
                     usize::from(channels),
                 ))
+            }),
+        }
+    }
+
+    /// Decodes at least the pixels of columns `left..right` and rows `top..bottom`, with
+    /// `channels` per pixel: a JPEG decodes only those rows and the iMCU columns around them,
+    /// a PNG decodes whole. The pixels are those [`Encoded::decode_all`] gives at the same
+    /// places; the region says where they are.
+    pub(crate) fn decode_region(
+        &self,
+        channels: u8,
+        (left, top, right, bottom): (u32, u32, u32, u32),
+        (width, height): (u32, u32),
+    ) -> Result<(Vec<u8>, Region), String> {
+        match self.format {
+            Format::Jpeg => crate::io::jpeg::decode(
+                &self.bytes,
+                channels,
+                Some((left, top, right, bottom)),
+                MAX_SIDE,
+            )
+            .map_err(|e| format!("bad JPEG: {e}")),
+            Format::Png => self.decode_all(channels).map(|p| {
+                let whole = Region {
+                    left: 0,
+                    top: 0,
+                    width,
+                    height,
+                };
+                (p, whole)
             }),
         }
     }

@@ -2,8 +2,10 @@
 //! resize, center crop, flips, and normalize to `f32`, `f16` or `bf16` in HWC or CHW layout.
 //! Each writes no per-record object: the last one's pixels land in the batch's column.
 //!
-//! [`decode`] reads only the header; the pixels are decoded (the whole image, with zune-jpeg
-//! or zune-png) when the first operation needs them.
+//! [`decode`] reads only the header; the pixels are decoded when the first operation needs
+//! them, and only the part it needs: a crop of a JPEG decodes its rows and the columns around
+//! it (libjpeg-turbo's decoder skips the rest), a resize of the whole image or a flip decodes
+//! everything. PNG decodes whole (zune-png).
 //!
 //! The functions return the operations as `Arc<dyn Op>`, ready for [`super::Map::field`]:
 //!
@@ -150,21 +152,68 @@ fn check_sides(width: u32, height: u32) -> Result<(), OpError> {
 }
 
 /// The `width` × `height` window of `img` whose top left corner is at (`left`, `top`)
-/// (negative: before the image), zeros where it leaves the image.
+/// (negative: before the image), zeros where it leaves the image. An encoded image decodes only
+/// the part the window covers.
 fn window_of(img: Image, left: i64, top: i64, width: u32, height: u32) -> Result<Value, OpError> {
     let (w, h, c) = (img.width, img.height, img.channels);
-    let pixels = img.into_pixels()?;
-    let out = geometry::window(&pixels, w, h, c, left, top, width, height);
+    let out = match img.repr {
+        Repr::Encoded(e) => {
+            let clamp = |v: i64, size: u32| v.clamp(0, i64::from(size)) as u32;
+            let (l, r) = (clamp(left, w), clamp(left + i64::from(width), w));
+            let (t, b) = (clamp(top, h), clamp(top + i64::from(height), h));
+            if l >= r || t >= b {
+                // The window misses the image: nothing to decode (the header was checked).
+                geometry::window(&[], 0, 0, c, 0, 0, width, height)
+            } else {
+                let (pixels, region) = e.decode_region(c, (l, t, r, b), (w, h))?;
+                geometry::window(
+                    &pixels,
+                    region.width,
+                    region.height,
+                    c,
+                    left - i64::from(region.left),
+                    top - i64::from(region.top),
+                    width,
+                    height,
+                )
+            }
+        }
+        Repr::Pixels(pixels) => geometry::window(&pixels, w, h, c, left, top, width, height),
+    };
     Ok(Value::Image(Image::from_pixels(width, height, c, out)?))
 }
 
-/// `rect` of `img`, resized to `out_w` × `out_h` (decoding the image first if it is still
-/// encoded).
+/// `rect` of `img`, resized to `out_w` × `out_h`. An encoded image decodes only the part the
+/// resize reads: the rectangle and the filter's reach around it.
 fn crop_resize(img: Image, rect: Rect, out_w: u32, out_h: u32) -> Result<Image, OpError> {
     let (w, h, c) = (img.width, img.height, img.channels);
-    let pixels = img.into_pixels()?;
-    let out = geometry::crop_resize(&pixels, w, h, c, rect, out_w, out_h)?;
+    let out = match img.repr {
+        Repr::Encoded(e) => {
+            let (l, r) = reach(rect.left, rect.width, out_w, w);
+            let (t, b) = reach(rect.top, rect.height, out_h, h);
+            let (pixels, region) = e.decode_region(c, (l, t, r, b), (w, h))?;
+            let local = Rect {
+                left: rect.left - f64::from(region.left),
+                top: rect.top - f64::from(region.top),
+                ..rect
+            };
+            geometry::crop_resize(&pixels, region.width, region.height, c, local, out_w, out_h)?
+        }
+        Repr::Pixels(pixels) => geometry::crop_resize(&pixels, w, h, c, rect, out_w, out_h)?,
+    };
     Ok(Image::from_pixels(out_w, out_h, c, out)?)
+}
+
+/// The source pixels (`from..to`, on an axis of `size` pixels) that resizing `start..start +
+/// len` to `out` pixels reads: the bilinear filter reaches one source pixel past each sample,
+/// times the shrink factor when it antialiases, and two more are kept for rounding.
+fn reach(start: f64, len: f64, out: u32, size: u32) -> (u32, u32) {
+    let support = (len / f64::from(out.max(1))).max(1.0) + 2.0;
+    let from = (start - support).floor().clamp(0.0, f64::from(size - 1));
+    let to = (start + len + support)
+        .ceil()
+        .clamp(from + 1.0, f64::from(size));
+    (from as u32, to as u32)
 }
 
 /// torchvision's `RandomResizedCrop`: a rectangle of a random share of the area (`scale`) and a
