@@ -303,6 +303,22 @@ fn normalize_matches_the_formula() {
         .contains("3 means"));
 }
 
+/// A JPEG cut short is an error (libjpeg would pad it with grey and warn), for a whole decode
+/// and for a crop whose rows reach into the missing part.
+#[test]
+fn truncated_jpeg_is_an_error() {
+    let whole = images::jpeg_with(64, 64, 3, Some(jpeg_encoder::SamplingFactor::F_2_2), false);
+    let cut = whole[..whole.len() / 2].to_vec();
+    let err = run(&[image::decode(), image::resize(32)], cut.clone()).unwrap_err();
+    assert!(err.contains("corrupt JPEG data"), "{err}");
+    let window = Arc::new(image::CenterCrop {
+        width: 64,
+        height: 64,
+    });
+    let err = run(&[image::decode(), window], cut).unwrap_err();
+    assert!(err.contains("corrupt JPEG data"), "{err}");
+}
+
 #[test]
 fn wrong_order_is_a_clear_error() {
     let err = run(&[image::random_flip()], images::jpeg(8, 8, 1)).unwrap_err();

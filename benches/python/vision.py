@@ -2,12 +2,14 @@
 """Issue #32 §4: the vision input pipeline, zrecord against its peers, side by side.
 
 Every system does the same work per image of the set `make_jpegs.py OUT N` writes: JPEG decode →
-RandomResizedCrop(224, scale (0.08, 1), ratio (3/4, 4/3)) → random horizontal flip, into
+RandomResizedCrop(224, scale (0.08, 1), ratio (3/4, 4/3)) (or, with `--crop random-crop`,
+RandomCrop(224, pad_if_needed=True)) → random horizontal flip, into
 (256, 224, 224, 3) uint8 batches (one shuffled epoch; every batch's array is touched: one byte
 per image summed), with 2 workers (threads or processes, each system's own kind):
 
   zrecord-builtin         zrecord.Loader, transform=[T.decode(), T.random_resized_crop(224),
-                          T.random_flip()] (Rust, no GIL, DCT-scaled partial decode)
+                          T.random_flip()] (Rust, no GIL: libjpeg-turbo decodes only
+                          the crop's rows and iMCU columns)
   zrecord-pillow-threads  zrecord.Loader, transform=T.random_map(pil_rrc_flip) (Pillow on the
                           loader's 2 worker threads)
   zrecord-pillow-loop     zrecord.Loader without a transform (2 workers read the bytes), Pillow
@@ -39,7 +41,7 @@ starting one system later) so a slow phase of the host hits all of them alike.
 
 Usage:
   vision.py prepare OUT                  # OUT/train.array_record, OUT/litdata (once, untimed)
-  vision.py bench OUT [--rounds 3] [--systems a,b,..] [--json-dir DIR] [--limit N]
+  vision.py bench OUT [--rounds 3] [--systems a,b,..] [--json-dir DIR] [--limit N] [--crop C]
   vision.py one SYSTEM OUT [--limit N]   # one run, one JSON line (what bench calls)
 """
 
@@ -74,6 +76,10 @@ BATCH = 256
 WORKERS = 2
 SIZE = 224
 SEED = 0
+# The crop every system makes: "random-resized-crop" (torchvision's RandomResizedCrop(224)) or
+# "random-crop" (RandomCrop(224, pad_if_needed=True), the issue's first table). `bench --crop`
+# sets it; the `one` subprocesses inherit it.
+CROP = os.environ.get("VISION_CROP", "random-resized-crop")
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
@@ -116,8 +122,15 @@ def pil_rrc_flip(x, rng: np.random.Generator) -> np.ndarray:
     im = Image.open(io.BytesIO(x))
     if im.mode != "RGB":
         im = im.convert("RGB")
-    left, top, cw, ch = rrc_params(im.width, im.height, rng)
-    im = im.resize((SIZE, SIZE), Image.BILINEAR, box=(left, top, left + cw, top + ch))
+    if CROP == "random-crop":
+        # torchvision's RandomCrop(SIZE, pad_if_needed=True): zeros where the window leaves a
+        # smaller image (Pillow's crop fills them).
+        left = int(rng.integers(0, max(im.width - SIZE, 0) + 1)) - max(SIZE - im.width, 0) // 2
+        top = int(rng.integers(0, max(im.height - SIZE, 0) + 1)) - max(SIZE - im.height, 0) // 2
+        im = im.crop((left, top, left + SIZE, top + SIZE))
+    else:
+        left, top, cw, ch = rrc_params(im.width, im.height, rng)
+        im = im.resize((SIZE, SIZE), Image.BILINEAR, box=(left, top, left + cw, top + ch))
     if rng.random() < 0.5:
         im = im.transpose(Image.FLIP_LEFT_RIGHT)
     return np.asarray(im)
@@ -153,7 +166,8 @@ def epoch_zrecord(out: Path, mode: str, limit: int | None):
 
     ds = zrecord.open(str(out / "train.zr"))
     if mode == "builtin":
-        transform = {"image": [T.decode(), T.random_resized_crop(SIZE), T.random_flip()]}
+        crop = T.random_crop(SIZE) if CROP == "random-crop" else T.random_resized_crop(SIZE)
+        transform = {"image": [T.decode(), crop, T.random_flip()]}
     elif mode == "threads":
         transform = {"image": T.random_map(pil_rrc_flip)}
     else:
@@ -430,7 +444,7 @@ def run_limit(out: Path, limit: int | None) -> dict:
     exe = Path(os.environ.get("ZRECORD_BIN") or ROOT / "target" / "release" / "zrecord")
     if not exe.exists():
         return {"system": "limit", "skipped": f"{exe} missing (cargo build --release)"}
-    cmd = [str(exe), "bench", "transform", str(out / "train.zr"), "--epochs", "1"]
+    cmd = [str(exe), "bench", "transform", str(out / "train.zr"), "--epochs", "1", "--crop", CROP]
     if limit:
         cmd += ["--records", str(limit)]
     u0, s0 = children_cpu()
@@ -528,6 +542,7 @@ def bench(out: Path, systems: list[str], rounds: int, json_dir: Path | None, lim
         "dataset": str(out),
         "images_in_set": int((out / "done").read_text()),
         "limit": limit,
+        "crop": CROP,
         "batch": BATCH,
         "workers": WORKERS,
         "cores": os.cpu_count(),
@@ -666,7 +681,12 @@ def main() -> None:
     p.add_argument("--systems", default=",".join(SYSTEMS))
     p.add_argument("--json-dir", type=Path)
     p.add_argument("--limit", type=int, default=0, help="stop after this many images (0: the epoch)")
+    p.add_argument("--crop", choices=["random-resized-crop", "random-crop"], default=None,
+                   help="the crop every system makes (default: $VISION_CROP, else random-resized-crop)")
     a = p.parse_args()
+    if a.crop:
+        global CROP
+        CROP = os.environ["VISION_CROP"] = a.crop
     if a.what == "prepare":
         prepare(Path(a.args[0]))
     elif a.what == "one":

@@ -19,5 +19,5 @@ json_dir=${JSON_DIR:-docs/bench-runs/$(date -u +%F)-vision}
 "$py" benches/python/vision.py prepare "$out"
 echo "# load before: $(uptime)" >&2
 "$py" benches/python/vision.py bench "$out" --rounds "${ROUNDS:-3}" --json-dir "$json_dir" \
-  ${SYSTEMS:+--systems "$SYSTEMS"} ${LIMIT:+--limit "$LIMIT"}
+  ${SYSTEMS:+--systems "$SYSTEMS"} ${LIMIT:+--limit "$LIMIT"} ${CROP:+--crop "$CROP"}
 echo "# load after: $(uptime)" >&2

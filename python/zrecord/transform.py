@@ -52,7 +52,9 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 def decode(channels: int | None = 3) -> Op:
     """Decodes JPEG or PNG bytes (the format is sniffed) into an image of ``channels`` channels:
     1 (grey), 3 (RGB, the default), 4 (RGBA), or ``None`` for the image's own. Only the header
-    is read here; the next operation decodes what it needs."""
+    is read here; the next operation decodes what it needs: a crop of a JPEG only its rows and
+    the column blocks around it (libjpeg-turbo; the same pixels as a whole decode). A corrupt
+    or truncated image raises ``TransformError``."""
     return _op("decode", {"channels": channels})
 
 

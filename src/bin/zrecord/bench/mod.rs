@@ -31,7 +31,7 @@ pub enum BenchCmd {
     Open(OpenArgs),
     /// One full epoch of the shuffled sampler over `--len` indices on one thread, as JSON.
     Sampler(SamplerArgs),
-    /// The transform stage's limit on one core: decode, random resized crop and flip of every
+    /// The transform stage's limit on one core: decode, crop (`--crop`) and flip of every
     /// image of a dataset in a tight loop on this thread, as JSON.
     Transform(TransformArgs),
 }

@@ -1,7 +1,6 @@
 //! `zrecord bench transform`: the limit of the transform stage on one core. Every record of a
-//! dataset's image field is gathered once (untimed), then decoded, cropped (a random window, or
-//! a random resized crop)
-//! and flipped by the same `Map` a loader runs, in a tight loop on this thread, as JSON: images
+//! dataset's image field is gathered once (untimed), then decoded, cropped (`--crop`: a random
+//! window, or a random resized crop) and flipped by the same `Map` a loader runs, in a tight loop on this thread, as JSON: images
 //! per second and CPU seconds. Issue #32's limit is this times the cores.
 
 use super::cpu_seconds;
@@ -42,13 +41,13 @@ pub(super) fn transform(a: &TransformArgs) -> Res {
         0 => ds.len(),
         r => r.min(ds.len()),
     };
+    let crop = match a.crop.as_str() {
+        "random-resized-crop" => image::random_resized_crop(a.size),
+        _ => image::random_crop(a.size),
+    };
     let map = Map::new().field(
         a.field.clone(),
-        [
-            image::decode(),
-            image::random_resized_crop(a.size),
-            image::random_flip(),
-        ],
+        [image::decode(), crop, image::random_flip()],
     );
     let field = [a.field.as_str()];
     let batches: Vec<(Vec<u64>, zrecord::Batch)> = (0..n)
