@@ -1,5 +1,5 @@
-//! Each built-in image operation against a plain model: PNG decoding is exact (RGB, grey, RGBA
-//! to RGB), JPEG decoding is close to the encoded pixels, flips mirror, the center crop cuts
+//! Each built-in image operation against a plain model: PNG and lossless WebP decoding are exact
+//! (RGB, grey, RGBA to RGB), JPEG decoding is close to the encoded pixels, flips mirror, the center crop cuts
 //! (and pads) the middle, a resize to the same size and a full-image "random" crop are the
 //! identity, normalize is `(x / 255 - mean) / std` in CHW or HWC; and any bytes at all (random,
 //! truncated or bit-flipped images) give a value or an error, never a panic.
@@ -59,6 +59,36 @@ fn png_decoding_is_exact() {
             .flat_map(|p| [p[0], p[1], p[2]])
             .collect::<Vec<_>>()
     );
+}
+
+/// Lossless WebP decodes to exactly its pixels (RGB, and RGBA to RGB or kept as RGBA); an
+/// animation or a cut file is an error.
+#[test]
+fn webp_decoding_is_exact() {
+    let px = images::pixels(13, 7, 4);
+    let mut bytes = Vec::new();
+    image_webp::WebPEncoder::new(&mut bytes)
+        .encode(&px, 13, 7, image_webp::ColorType::Rgb8)
+        .unwrap();
+    let (w, h, c, got) = pixels_of(run(&[image::decode()], bytes.clone()).unwrap());
+    assert_eq!((w, h, c), (13, 7, 3));
+    assert_eq!(got, px);
+    let cut = bytes[..bytes.len() / 2].to_vec();
+    assert!(run(&[image::decode(), image::resize(4)], cut).is_err());
+
+    let rgba: Vec<u8> = px
+        .chunks(3)
+        .flat_map(|p| [p[0], p[1], p[2], p[0] / 2])
+        .collect();
+    let mut bytes = Vec::new();
+    image_webp::WebPEncoder::new(&mut bytes)
+        .encode(&rgba, 13, 7, image_webp::ColorType::Rgba8)
+        .unwrap();
+    let own = Arc::new(image::Decode { channels: None });
+    let (.., c, got) = pixels_of(run(&[own], bytes.clone()).unwrap());
+    assert_eq!((c, got), (4, rgba));
+    let (.., c, got) = pixels_of(run(&[image::decode()], bytes).unwrap());
+    assert_eq!((c, got), (3, px));
 }
 
 #[test]
@@ -324,7 +354,7 @@ fn wrong_order_is_a_clear_error() {
     let err = run(&[image::random_flip()], images::jpeg(8, 8, 1)).unwrap_err();
     assert!(err.contains("decode()"), "{err}");
     let err = run(&[image::decode()], b"GIF89a".to_vec()).unwrap_err();
-    assert!(err.contains("not a JPEG or PNG"), "{err}");
+    assert!(err.contains("not a JPEG, PNG or WebP"), "{err}");
 }
 
 fn chain() -> Vec<Arc<dyn Op>> {

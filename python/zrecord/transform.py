@@ -50,7 +50,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 def decode(channels: int | None = 3) -> Op:
-    """Decodes JPEG or PNG bytes (the format is sniffed) into an image of ``channels`` channels:
+    """Decodes JPEG, PNG or WebP bytes (the format is sniffed) into an image of ``channels`` channels:
     1 (grey), 3 (RGB, the default), 4 (RGBA), or ``None`` for the image's own. Only the header
     is read here; the next operation decodes what it needs: a crop of a JPEG only its rows and
     the column blocks around it (libjpeg-turbo; the same pixels as a whole decode). A corrupt

@@ -25,6 +25,7 @@ pub(crate) struct Encoded {
 pub(crate) enum Format {
     Jpeg,
     Png,
+    WebP,
 }
 
 /// What a header says: width, height, and the channels the decoder will hand out.
@@ -50,6 +51,16 @@ fn options() -> DecoderOptions {
         .png_set_strip_to_8bit(true)
 }
 
+/// A WebP decoder over `bytes`, its header read (still images only: an animation is refused).
+fn webp(bytes: &[u8]) -> Result<image_webp::WebPDecoder<std::io::Cursor<&[u8]>>, String> {
+    let d = image_webp::WebPDecoder::new(std::io::Cursor::new(bytes))
+        .map_err(|e| format!("bad WebP header: {e}"))?;
+    if d.is_animated() {
+        return Err("an animated WebP (only still images decode)".into());
+    }
+    Ok(d)
+}
+
 impl Encoded {
     /// Sniffs the format and reads the header of `bytes`; `channels` is what the pixels will
     /// have (1, 3 or 4; `None`: the image's own, grey as 1, colour as 3, with alpha 4).
@@ -58,10 +69,12 @@ impl Encoded {
             Format::Jpeg
         } else if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
             Format::Png
+        } else if bytes.starts_with(b"RIFF") && bytes.get(8..12) == Some(b"WEBP".as_slice()) {
+            Format::WebP
         } else {
             let head: Vec<String> = bytes.iter().take(4).map(|b| format!("{b:02x}")).collect();
             return Err(format!(
-                "not a JPEG or PNG image ({} bytes starting {})",
+                "not a JPEG, PNG or WebP image ({} bytes starting {})",
                 bytes.len(),
                 head.join(" ")
             ));
@@ -71,6 +84,11 @@ impl Encoded {
                 let h = crate::io::jpeg::header(&bytes).map_err(|e| format!("bad JPEG: {e}"))?;
                 (h.width, h.height, h.channels)
             }
+            Format::WebP => guarded("WebP", || {
+                let d = webp(&bytes)?;
+                let (w, h) = d.dimensions();
+                Ok((w, h, if d.has_alpha() { 4 } else { 3 }))
+            })?,
             Format::Png => guarded("PNG", || {
                 let mut d =
                     zune_png::PngDecoder::new_with_options(ZCursor::new(&bytes[..]), options());
@@ -106,6 +124,24 @@ impl Encoded {
             Format::Jpeg => crate::io::jpeg::decode(&self.bytes, channels, None, MAX_SIDE)
                 .map(|(pixels, _)| pixels)
                 .map_err(|e| format!("bad JPEG: {e}")),
+            Format::WebP => guarded("WebP", || {
+                let mut d = webp(&self.bytes)?;
+                let (w, h) = d.dimensions();
+                if w > MAX_SIDE || h > MAX_SIDE {
+                    return Err(format!(
+                        "image of {w}x{h} pixels (sides must be 1 to {MAX_SIDE})"
+                    ));
+                }
+                let have = if d.has_alpha() { 4 } else { 3 };
+                let mut raw = vec![0u8; w as usize * h as usize * have];
+                d.read_image(&mut raw)
+                    .map_err(|e| format!("bad WebP data: {e}"))?;
+                Ok(super::geometry::convert_channels(
+                    raw,
+                    have,
+                    usize::from(channels),
+                ))
+            }),
             Format::Png => guarded("PNG", || {
                 let mut d = zune_png::PngDecoder::new_with_options(
                     ZCursor::new(&self.bytes[..]),
@@ -142,7 +178,7 @@ impl Encoded {
                 MAX_SIDE,
             )
             .map_err(|e| format!("bad JPEG: {e}")),
-            Format::Png => self.decode_all(channels).map(|p| {
+            Format::Png | Format::WebP => self.decode_all(channels).map(|p| {
                 let whole = Region {
                     left: 0,
                     top: 0,

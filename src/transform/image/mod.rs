@@ -1,4 +1,4 @@
-//! Built-in image operations (feature `images`): decode JPEG and PNG, random resized crop,
+//! Built-in image operations (feature `images`): decode JPEG, PNG and WebP, random resized crop,
 //! resize, center crop, flips, and normalize to `f32`, `f16` or `bf16` in HWC or CHW layout.
 //! Each writes no per-record object: the last one's pixels land in the batch's column.
 //!
@@ -35,7 +35,7 @@ use super::value::Repr;
 use super::{Image, Op, OpError, Rng, Tensor, Value};
 use crate::format::dtype::DType;
 
-/// Decodes stored JPEG or PNG bytes to RGB (`decode()`); see [`Decode`].
+/// Decodes stored JPEG, PNG or WebP bytes to RGB (`decode()`); see [`Decode`].
 pub fn decode() -> Arc<dyn Op> {
     Arc::new(Decode { channels: Some(3) })
 }
@@ -102,7 +102,7 @@ fn image_of(value: Value, op: &str) -> Result<Image, OpError> {
     }
 }
 
-/// Decodes JPEG or PNG bytes (the format is sniffed) into an image of `channels` channels
+/// Decodes JPEG, PNG or WebP bytes (the format is sniffed) into an image of `channels` channels
 /// (`None`: the image's own). Only the header is read here; the pixels are decoded by the
 /// first operation that needs them.
 #[derive(Debug, Clone)]

@@ -13,7 +13,7 @@ use zrecord::Dataset;
 
 #[derive(Args, Clone)]
 pub struct TransformArgs {
-    /// The dataset (its `--field` holds JPEG or PNG bytes).
+    /// The dataset (its `--field` holds JPEG, PNG or WebP bytes).
     dir: PathBuf,
     /// The image field.
     #[arg(long, default_value = "image")]
