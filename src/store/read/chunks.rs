@@ -485,6 +485,12 @@ impl ChunkHandle {
         &self.path
     }
 
+    /// True if the chunk is read from an object on a store (not a local file or a cached copy
+    /// still in place).
+    pub(crate) fn is_object(&self) -> bool {
+        self.object.is_some() || (self.fallback.is_some() && self.evicted.load(Ordering::Acquire))
+    }
+
     /// Committed size in bytes.
     pub(crate) fn size(&self) -> u64 {
         self.size

@@ -237,6 +237,7 @@ fn build_job(
 /// which land in staging.
 fn extents(res: &Resolved<'_>, engine: &Engine, starts: &[usize]) -> Result<Vec<Extent>> {
     let mut direct_of = chunks::PerChunk::<bool>::new();
+    let mut object_of = chunks::PerChunk::<bool>::new();
     let mut extents = Vec::with_capacity(res.wants.len());
     for (w, &slot) in res
         .wants
@@ -253,6 +254,7 @@ fn extents(res: &Resolved<'_>, engine: &Engine, starts: &[usize]) -> Result<Vec<
             staged: w.e.codec.compressed(),
             direct,
             slot,
+            object: object_of.get(w.key(), || Ok(res.chunk(w)?.is_object()))?,
         });
     }
     Ok(extents)
@@ -299,7 +301,7 @@ pub(crate) fn lookahead(
         }
         let res = resolve::resolve(snap, part, fields)?;
         // Slots change where bytes land, not which reads are made.
-        let plan = plan::plan(&extents(&res, engine, &[])?);
+        let plan = plan::plan(&extents(&res, engine, &[])?, engine.object_reads);
         for (range, files) in job_ranges(&plan.ops) {
             // For the read window, the job's descriptors count like a gather's while it is
             // announced (the window bounds what it keeps on its own); none free now: the batch
@@ -330,7 +332,7 @@ fn gather_io(res: &Resolved<'_>, engine: &Engine) -> Result<Values> {
     };
 
     let extents = extents(res, engine, &starts)?;
-    let mut plan = plan::plan(&extents);
+    let mut plan = plan::plan(&extents, engine.object_reads);
 
     // Buffers: the slab, and staging aligned for O_DIRECT when used.
     let align = if engine.direct_io {

@@ -2,13 +2,10 @@
 //! coalesced, aligned reads and the place each record lands. No I/O, no snapshot: the property
 //! test below checks it alone.
 
-use crate::io::job::Piece;
+use crate::io::coalesce::{Coalesce, Runs};
+use crate::io::job::{Piece, SKIP};
 use std::ops::Range;
 
-/// Largest coalesced read.
-pub(crate) const MAX_OP_BYTES: usize = 1 << 20;
-/// Most records in one coalesced read.
-pub(crate) const MAX_OP_PIECES: usize = 256;
 /// Alignment of `O_DIRECT` offsets, lengths and buffers.
 pub(crate) const DIRECT_ALIGN: usize = 4096;
 /// Alignment of staged records.
@@ -41,6 +38,9 @@ pub(crate) struct Extent {
     pub(crate) direct: bool,
     /// The record's slot in the output slab (used when not staged and not direct).
     pub(crate) slot: usize,
+    /// The chunk is an object on a store: its reads coalesce by the plan's rule for objects,
+    /// not [`Coalesce::LOCAL`].
+    pub(crate) object: bool,
 }
 
 /// One read: a contiguous range of a chunk, scattered into `pieces`.
@@ -73,12 +73,14 @@ pub(crate) struct Plan {
     pub(crate) staging_len: usize,
 }
 
-/// Plans the reads of `extents`: sorted by (part, chunk, offset), adjacent records coalesced into one
-/// read of at most [`MAX_OP_BYTES`] and [`MAX_OP_PIECES`] records; raw records read straight
+/// Plans the reads of `extents`: sorted by (part, chunk, offset), then coalesced by the one
+/// rule ([`Coalesce::runs`]): [`Coalesce::LOCAL`] for local files, `objects` for the chunks
+/// that are objects on a store (gaps read into [`SKIP`] pieces). Raw records are read straight
 /// into their slots, deflate records into 64-byte-aligned staging; direct records as
-/// 4 KiB-aligned spans into 4 KiB-aligned staging, spans that touch merged. Duplicated records
-/// are read once per occurrence.
-pub(crate) fn plan(extents: &[Extent]) -> Plan {
+/// 4 KiB-aligned spans into 4 KiB-aligned staging, spans that overlap or touch merged. A
+/// record longer than the rule's largest read is read in parts. Duplicated records are read
+/// once per occurrence.
+pub(crate) fn plan(extents: &[Extent], objects: Coalesce) -> Plan {
     let mut order: Vec<usize> = (0..extents.len())
         .filter(|&i| extents.get(i).is_some_and(|x| x.len > 0))
         .collect();
@@ -88,96 +90,109 @@ pub(crate) fn plan(extents: &[Extent]) -> Plan {
         landing: vec![None; extents.len()],
         ..Plan::default()
     };
-    // The chunk and mode of the last op, and the file offset where it ends.
-    let mut current: Option<(ChunkKey, bool)> = None;
-    let mut op_end = 0u64;
-    for &i in &order {
-        let Some(x) = extents.get(i) else { continue };
-        let end = x.offset + x.len as u64;
-        let same_file = current == Some((x.chunk, x.direct));
-        current = Some((x.chunk, x.direct));
-        if x.direct {
-            let a = DIRECT_ALIGN as u64;
-            let start = x.offset / a * a;
-            let span_end = end.next_multiple_of(a);
-            let extend = same_file
-                && start <= op_end
-                && p.ops
-                    .last()
-                    .is_some_and(|op| (span_end - op.offset) as usize <= MAX_OP_BYTES);
-            if let (true, Some(op), Some(piece)) = (extend, p.ops.last_mut(), p.pieces.last_mut()) {
-                if span_end > op_end {
-                    let grow = (span_end - op_end) as usize;
-                    piece.len += grow;
-                    p.staging_len += grow;
-                    op_end = span_end;
-                }
-                op.need = op.need.max((end - op.offset) as usize);
-                set(
-                    &mut p.landing,
-                    i,
-                    STAGING,
-                    piece.at + (x.offset - op.offset) as usize,
-                );
-            } else {
-                let span = (span_end - start) as usize;
+    let mut spans: Vec<Range<u64>> = Vec::new();
+    let mut runs = Runs::default();
+    // One file (chunk and mode) at a time.
+    let mut rest = order.as_slice();
+    while let Some(x) = rest.first().and_then(|&i| extents.get(i)) {
+        let file = (x.chunk, x.direct);
+        let n = rest
+            .iter()
+            .position(|&i| extents.get(i).is_none_or(|y| (y.chunk, y.direct) != file))
+            .unwrap_or(rest.len());
+        let (group, tail) = rest.split_at(n);
+        rest = tail;
+        let a = DIRECT_ALIGN as u64;
+        spans.clear();
+        spans.extend(group.iter().filter_map(|&i| extents.get(i)).map(|x| {
+            let end = x.offset + x.len as u64;
+            match x.direct {
+                true => x.offset / a * a..end.next_multiple_of(a),
+                false => x.offset..end,
+            }
+        }));
+        let rule = match x.object {
+            true => objects,
+            false => Coalesce::LOCAL,
+        };
+        runs.runs.clear();
+        runs.parts.clear();
+        rule.runs(&spans, !x.direct, &mut runs);
+        for run in &runs.runs {
+            let first = p.pieces.len();
+            let parts = runs.parts.get(run.parts.clone()).unwrap_or_default();
+            let mut need = 0u64;
+            if x.direct {
+                // One span of staging for the whole run.
                 p.staging_len = p.staging_len.next_multiple_of(DIRECT_ALIGN);
+                let at = p.staging_len;
+                let len = (run.range.end - run.range.start) as usize;
                 p.pieces.push(Piece {
                     buf: STAGING,
-                    at: p.staging_len,
-                    len: span,
+                    at,
+                    len,
                 });
-                p.ops.push(Op {
-                    chunk: x.chunk,
-                    direct: true,
-                    offset: start,
-                    need: (end - start) as usize,
-                    pieces: p.pieces.len() - 1..p.pieces.len(),
-                });
-                set(
-                    &mut p.landing,
-                    i,
-                    STAGING,
-                    p.staging_len + (x.offset - start) as usize,
-                );
-                p.staging_len += span;
-                op_end = span_end;
+                p.staging_len += len;
+                for part in parts {
+                    let (Some(&i), Some(span)) = (group.get(part.read), spans.get(part.read))
+                    else {
+                        continue;
+                    };
+                    let Some(y) = extents.get(i) else { continue };
+                    let end = y.offset + y.len as u64;
+                    need = need.max(end.min(part.range.end) - run.range.start);
+                    if part.range.start == span.start {
+                        let off = (y.offset - run.range.start) as usize;
+                        set(&mut p.landing, i, STAGING, at + off);
+                    }
+                }
+            } else {
+                let mut file_at = run.range.start;
+                for part in parts {
+                    let Some((&i, y)) = group
+                        .get(part.read)
+                        .and_then(|i| Some((i, extents.get(*i)?)))
+                    else {
+                        continue;
+                    };
+                    if part.range.start > file_at {
+                        p.pieces.push(Piece {
+                            buf: SKIP,
+                            at: 0,
+                            len: (part.range.start - file_at) as usize,
+                        });
+                    }
+                    // A record's place is given at its first part; later parts follow it.
+                    if part.range.start == y.offset {
+                        let (buf, at) = if y.staged {
+                            let at = p.staging_len.next_multiple_of(SLOT_ALIGN);
+                            p.staging_len = at + y.len;
+                            (STAGING, at)
+                        } else {
+                            (OUT, y.slot)
+                        };
+                        set(&mut p.landing, i, buf, at);
+                    }
+                    let Some(Some(l)) = p.landing.get(i).copied() else {
+                        continue;
+                    };
+                    p.pieces.push(Piece {
+                        buf: l.buf,
+                        at: l.at + (part.range.start - y.offset) as usize,
+                        len: (part.range.end - part.range.start) as usize,
+                    });
+                    file_at = part.range.end;
+                }
+                need = run.range.end - run.range.start;
             }
-            continue;
-        }
-        let (buf, at) = if x.staged {
-            let at = p.staging_len.next_multiple_of(SLOT_ALIGN);
-            p.staging_len = at + x.len;
-            (STAGING, at)
-        } else {
-            (OUT, x.slot)
-        };
-        set(&mut p.landing, i, buf, at);
-        let extend = same_file
-            && op_end == x.offset
-            && p.ops.last().is_some_and(|op| {
-                op.pieces.len() < MAX_OP_PIECES && op.need + x.len <= MAX_OP_BYTES
-            });
-        p.pieces.push(Piece {
-            buf,
-            at,
-            len: x.len,
-        });
-        let n = p.pieces.len();
-        match (extend, p.ops.last_mut()) {
-            (true, Some(op)) => {
-                op.pieces.end = n;
-                op.need += x.len;
-            }
-            _ => p.ops.push(Op {
+            p.ops.push(Op {
                 chunk: x.chunk,
-                direct: false,
-                offset: x.offset,
-                need: x.len,
-                pieces: n - 1..n,
-            }),
+                direct: x.direct,
+                offset: run.range.start,
+                need: need as usize,
+                pieces: first..p.pieces.len(),
+            });
         }
-        op_end = end;
     }
     p
 }
@@ -195,14 +210,15 @@ mod tests {
     use proptest::prelude::*;
 
     /// Random extents over a few chunks, with adjacency, overlap-free records per chunk (as a
-    /// snapshot's are) and duplicates (a batch may ask for a record twice).
+    /// snapshot's are) and duplicates (a batch may ask for a record twice). Chunk 3 is an
+    /// object on a store (never direct).
     fn extents() -> impl Strategy<Value = Vec<Extent>> {
         prop::collection::vec(
             (
                 0u16..4,
                 0u64..64,
                 prop::sample::select(vec![
-                    0usize, 1, 63, 64, 100, 4095, 4096, 5000, 70_000, 600_000,
+                    0usize, 1, 63, 64, 100, 4095, 4096, 5000, 70_000, 600_000, 1_500_000,
                 ]),
                 any::<bool>(),
                 any::<bool>(),
@@ -227,6 +243,7 @@ mod tests {
                 let c = usize::from(chunk);
                 let offset = next[c] + if gap % 4 == 0 { gap * 37 } else { 0 };
                 next[c] = offset + len as u64;
+                let object = chunk == 3;
                 out.push(Extent {
                     chunk: ChunkKey {
                         part: u32::from(chunk / 2),
@@ -235,8 +252,9 @@ mod tests {
                     offset,
                     len,
                     staged,
-                    direct: usize::from(chunk) == direct_chunk,
+                    direct: !object && usize::from(chunk) == direct_chunk,
                     slot,
+                    object,
                 });
                 slot += len.next_multiple_of(64);
             }
@@ -244,31 +262,69 @@ mod tests {
         })
     }
 
+    fn object_rule() -> impl Strategy<Value = Coalesce> {
+        (
+            prop::sample::select(vec![0u64, 1, 100, 8192, 1 << 20]),
+            prop::sample::select(vec![4096u64, 65_536, 1 << 20, 8 << 20]),
+        )
+            .prop_map(|(gap, max)| Coalesce::objects(gap, max))
+    }
+
+    /// The byte at `pos` of a chunk's file.
+    fn byte(chunk: ChunkKey, pos: u64) -> u8 {
+        (pos.wrapping_mul(31) ^ u64::from(chunk.chunk) ^ (u64::from(chunk.part) << 3)) as u8
+    }
+
     proptest! {
         #[test]
-        fn every_byte_lands_once_aligned_and_in_file_order(xs in extents()) {
-            let p = plan(&xs);
-            // Every op's pieces are consecutive, in range, and cover at least `need`.
+        fn every_byte_lands_once_aligned_and_in_file_order(xs in extents(), objects in object_rule()) {
+            let p = plan(&xs, objects);
+            let rule = |op: &Op| {
+                let object = xs.iter().any(|x| x.chunk == op.chunk && x.object);
+                if object { objects } else { Coalesce::LOCAL }
+            };
+            // Every op's pieces are consecutive, in range, and cover at least `need`; ops are
+            // in file order.
             let mut next_piece = 0;
-            for op in &p.ops {
+            for (k, op) in p.ops.iter().enumerate() {
                 prop_assert_eq!(op.pieces.start, next_piece);
                 next_piece = op.pieces.end;
-                let len: usize = p.pieces[op.pieces.clone()].iter().map(|x| x.len).sum();
-                prop_assert!(op.need <= len && len <= MAX_OP_BYTES.max(op.need));
+                let r = rule(op);
+                let pieces = &p.pieces[op.pieces.clone()];
+                let len: usize = pieces.iter().map(|x| x.len).sum();
+                prop_assert!(op.need <= len && len as u64 <= r.max_bytes);
+                // By file, then offset (but for a repeat of a record read in parts).
+                if k > 0 {
+                    let prev = &p.ops[k - 1];
+                    prop_assert!((prev.chunk, prev.direct) <= (op.chunk, op.direct));
+                    let repeat = xs.iter().any(|x| {
+                        x.chunk == op.chunk && x.offset <= op.offset && op.offset < x.offset + x.len as u64
+                            && x.len as u64 > r.max_bytes
+                    }) || op.direct;
+                    prop_assert!((prev.chunk, prev.direct) < (op.chunk, op.direct) || prev.offset <= op.offset || repeat);
+                }
                 if op.direct {
                     prop_assert_eq!(op.offset % DIRECT_ALIGN as u64, 0);
                     prop_assert_eq!(len % DIRECT_ALIGN, 0);
-                    for x in &p.pieces[op.pieces.clone()] {
+                    for x in pieces {
                         prop_assert_eq!(x.buf, STAGING);
                         prop_assert_eq!(x.at % DIRECT_ALIGN, 0);
                     }
                 } else {
-                    prop_assert!(op.pieces.len() <= MAX_OP_PIECES);
+                    prop_assert_eq!(op.need, len);
+                    prop_assert!(pieces.len() <= r.max_pieces);
+                    // Gaps only within the rule's gap, never first or last.
+                    for (j, x) in pieces.iter().enumerate() {
+                        if x.buf == SKIP {
+                            prop_assert!(x.len as u64 <= r.gap_bytes && x.len > 0);
+                            prop_assert!(j > 0 && j + 1 < pieces.len());
+                        }
+                    }
                 }
             }
             prop_assert_eq!(next_piece, p.pieces.len());
             // Destination ranges never overlap (staging, and the slab's slots).
-            let mut dsts: Vec<(usize, usize, usize)> = p.pieces.iter().map(|x| (x.buf, x.at, x.at + x.len)).collect();
+            let mut dsts: Vec<(usize, usize, usize)> = p.pieces.iter().filter(|x| x.buf != SKIP).map(|x| (x.buf, x.at, x.at + x.len)).collect();
             dsts.sort();
             for w in dsts.windows(2) {
                 prop_assert!(w[0].0 != w[1].0 || w[0].2 <= w[1].1, "overlap {:?}", w);
@@ -276,25 +332,33 @@ mod tests {
             for x in p.pieces.iter().filter(|x| x.buf == STAGING) {
                 prop_assert!(x.at + x.len <= p.staging_len);
             }
-            // Every non-empty extent lands exactly where the bytes of its file range arrive.
+            // Against a plain model: read every op (each file's bytes are `byte`), scatter it
+            // as planned; every non-empty extent then finds its own bytes where it lands.
+            let out_len = xs.iter().map(|x| x.slot + x.len).max().unwrap_or(0);
+            let mut bufs = [vec![0u8; out_len], vec![0u8; p.staging_len]];
+            let mut written = [vec![0u8; out_len], vec![0u8; p.staging_len]];
+            for op in &p.ops {
+                let mut file = op.offset;
+                for pc in &p.pieces[op.pieces.clone()] {
+                    if pc.buf != SKIP {
+                        for k in 0..pc.len {
+                            bufs[pc.buf][pc.at + k] = byte(op.chunk, file + k as u64);
+                            written[pc.buf][pc.at + k] += 1;
+                        }
+                    }
+                    file += pc.len as u64;
+                }
+            }
+            prop_assert!(written.iter().flatten().all(|&n| n <= 1));
             for (i, x) in xs.iter().enumerate() {
                 let Some(l) = p.landing[i] else {
                     prop_assert_eq!(x.len, 0);
                     continue;
                 };
-                let hits: Vec<&Op> = p.ops.iter().filter(|op| {
-                    let pieces = &p.pieces[op.pieces.clone()];
-                    let mut file = op.offset;
-                    pieces.iter().any(|pc| {
-                        let hit = pc.buf == l.buf && file <= x.offset
-                            && x.offset + x.len as u64 <= file + pc.len as u64
-                            && l.at == pc.at + (x.offset - file) as usize
-                            && op.chunk == x.chunk && op.direct == x.direct;
-                        file += pc.len as u64;
-                        hit
-                    })
-                }).collect();
-                prop_assert_eq!(hits.len(), 1, "extent {} {:?} lands {:?}", i, x, l);
+                for k in 0..x.len {
+                    prop_assert_eq!(bufs[l.buf][l.at + k], byte(x.chunk, x.offset + k as u64), "extent {} {:?} at {:?}", i, x, l);
+                    prop_assert_eq!(written[l.buf][l.at + k], 1);
+                }
                 if !x.direct && !x.staged {
                     prop_assert_eq!(l, Landing { buf: OUT, at: x.slot });
                 }
@@ -303,5 +367,46 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Local files: touching records share a read, anything apart does not; objects: records
+    /// within the gap share a request, the gap read into a dropped piece.
+    #[test]
+    fn local_and_object_rules() {
+        let x = |chunk: u16, offset: u64, len: usize, slot: usize, object: bool| Extent {
+            chunk: ChunkKey { part: 0, chunk },
+            offset,
+            len,
+            staged: false,
+            direct: false,
+            slot,
+            object,
+        };
+        let local = [
+            x(0, 0, 100, 0, false),
+            x(0, 100, 100, 128, false),
+            x(0, 300, 10, 256, false),
+        ];
+        let p = plan(&local, Coalesce::objects(8192, 8 << 20));
+        assert_eq!(p.ops.len(), 2);
+        let remote = [
+            x(1, 0, 100, 0, true),
+            x(1, 100, 100, 128, true),
+            x(1, 300, 10, 256, true),
+            x(1, 20_000, 1, 320, true),
+        ];
+        let p = plan(&remote, Coalesce::objects(8192, 8 << 20));
+        assert_eq!(
+            p.ops.iter().map(|o| (o.offset, o.need)).collect::<Vec<_>>(),
+            [(0, 310), (20_000, 1)]
+        );
+        assert_eq!(
+            p.pieces[2],
+            Piece {
+                buf: SKIP,
+                at: 0,
+                len: 100
+            }
+        );
     }
 }
