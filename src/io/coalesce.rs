@@ -19,6 +19,13 @@ pub(crate) struct Coalesce {
     pub(crate) max_pieces: usize,
 }
 
+impl Default for Coalesce {
+    /// [`Coalesce::LOCAL`].
+    fn default() -> Coalesce {
+        Coalesce::LOCAL
+    }
+}
+
 /// A part of a read that an op covers: bytes `range` of read `read` (an index into the reads
 /// given to [`Coalesce::runs`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,6 +60,7 @@ impl Coalesce {
     /// Objects on a store: reads up to `gap_bytes` apart share a range request of at most
     /// `max_bytes` (`RemoteConfig::coalesce_gap`, `RemoteConfig::max_request`); a request
     /// scatters into any number of destinations.
+    #[cfg(feature = "remote")]
     pub(crate) fn objects(gap_bytes: u64, max_bytes: u64) -> Coalesce {
         Coalesce {
             gap_bytes,
@@ -271,10 +279,10 @@ mod tests {
             [0..9000, 30_000..30_001]
         );
         let mut out = Runs::default();
-        Coalesce::objects(0, 4096).runs(&[0..10_000], true, &mut out);
+        Coalesce::objects(0, 4096).runs(&[0..10_000, 20_000..20_001], true, &mut out);
         assert_eq!(
             out.runs.iter().map(|r| r.range.clone()).collect::<Vec<_>>(),
-            [0..4096, 4096..8192, 8192..10_000]
+            [0..4096, 4096..8192, 8192..10_000, 20_000..20_001]
         );
     }
 }

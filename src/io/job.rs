@@ -244,6 +244,7 @@ impl ReadJob {
     }
 
     /// Bytes of read `op` its caller wants: its length less the gaps it reads across.
+    #[cfg(feature = "remote")]
     pub(crate) fn wanted(&self, op: usize) -> usize {
         self.ops.get(op).map_or(0, |o| {
             self.pieces.get(o.pieces.clone()).map_or(0, |p| {

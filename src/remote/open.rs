@@ -236,7 +236,7 @@ impl Remote {
             chunk,
             Some(native),
         )?;
-        snap.object_reads = self.config.object_reads();
+        snap.chunks.object_reads = self.config.object_reads();
         Ok(snap)
     }
 

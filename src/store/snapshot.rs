@@ -17,7 +17,6 @@ use crate::format::entry::{decode_patch, Entry, ENTRY_BYTES, PATCH_BYTES};
 use crate::format::layout;
 use crate::format::meta::{DictionaryMeta, FieldMeta, Meta, MetaError};
 use crate::format::FORMAT_VERSION;
-use crate::io::coalesce::Coalesce;
 use crate::io::job::FileId;
 use crate::io::vfs::{Prefix, StdFs, Vfs, VfsFile};
 use crate::store::paged::{self, PagedTable};
@@ -246,9 +245,6 @@ pub struct Snapshot {
     /// The backend a snapshot of a dataset on an object store must be read with (its chunks
     /// are objects, not files).
     pub(crate) native: Option<Arc<dyn ReadBackend>>,
-    /// How reads of its objects coalesce into requests, when read with `native`
-    /// (`RemoteConfig::coalesce_gap`, `max_request`); [`Coalesce::LOCAL`] otherwise.
-    pub(crate) object_reads: Coalesce,
     /// The identity of the `meta.json` this snapshot was read from (`None` on an object
     /// store): every commit renames a new file into place, so a dataset removed and created
     /// again at the same path is told apart from this one even at the same generation.
@@ -534,7 +530,6 @@ impl Snapshot {
             tables,
             chunks,
             native: backend,
-            object_reads: Coalesce::LOCAL,
             meta_id: None,
             origin: None,
             parts: None,
@@ -555,7 +550,6 @@ impl Snapshot {
             tables,
             chunks,
             native: None,
-            object_reads: Coalesce::LOCAL,
             meta_id,
             origin: None,
             parts: None,
@@ -895,7 +889,6 @@ impl Snapshot {
             tables: Vec::new(),
             chunks: ChunkSet::default(),
             native: None,
-            object_reads: Coalesce::LOCAL,
             meta_id,
             origin: None,
             parts: Some(Parts { snaps, ids, starts }),

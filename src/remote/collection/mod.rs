@@ -251,7 +251,6 @@ impl Location for RemoteCollection {
         })?;
         // A snapshot read on its own (`Snapshot::gather_with`) reads its parts' objects too.
         snap.native = self.read_backend();
-        snap.object_reads = self.config.object_reads();
         snap.origin = Some(origin);
         Ok(snap)
     }

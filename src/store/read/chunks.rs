@@ -13,6 +13,7 @@ use super::plan::ChunkKey;
 use crate::error::{Error, Result};
 use crate::format::layout;
 use crate::format::meta::Meta;
+use crate::io::coalesce::Coalesce;
 use crate::io::fork::{take_unlocked, ForkLocal};
 use crate::io::fs;
 use crate::io::job::{FileId, ReadFile};
@@ -775,6 +776,9 @@ pub enum ChunkAt {
 #[derive(Debug, Default)]
 pub(crate) struct ChunkSet {
     by_id: Vec<Option<Arc<ChunkHandle>>>,
+    /// How reads of the chunks that are objects on a store coalesce into requests (their
+    /// location's `RemoteConfig::object_reads`); [`Coalesce::LOCAL`] by default.
+    pub(crate) object_reads: Coalesce,
 }
 
 impl ChunkSet {
@@ -858,7 +862,10 @@ impl ChunkSet {
                 *slot = Some(h);
             }
         }
-        Ok(ChunkSet { by_id })
+        Ok(ChunkSet {
+            by_id,
+            object_reads: Coalesce::LOCAL,
+        })
     }
 
     /// The handle of chunk `c` at `path`, checked to exist with at least its committed size,

@@ -5,7 +5,6 @@ use super::backend::{ReadBackend, ZeroCopy};
 use super::config::{forced_backend, Backend, ReadConfig};
 use super::window::{Window, Windowed};
 use crate::error::{Error, Result};
-use crate::io::coalesce::Coalesce;
 use crate::io::fork::ForkLocal;
 use crate::io::job::ReadJob;
 use crate::io::pool::WorkerPool;
@@ -326,9 +325,6 @@ pub(crate) struct Engine {
     /// Each field of a batch lies end to end in a buffer of its own
     /// ([`ReadConfig::with_columns`]).
     pub(crate) columns: bool,
-    /// How reads of chunks that are objects on a store coalesce (the snapshot's rule for its
-    /// native backend; [`Coalesce::LOCAL`] otherwise).
-    pub(crate) object_reads: Coalesce,
     /// The read window's residency probes: announced batches found resident in a row, and
     /// announcements seen (see [`Engine::probe_lookahead`]).
     warm_streak: std::sync::atomic::AtomicU32,
@@ -342,10 +338,7 @@ impl crate::store::snapshot::Snapshot {
     pub(crate) fn engine(&self, config: &ReadConfig) -> Result<Engine> {
         match (&self.native, config.custom_backend()) {
             (Some(native), None) => {
-                let mut engine =
-                    Engine::new(&config.clone().with_custom_backend(Arc::clone(native)))?;
-                engine.object_reads = self.object_reads;
-                Ok(engine)
+                Engine::new(&config.clone().with_custom_backend(Arc::clone(native)))
             }
             _ => Engine::new(config),
         }
@@ -410,7 +403,6 @@ impl Engine {
             verify_checksums: cfg.verify_checksums,
             direct_io: cfg.direct_io,
             columns: cfg.columns,
-            object_reads: Coalesce::LOCAL,
             warm_streak: Default::default(),
             announced: Default::default(),
         })

@@ -40,6 +40,7 @@ pub(crate) use engine::Engine;
 pub use engine::{read_backend, uring_available};
 
 use crate::error::{Error, Result};
+use crate::io::coalesce::Coalesce;
 use crate::io::job::ReadJob;
 use crate::store::read::batch::{slab, Batch, FieldNames, Span, Values, SLOT_ALIGN};
 use crate::store::snapshot::Snapshot;
@@ -237,7 +238,7 @@ fn build_job(
 /// which land in staging.
 fn extents(res: &Resolved<'_>, engine: &Engine, starts: &[usize]) -> Result<Vec<Extent>> {
     let mut direct_of = chunks::PerChunk::<bool>::new();
-    let mut object_of = chunks::PerChunk::<bool>::new();
+    let mut rule_of = chunks::PerChunk::<Coalesce>::new();
     let mut extents = Vec::with_capacity(res.wants.len());
     for (w, &slot) in res
         .wants
@@ -254,7 +255,15 @@ fn extents(res: &Resolved<'_>, engine: &Engine, starts: &[usize]) -> Result<Vec<
             staged: w.e.codec.compressed(),
             direct,
             slot,
-            object: object_of.get(w.key(), || Ok(res.chunk(w)?.is_object()))?,
+            rule: rule_of.get(w.key(), || {
+                Ok(match res.chunk(w)?.is_object() {
+                    true => res
+                        .parts
+                        .get(w.key().part as usize)
+                        .map_or(Coalesce::LOCAL, |p| p.chunks.object_reads),
+                    false => Coalesce::LOCAL,
+                })
+            })?,
         });
     }
     Ok(extents)
@@ -301,7 +310,7 @@ pub(crate) fn lookahead(
         }
         let res = resolve::resolve(snap, part, fields)?;
         // Slots change where bytes land, not which reads are made.
-        let plan = plan::plan(&extents(&res, engine, &[])?, engine.object_reads);
+        let plan = plan::plan(&extents(&res, engine, &[])?);
         for (range, files) in job_ranges(&plan.ops) {
             // For the read window, the job's descriptors count like a gather's while it is
             // announced (the window bounds what it keeps on its own); none free now: the batch
@@ -332,7 +341,7 @@ fn gather_io(res: &Resolved<'_>, engine: &Engine) -> Result<Values> {
     };
 
     let extents = extents(res, engine, &starts)?;
-    let mut plan = plan::plan(&extents, engine.object_reads);
+    let mut plan = plan::plan(&extents);
 
     // Buffers: the slab, and staging aligned for O_DIRECT when used.
     let align = if engine.direct_io {

@@ -38,9 +38,9 @@ pub(crate) struct Extent {
     pub(crate) direct: bool,
     /// The record's slot in the output slab (used when not staged and not direct).
     pub(crate) slot: usize,
-    /// The chunk is an object on a store: its reads coalesce by the plan's rule for objects,
-    /// not [`Coalesce::LOCAL`].
-    pub(crate) object: bool,
+    /// How the chunk's reads coalesce: [`Coalesce::LOCAL`] for a local file, the dataset's
+    /// rule for an object on a store (the same for every extent of a chunk).
+    pub(crate) rule: Coalesce,
 }
 
 /// One read: a contiguous range of a chunk, scattered into `pieces`.
@@ -74,13 +74,13 @@ pub(crate) struct Plan {
 }
 
 /// Plans the reads of `extents`: sorted by (part, chunk, offset), then coalesced by the one
-/// rule ([`Coalesce::runs`]): [`Coalesce::LOCAL`] for local files, `objects` for the chunks
-/// that are objects on a store (gaps read into [`SKIP`] pieces). Raw records are read straight
+/// rule ([`Coalesce::runs`]) each chunk's extents name: [`Coalesce::LOCAL`] for local files,
+/// the dataset's for objects on a store (gaps read into [`SKIP`] pieces). Raw records are read straight
 /// into their slots, deflate records into 64-byte-aligned staging; direct records as
 /// 4 KiB-aligned spans into 4 KiB-aligned staging, spans that overlap or touch merged. A
 /// record longer than the rule's largest read is read in parts. Duplicated records are read
 /// once per occurrence.
-pub(crate) fn plan(extents: &[Extent], objects: Coalesce) -> Plan {
+pub(crate) fn plan(extents: &[Extent]) -> Plan {
     let mut order: Vec<usize> = (0..extents.len())
         .filter(|&i| extents.get(i).is_some_and(|x| x.len > 0))
         .collect();
@@ -111,13 +111,9 @@ pub(crate) fn plan(extents: &[Extent], objects: Coalesce) -> Plan {
                 false => x.offset..end,
             }
         }));
-        let rule = match x.object {
-            true => objects,
-            false => Coalesce::LOCAL,
-        };
         runs.runs.clear();
         runs.parts.clear();
-        rule.runs(&spans, !x.direct, &mut runs);
+        x.rule.runs(&spans, !x.direct, &mut runs);
         for run in &runs.runs {
             let first = p.pieces.len();
             let parts = runs.parts.get(run.parts.clone()).unwrap_or_default();
@@ -213,53 +209,56 @@ mod tests {
     /// snapshot's are) and duplicates (a batch may ask for a record twice). Chunk 3 is an
     /// object on a store (never direct).
     fn extents() -> impl Strategy<Value = Vec<Extent>> {
-        prop::collection::vec(
-            (
-                0u16..4,
-                0u64..64,
-                prop::sample::select(vec![
-                    0usize, 1, 63, 64, 100, 4095, 4096, 5000, 70_000, 600_000, 1_500_000,
-                ]),
-                any::<bool>(),
-                any::<bool>(),
-                0usize..3,
+        (
+            object_rule(),
+            prop::collection::vec(
+                (
+                    0u16..4,
+                    0u64..64,
+                    prop::sample::select(vec![
+                        0usize, 1, 63, 64, 100, 4095, 4096, 5000, 70_000, 600_000, 1_500_000,
+                    ]),
+                    any::<bool>(),
+                    any::<bool>(),
+                    0usize..3,
+                ),
+                0..60,
             ),
-            0..60,
         )
-        .prop_map(|raw| {
-            // Lay each chunk's records end to end, in slot order, leaving gaps sometimes.
-            // Chunks 0-1 of parts 0 and 1: the same chunk id in two parts is two files.
-            let mut next = [0u64; 4];
-            let mut slot = 0usize;
-            let mut out: Vec<Extent> = Vec::new();
-            for (chunk, gap, len, staged, dup, direct_chunk) in raw {
-                if dup && !out.is_empty() {
-                    let mut again = out[out.len() / 2];
-                    again.slot = slot;
-                    slot += again.len.next_multiple_of(64);
-                    out.push(again);
-                    continue;
+            .prop_map(|(objects, raw)| {
+                // Lay each chunk's records end to end, in slot order, leaving gaps sometimes.
+                // Chunks 0-1 of parts 0 and 1: the same chunk id in two parts is two files.
+                let mut next = [0u64; 4];
+                let mut slot = 0usize;
+                let mut out: Vec<Extent> = Vec::new();
+                for (chunk, gap, len, staged, dup, direct_chunk) in raw {
+                    if dup && !out.is_empty() {
+                        let mut again = out[out.len() / 2];
+                        again.slot = slot;
+                        slot += again.len.next_multiple_of(64);
+                        out.push(again);
+                        continue;
+                    }
+                    let c = usize::from(chunk);
+                    let offset = next[c] + if gap % 4 == 0 { gap * 37 } else { 0 };
+                    next[c] = offset + len as u64;
+                    let object = chunk == 3;
+                    out.push(Extent {
+                        chunk: ChunkKey {
+                            part: u32::from(chunk / 2),
+                            chunk: chunk % 2,
+                        },
+                        offset,
+                        len,
+                        staged,
+                        direct: !object && usize::from(chunk) == direct_chunk,
+                        slot,
+                        rule: if object { objects } else { Coalesce::LOCAL },
+                    });
+                    slot += len.next_multiple_of(64);
                 }
-                let c = usize::from(chunk);
-                let offset = next[c] + if gap % 4 == 0 { gap * 37 } else { 0 };
-                next[c] = offset + len as u64;
-                let object = chunk == 3;
-                out.push(Extent {
-                    chunk: ChunkKey {
-                        part: u32::from(chunk / 2),
-                        chunk: chunk % 2,
-                    },
-                    offset,
-                    len,
-                    staged,
-                    direct: !object && usize::from(chunk) == direct_chunk,
-                    slot,
-                    object,
-                });
-                slot += len.next_multiple_of(64);
-            }
-            out
-        })
+                out
+            })
     }
 
     fn object_rule() -> impl Strategy<Value = Coalesce> {
@@ -277,11 +276,10 @@ mod tests {
 
     proptest! {
         #[test]
-        fn every_byte_lands_once_aligned_and_in_file_order(xs in extents(), objects in object_rule()) {
-            let p = plan(&xs, objects);
+        fn every_byte_lands_once_aligned_and_in_file_order(xs in extents()) {
+            let p = plan(&xs);
             let rule = |op: &Op| {
-                let object = xs.iter().any(|x| x.chunk == op.chunk && x.object);
-                if object { objects } else { Coalesce::LOCAL }
+                xs.iter().find(|x| x.chunk == op.chunk && x.len > 0).map_or(Coalesce::LOCAL, |x| x.rule)
             };
             // Every op's pieces are consecutive, in range, and cover at least `need`; ops are
             // in file order.
@@ -380,14 +378,17 @@ mod tests {
             staged: false,
             direct: false,
             slot,
-            object,
+            rule: match object {
+                true => Coalesce::objects(8192, 8 << 20),
+                false => Coalesce::LOCAL,
+            },
         };
         let local = [
             x(0, 0, 100, 0, false),
             x(0, 100, 100, 128, false),
             x(0, 300, 10, 256, false),
         ];
-        let p = plan(&local, Coalesce::objects(8192, 8 << 20));
+        let p = plan(&local);
         assert_eq!(p.ops.len(), 2);
         let remote = [
             x(1, 0, 100, 0, true),
@@ -395,7 +396,7 @@ mod tests {
             x(1, 300, 10, 256, true),
             x(1, 20_000, 1, 320, true),
         ];
-        let p = plan(&remote, Coalesce::objects(8192, 8 << 20));
+        let p = plan(&remote);
         assert_eq!(
             p.ops.iter().map(|o| (o.offset, o.need)).collect::<Vec<_>>(),
             [(0, 310), (20_000, 1)]
