@@ -255,15 +255,19 @@ fn extents(res: &Resolved<'_>, engine: &Engine, starts: &[usize]) -> Result<Vec<
             staged: w.e.codec.compressed(),
             direct,
             slot,
-            rule: rule_of.get(w.key(), || {
-                Ok(match res.chunk(w)?.is_object() {
-                    true => res
-                        .parts
-                        .get(w.key().part as usize)
-                        .map_or(Coalesce::LOCAL, |p| p.chunks.object_reads),
-                    false => Coalesce::LOCAL,
-                })
-            })?,
+            // An empty record reads nothing (its chunk may be gone): no chunk asked.
+            rule: match w.e.physical_len == 0 {
+                true => Coalesce::LOCAL,
+                false => rule_of.get(w.key(), || {
+                    Ok(match res.chunk(w)?.is_object() {
+                        true => res
+                            .parts
+                            .get(w.key().part as usize)
+                            .map_or(Coalesce::LOCAL, |p| p.chunks.object_reads),
+                        false => Coalesce::LOCAL,
+                    })
+                })?,
+            },
         });
     }
     Ok(extents)
