@@ -486,8 +486,7 @@ impl ChunkHandle {
         &self.path
     }
 
-    /// True if the chunk is read from an object on a store (not a local file or a cached copy
-    /// still in place).
+    /// True if the chunk is read from an object (not a local file, or a cached copy in place).
     pub(crate) fn is_object(&self) -> bool {
         self.object.is_some() || (self.fallback.is_some() && self.evicted.load(Ordering::Acquire))
     }
@@ -776,8 +775,7 @@ pub enum ChunkAt {
 #[derive(Debug, Default)]
 pub(crate) struct ChunkSet {
     by_id: Vec<Option<Arc<ChunkHandle>>>,
-    /// How reads of the chunks that are objects on a store coalesce into requests (their
-    /// location's `RemoteConfig::object_reads`); [`Coalesce::LOCAL`] by default.
+    /// How reads of its objects coalesce (`RemoteConfig::object_reads`; default LOCAL).
     pub(crate) object_reads: Coalesce,
 }
 
