@@ -9,7 +9,6 @@
 //! the snapshot was loaded. Every later open checks it: a chunk that a rebalance removed, or
 //! whose id a later chunk reuses, is an error ([`Error::ChunkGone`]), never another file's bytes.
 
-use super::plan::ChunkKey;
 use crate::error::{Error, Result};
 use crate::format::layout;
 use crate::format::meta::Meta;
@@ -926,36 +925,6 @@ impl ChunkSet {
     /// The path of chunk `id` (for error messages), empty if the commit does not name it.
     pub(crate) fn path(&self, id: u16) -> PathBuf {
         self.get(id).map(|c| c.path.clone()).unwrap_or_default()
-    }
-}
-
-/// A per-batch memo of one value per chunk: 64 slots addressed by the key's low bits (the
-/// chunk id's, mixed with the part's). A batch over few chunks asks the handles once per chunk;
-/// one over many chunks (or many parts) pays a compare per record and asks again only when two
-/// of its chunks share a slot.
-pub(crate) struct PerChunk<T> {
-    slots: [Option<(ChunkKey, T)>; 64],
-}
-
-impl<T: Copy> PerChunk<T> {
-    pub(crate) fn new() -> Self {
-        PerChunk { slots: [None; 64] }
-    }
-
-    /// The value for chunk `key`, computed by `f` on a miss.
-    pub(crate) fn get(&mut self, key: ChunkKey, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        let at = (usize::from(key.chunk) ^ (key.part as usize).wrapping_mul(7)) % 64;
-        let Some(slot) = self.slots.get_mut(at) else {
-            return f();
-        };
-        match slot {
-            Some((c, v)) if *c == key => Ok(*v),
-            _ => {
-                let v = f()?;
-                *slot = Some((key, v));
-                Ok(v)
-            }
-        }
     }
 }
 

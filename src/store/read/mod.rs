@@ -237,8 +237,8 @@ fn build_job(
 /// The extents of `res`'s records with their slots (`starts`): which read with `O_DIRECT`,
 /// which land in staging.
 fn extents(res: &Resolved<'_>, engine: &Engine, starts: &[usize]) -> Result<Vec<Extent>> {
-    let mut direct_of = chunks::PerChunk::<bool>::new();
-    let mut rule_of = chunks::PerChunk::<Coalesce>::new();
+    let mut direct_of = plan::PerChunk::<bool>::new();
+    let mut rule_of = plan::PerChunk::<Coalesce>::new();
     let mut extents = Vec::with_capacity(res.wants.len());
     for (w, &slot) in res
         .wants

@@ -193,6 +193,40 @@ pub(crate) fn plan(extents: &[Extent]) -> Plan {
     p
 }
 
+/// A per-batch memo of one value per chunk: 64 slots addressed by the key's low bits (the
+/// chunk id's, mixed with the part's). A batch over few chunks asks the handles once per chunk;
+/// one over many chunks (or many parts) pays a compare per record and asks again only when two
+/// of its chunks share a slot.
+pub(crate) struct PerChunk<T> {
+    slots: [Option<(ChunkKey, T)>; 64],
+}
+
+impl<T: Copy> PerChunk<T> {
+    pub(crate) fn new() -> Self {
+        PerChunk { slots: [None; 64] }
+    }
+
+    /// The value for chunk `key`, computed by `f` on a miss.
+    pub(crate) fn get(
+        &mut self,
+        key: ChunkKey,
+        f: impl FnOnce() -> crate::Result<T>,
+    ) -> crate::Result<T> {
+        let at = (usize::from(key.chunk) ^ (key.part as usize).wrapping_mul(7)) % 64;
+        let Some(slot) = self.slots.get_mut(at) else {
+            return f();
+        };
+        match slot {
+            Some((c, v)) if *c == key => Ok(*v),
+            _ => {
+                let v = f()?;
+                *slot = Some((key, v));
+                Ok(v)
+            }
+        }
+    }
+}
+
 fn set(landing: &mut [Option<Landing>], i: usize, buf: usize, at: usize) {
     if let Some(l) = landing.get_mut(i) {
         *l = Some(Landing { buf, at });
