@@ -277,7 +277,28 @@ fn dataset_seeds() {
     }]);
 }
 
+/// Small JPEGs (RGB, grey, odd sizes), a PNG-like near miss and a truncated JPEG.
+fn image_seeds() {
+    let px = |w: u16, h: u16, c: usize| -> Vec<u8> {
+        (0..usize::from(w) * usize::from(h) * c).map(|i| (i * 37 % 251) as u8).collect()
+    };
+    for (w, h, color, c) in [
+        (16, 16, jpeg_encoder::ColorType::Rgb, 3),
+        (9, 5, jpeg_encoder::ColorType::Rgb, 3),
+        (12, 7, jpeg_encoder::ColorType::Luma, 1),
+    ] {
+        let mut out = Vec::new();
+        jpeg_encoder::Encoder::new(&mut out, 80)
+            .encode(&px(w, h, c), w, h, color)
+            .unwrap();
+        write("image_decode", &out);
+        write("image_decode", &out[..out.len() / 2]);
+    }
+    write("image_decode", b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x04\0\0\0\x04\x08\x02\0\0\0");
+}
+
 fn main() {
+    image_seeds();
     meta_seeds();
     table_seeds();
     record_seeds();

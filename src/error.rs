@@ -377,6 +377,20 @@ pub enum Error {
         reason: String,
     },
 
+    /// A transform's operation failed on one record ([`crate::transform::Map`]): a JPEG that
+    /// does not decode, a value of the wrong kind for the operation. Another try cannot help.
+    #[error("transform of field {field:?}, record {index}: {op} failed: {reason}")]
+    Transform {
+        /// The field.
+        field: String,
+        /// The record index.
+        index: u64,
+        /// The operation that failed (its name and arguments).
+        op: String,
+        /// Why.
+        reason: String,
+    },
+
     /// A broken internal invariant: a zrecord bug, never the data's fault. Please report it.
     #[error("internal error (a zrecord bug): {reason}")]
     Internal {
@@ -566,6 +580,7 @@ impl Error {
                     | Error::ChunkGone { .. }
                     | Error::PartChanged { .. }
                     | Error::WorkerPanicked { .. }
+                    | Error::Transform { .. }
             )
     }
 

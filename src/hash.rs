@@ -30,7 +30,6 @@ pub(crate) fn reduce(h: u64, n: u64) -> u64 {
 }
 
 /// 64-bit FNV-1a of `s`: names a URL's mirror directory.
-#[cfg_attr(not(feature = "remote"), allow(dead_code))]
 pub(crate) fn fnv(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)

@@ -2,7 +2,9 @@
 # The Python benchmarks' environment: target/py/bench-venv with zrecord's wheel (built from
 # python/ in release) and pinned peers: numpy, pylance (Lance), grain + array-record
 # (ArrayRecord), pyarrow. torch is left out by default: its PyPI wheel pulls ~3 GB of CUDA
-# packages (INSTALL_TORCH=1 adds it); INSTALL_JAX=1 adds jax[cpu] (examples/python/train_jax.py).
+# packages (INSTALL_TORCH=1 adds it); INSTALL_JAX=1 adds jax[cpu] (examples/python/train_jax.py);
+# INSTALL_VISION=1 adds the vision benchmark's peers (benches/python/vision.py): torch, Pillow,
+# SPDL and LitData.
 # Never run by CI or the tests. Prints the venv's python.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,6 +20,10 @@ if [ "${INSTALL_JAX:-0}" = 1 ]; then
 fi
 if [ "${INSTALL_TORCH:-0}" = 1 ]; then
   "$py" -m pip install --quiet --disable-pip-version-check torch==2.15.0 >&2
+fi
+if [ "${INSTALL_VISION:-0}" = 1 ]; then
+  "$py" -m pip install --quiet --disable-pip-version-check \
+    torch==2.15.0 pillow==13.0.0 spdl==0.8.0 litdata==0.2.76 >&2
 fi
 "$py" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps ./python >&2
 echo "$py"

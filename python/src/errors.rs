@@ -72,6 +72,13 @@ pyo3::create_exception!(
 );
 pyo3::create_exception!(
     zrecord,
+    TransformError,
+    Error,
+    "An operation of a Loader's transform= failed on one record (a JPEG that does not decode, a \
+     Python callable that raised): field, index (the record), op (the operation), reason."
+);
+pyo3::create_exception!(
+    zrecord,
     InternalError,
     Error,
     "A bug in zrecord (a panic on one of its threads or in the binding): please report it."
@@ -227,6 +234,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RemoteError", py.get_type::<RemoteError>())?;
     m.add("PublishConflict", py.get_type::<PublishConflict>())?;
     m.add("InternalError", py.get_type::<InternalError>())?;
+    m.add("TransformError", py.get_type::<TransformError>())?;
     Ok(())
 }
 
@@ -616,6 +624,20 @@ pub(crate) fn to_py(e: CoreError) -> PyErr {
                     attr(py, "rows", *rows),
                     attr(py, "reference", path(reference)),
                     attr(py, "expected", *expected),
+                ],
+            ),
+            CoreError::Transform {
+                field,
+                index,
+                op,
+                reason,
+            } => (
+                py.get_type::<TransformError>(),
+                vec![
+                    attr(py, "field", field.as_str()),
+                    attr(py, "index", *index),
+                    attr(py, "op", op.as_str()),
+                    attr(py, "reason", reason.as_str()),
                 ],
             ),
             CoreError::WorkerPanicked { .. }

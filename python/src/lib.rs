@@ -1,8 +1,9 @@
 //! The `zrecord._zrecord` extension module: zrecord's Rust core for Python. The pure-Python
 //! package `zrecord` (python/zrecord/) re-exports it and adds the torch and Grain adapters.
 //!
-//! Every call that reads, waits or writes releases the GIL; no Python code runs on zrecord's
-//! threads; a panic becomes `zrecord.InternalError`.
+//! Every call that reads, waits or writes releases the GIL; the only Python code that runs on
+//! zrecord's threads is a Python callable given to a `Loader`'s `transform=` (on the prefetch
+//! workers, each call holding the GIL); a panic becomes `zrecord.InternalError`.
 
 mod arrow;
 mod batch;
@@ -14,6 +15,7 @@ mod indices;
 mod loader;
 mod schema;
 mod transfer;
+mod transform;
 mod writer;
 
 use pyo3::prelude::*;
@@ -68,6 +70,21 @@ fn _zrecord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<writer::PyWriter>()?;
     m.add_class::<loader::PyLoader>()?;
     m.add_class::<loader::PyMix>()?;
+    m.add_class::<transform::PyOp>()?;
+    m.add_function(wrap_pyfunction!(transform::_op, m)?)?;
+    m.add_function(wrap_pyfunction!(transform::_py_op, m)?)?;
+    let at_exit = wrap_pyfunction!(transform::_at_exit, m)?;
+    m.py()
+        .import("atexit")?
+        .call_method1("register", (&at_exit,))?;
+    let kw = pyo3::types::PyDict::new(m.py());
+    kw.set_item(
+        "after_in_child",
+        wrap_pyfunction!(transform::_after_fork_child, m)?,
+    )?;
+    m.py()
+        .import("os")?
+        .call_method("register_at_fork", (), Some(&kw))?;
     m.add_function(wrap_pyfunction!(open, m)?)?;
     m.add_function(wrap_pyfunction!(_local_path, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::_reopen, m)?)?;

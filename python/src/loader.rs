@@ -186,6 +186,8 @@ struct Options {
     on_error: String,
     fields: Option<Vec<String>>,
     key_field: Option<String>,
+    /// The transform stage (`transform=`).
+    map: Option<zrecord::transform::Map>,
 }
 
 impl Options {
@@ -275,6 +277,9 @@ impl Options {
             }
         });
         b = b.prefetch(p);
+        if let Some(map) = &self.map {
+            b = b.map(map.clone());
+        }
         Ok(b)
     }
 
@@ -351,6 +356,9 @@ pub struct PyLoader {
     last_before: Mutex<Option<LoaderState>>,
     /// Applied to each batch on the thread that calls `next()`, which returns its result.
     collate: Option<Py<PyAny>>,
+    /// `on_error="skip"`: a batch that failed for good is skipped with a `RuntimeWarning`
+    /// instead of raised.
+    skip_errors: bool,
 }
 
 impl PyLoader {
@@ -405,6 +413,17 @@ impl PyLoader {
             }
             match polled {
                 Poll::Ready(None) => return Ok(None),
+                Poll::Ready(Some(Err(e))) if self.skip_errors => {
+                    // on_error="skip": the batch is consumed; say so, and go on.
+                    let message = format!("zrecord.Loader skipped a batch: {e}");
+                    let warning = py.get_type::<pyo3::exceptions::PyRuntimeWarning>();
+                    pyo3::PyErr::warn(
+                        py,
+                        &warning,
+                        &std::ffi::CString::new(message).unwrap_or_default(),
+                        1,
+                    )?;
+                }
                 Poll::Ready(Some(Err(e))) => return Err(to_py(e)),
                 Poll::Ready(Some(Ok(b))) => {
                     let is_pad = b.padded();
@@ -440,7 +459,7 @@ impl PyLoader {
                         bucket=None, drop_last=false, lookahead=None, gathers_in_flight=None,
                         worker_queue_size=None, consumer_queue_size=None, retries=None,
                         retry_backoff=None, on_error="raise", fields=None, key_field=None,
-                        state=None, resume_from=None, collate=None))]
+                        state=None, resume_from=None, collate=None, transform=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -472,6 +491,7 @@ impl PyLoader {
         state: Option<Bound<'_, PyAny>>,
         resume_from: Option<Vec<Bound<'_, PyAny>>>,
         collate: Option<Py<PyAny>>,
+        transform: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         // Integer options: a ValueError naming the option and its range, never an
         // OverflowError from the conversion.
@@ -507,6 +527,10 @@ impl PyLoader {
             .transpose()?;
         let retries: Option<u32> = retries.map(|v| option_in_range("retries", v)).transpose()?;
         let fields = field_names_of(fields)?;
+        let map = match transform {
+            Some(t) if !t.is_none() => Some(crate::transform::map_of(py, &t)?),
+            _ => None,
+        };
         let collate = collate.filter(|c| !c.is_none(py));
         if let Some(c) = &collate {
             if !c.bind(py).is_callable() {
@@ -563,7 +587,9 @@ impl PyLoader {
             on_error: on_error.to_string(),
             fields,
             key_field,
+            map,
         };
+        let skip_errors = opts.on_error == "skip";
         let state = state.map(|s| parse_state(py, &s)).transpose()?;
         let resume_from = resume_from
             .map(|v| {
@@ -597,6 +623,7 @@ impl PyLoader {
             stash: Mutex::new(None),
             last_before: Mutex::new(None),
             collate,
+            skip_errors,
             parker: Arc::new(Parker {
                 woken: Mutex::new(false),
                 cv: Condvar::new(),

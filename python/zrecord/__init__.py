@@ -21,7 +21,7 @@ Every call that reads, waits or writes releases the GIL. Errors are subclasses o
 
 from __future__ import annotations
 
-from . import _zrecord
+from . import _zrecord, transform
 from .collate import pad_stack
 from ._zrecord import (
     Batch,
@@ -44,6 +44,7 @@ from ._zrecord import (
     RemoteError,
     ResumeMismatch,
     SchemaError,
+    TransformError,
     Writer,
     WriterBusyError,
     __version__,
@@ -77,6 +78,7 @@ __all__ = [
     "RemoteError",
     "ResumeMismatch",
     "SchemaError",
+    "TransformError",
     "Writer",
     "WriterBusyError",
     "__version__",
@@ -88,4 +90,5 @@ __all__ = [
     "pad_stack",
     "pull",
     "push",
+    "transform",
 ]

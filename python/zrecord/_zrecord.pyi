@@ -26,16 +26,20 @@ __all__ = [
     "Loader",
     "Mix",
     "NotADatasetError",
+    "Op",
     "PublishConflict",
     "Ragged",
     "RemoteError",
     "ResumeMismatch",
     "SchemaError",
+    "TransformError",
     "Writer",
     "WriterBusyError",
     "__version__",
     "_batch",
     "_local_path",
+    "_op",
+    "_py_op",
     "_reopen",
     "commit_collection",
     "convert_npy",
@@ -121,6 +125,25 @@ class RemoteError(Error):
 
 class PublishConflict(RemoteError): ...
 class InternalError(Error): ...
+
+class TransformError(Error):
+    """An operation of a Loader's ``transform=`` failed on one record."""
+    field: str
+    index: int
+    op: str
+    reason: str
+
+@final
+class Op:
+    """One operation of a field's transform (made by ``zrecord.transform``'s functions)."""
+    @property
+    def name(self) -> str: ...
+
+# A field's transform: one operation or a list, each a zrecord.transform op or a callable fn(x).
+_Transform = dict[str, Op | Callable[[Any], Any] | Sequence[Op | Callable[[Any], Any]]]
+
+def _op(kind: str, args: dict[str, Any]) -> Op: ...
+def _py_op(f: Callable[..., Any], random: bool, name: str | None = None) -> Op: ...
 
 @final
 class Buffer:
@@ -301,6 +324,7 @@ class Loader(Generic[_T]):
         state: dict[str, Any] | str | None = None,
         resume_from: Sequence[dict[str, Any] | str] | None = None,
         collate: None = None,
+        transform: _Transform | None = None,
     ) -> Loader[Batch]: ...
     @overload
     def __new__(
@@ -334,6 +358,7 @@ class Loader(Generic[_T]):
         state: dict[str, Any] | str | None = None,
         resume_from: Sequence[dict[str, Any] | str] | None = None,
         collate: Callable[[Batch], _T],
+        transform: _Transform | None = None,
     ) -> Loader[_T]: ...
     def __class_getitem__(cls, item: Any, /) -> types.GenericAlias: ...
     def __iter__(self) -> Self: ...

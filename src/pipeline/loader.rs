@@ -1,6 +1,9 @@
 //! [`Loader`]: the usual chain — sampler (or mix) → shard → (bucket) → batch → prefetch —
 //! behind one builder, with a checkpoint that records the source generation and the configuration.
 
+mod stages;
+
+use stages::MapStep;
 use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -26,7 +29,7 @@ use super::root::Root;
 use super::sampler::{Network, Sampler, SamplerConfig};
 use super::shard::{Shard, ShardConfig};
 use super::source::Source;
-use super::stage::{describe, Cursor, Stage};
+use super::stage::{describe, Stage};
 use super::staged_chain::{StagedChain, UserStage};
 use super::state::{LoaderState, PrefetchState, LOADER_STATE_VERSION};
 use super::stats::LoaderStats;
@@ -120,6 +123,8 @@ pub struct LoaderBuilder<S: Source, T = <S as Source>::Batch> {
     network: Network,
     /// The user stage over the index chain, if any ([`LoaderBuilder::stage`]).
     stage: Option<UserStage>,
+    /// The transform stage ([`LoaderBuilder::map`]), run before `transform`.
+    map: Option<MapStep<S::Batch>>,
     transform: Transform<S::Batch, T>,
 }
 
@@ -134,6 +139,7 @@ impl<S: Source, T> Clone for LoaderBuilder<S, T> {
             seed: self.seed,
             network: self.network,
             stage: self.stage.clone(),
+            map: self.map.clone(),
             transform: Arc::clone(&self.transform),
         }
     }
@@ -161,6 +167,7 @@ impl<S: Source> LoaderBuilder<S> {
             seed: None,
             network: Network::default(),
             stage: None,
+            map: None,
             transform: identity(),
         }
     }
@@ -389,97 +396,9 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
             seed: self.seed,
             network: self.network,
             stage: self.stage,
+            map: self.map,
             transform: Arc::new(transform),
         }
-    }
-
-    /// Runs a stage of your own over the whole index chain: `f` gets the chain (sampler or mix,
-    /// shard, bucket, batch, and the residual epochs an elastic resume left) as a [`Cursor`],
-    /// a [`Checkpoint`] stream of [`IndexBatch`]es, and returns a [`Checkpoint`] stream of index
-    /// batches, which the loader gathers, transforms and delivers: the chain filtered
-    /// ([`CheckpointExt::filter_items`]), changed ([`CheckpointExt::map_items`]), or any stage
-    /// of your own. `name` identifies the stage in checkpoints. A loader has one stage: a
-    /// second call replaces the first (compose stages inside `f`). `f` is called once by every
-    /// [`LoaderBuilder::build`] and [`LoaderBuilder::resume`].
-    ///
-    /// # Guarantees
-    ///
-    /// - The stage is a stage like any other: its loader has every option of
-    ///   [`PrefetchConfig`] (workers, queues, strict or best-effort merge, gathers in flight,
-    ///   lookahead, retries, error handling), [`Loader::stats`], and mixing and bucketing under
-    ///   the stage. Its prefetch is the one [`Prefetch`] over a stream
-    ///   ([`CheckpointExt::prefetch`]): the stage runs on the consumer's task, which deals its
-    ///   batches to the workers (keep it cheap; the gathers and the transform run on the
-    ///   workers).
-    /// - Under the strict merge the loader yields exactly the stage's batches, in order, with
-    ///   any worker count: a sequential pass of `f` over [`LoaderBuilder::index_chain`]'s cursor,
-    ///   each batch gathered and transformed.
-    /// - [`Loader::state`] holds the stage's checkpoint ([`LoaderState::stage`]), and `name` in
-    ///   the configuration description. [`LoaderBuilder::resume`] with the same stage continues
-    ///   right after the last consumed batch, with any worker count and either merge: under the
-    ///   strict merge the rest is exactly the uninterrupted run's; under the best-effort merge
-    ///   no batch is lost or repeated. That holds if the stage keeps the [`Checkpoint`]
-    ///   contract (a restored stage yields what the original yielded after the checkpoint, so
-    ///   `f` must build the same stage every time); `name` is all the checkpoint knows of it, so
-    ///   give a stage whose behaviour changes a new name.
-    /// - Resuming with another stage name, with a stage from a checkpoint taken without one, or
-    ///   without one from a checkpoint taken with one, is [`Error::ResumeMismatch`] naming the
-    ///   difference; so is a stage state the stage's `restore` (or its state's `Deserialize`)
-    ///   refuses.
-    /// - A loader with a stage resumes on the same ranks only: its stage's state is one rank's
-    ///   stream, which an elastic merge cannot split or combine.
-    ///   [`LoaderBuilder::merge_checkpoints`], [`LoaderBuilder::resume_elastic`] and
-    ///   [`LoaderBuilder::elastic_chain`] with a stage, or of checkpoints taken with one, are
-    ///   [`Error::ResumeMismatch`].
-    /// - A loader without a stage runs the seekable prefetch ([`Prefetch`]) exactly as before,
-    ///   and its checkpoints are unchanged.
-    ///
-    /// The stage's state is written as JSON at the start and after every batch it yields: a
-    /// state serde_json cannot write (a map with non-string keys) is [`Error::InvalidConfig`],
-    /// from [`LoaderBuilder::build`] or as an `Err` item in the batch's place.
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use futures::executor::block_on;
-    /// use zrecord::pipeline::{CheckpointExt, IndexBatch, Loader, MemorySource, PrefetchConfig};
-    ///
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let source = Arc::new(MemorySource::new((0..100u8).map(|i| vec![i]).collect()));
-    /// let builder = Loader::builder(source)
-    ///     .seed(7)
-    ///     .batch_size(10)
-    ///     .prefetch(PrefetchConfig::default().num_workers(2))
-    ///     // Drop every third batch of an epoch, keep the first 5 records of the others.
-    ///     .stage("two-in-three-short", |chain| {
-    ///         chain
-    ///             .filter_items(|b: &IndexBatch| b.position % 3 != 2)
-    ///             .map_items(|mut b: IndexBatch| {
-    ///                 b.samples.truncate(5);
-    ///                 Ok(b)
-    ///             })
-    ///     });
-    /// let mut loader = builder.clone().build()?;
-    /// let first = block_on(loader.next()).expect("a batch")?;
-    /// assert_eq!(first.indices().len(), 5);
-    /// let saved = serde_json::to_string(&loader.state())?;
-    ///
-    /// // Later, perhaps in another process: the same builder continues after the first batch.
-    /// let mut resumed = builder.resume(&serde_json::from_str(&saved)?)?;
-    /// let mut positions = vec![first.position()];
-    /// while let Some(batch) = block_on(resumed.next()) {
-    ///     positions.push(batch?.position());
-    /// }
-    /// assert_eq!(positions, [0, 1, 3, 4, 6, 7, 9]);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn stage<C, F>(mut self, name: impl Into<String>, f: F) -> Self
-    where
-        F: Fn(Cursor<ElasticChain>) -> C + Send + Sync + 'static,
-        C: Checkpoint<Item = Result<IndexBatch>> + Send + Unpin + 'static,
-    {
-        self.stage = Some(UserStage::new(name.into(), f));
-        self
     }
 
     /// The current configuration.
@@ -710,6 +629,7 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
                 });
             }
         }
+        let transform = self.composed_transform();
         let elastic = resume.and_then(|s| s.elastic.clone());
         let chain =
             self.with_spec(|spec| ElasticChain::new(spec, elastic.as_ref(), self.config.shard))?;
@@ -725,7 +645,7 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
             (None, None) => LoaderPrefetch::Seekable(Prefetch::new(
                 chain,
                 Arc::clone(&self.source),
-                self.transform,
+                transform,
                 self.config.prefetch,
             )?),
             (None, Some(state)) => {
@@ -739,7 +659,7 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
                 LoaderPrefetch::Seekable(Prefetch::resume(
                     chain,
                     Arc::clone(&self.source),
-                    self.transform,
+                    transform,
                     self.config.prefetch,
                     &state.prefetch,
                 )?)
@@ -749,7 +669,7 @@ impl<S: Source, T: Send + 'static> LoaderBuilder<S, T> {
                 let mut prefetch: StagedPrefetch<T> = staged.prefetch_with(
                     Arc::clone(&self.source),
                     self.config.prefetch,
-                    self.transform,
+                    transform,
                 )?;
                 if let Some(state) = resume {
                     let mismatch = |what: String| Error::ResumeMismatch {

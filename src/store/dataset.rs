@@ -1,6 +1,7 @@
 //! `Dataset`: a read handle on the latest commit it opened or refreshed to.
 
 use crate::error::{Error, Result};
+use crate::store::gather::{self, gather};
 use crate::store::location::{LocalDir, Location};
 use crate::store::read::batch::Batch;
 use crate::store::read::{self, Engine, ReadConfig};
@@ -431,12 +432,12 @@ impl Snapshot {
             reader.engine.pools().workers.spawn(move || {
                 // Lookahead is an optimisation: a failure here is the gather's to report.
                 if snap.load_pages(&indices, &fields).is_ok() {
-                    let _ = read::lookahead(&snap, &indices, &fields, &engine, session);
+                    let _ = gather::lookahead(&snap, &indices, &fields, &engine, session);
                 }
             });
             return Ok(());
         }
-        read::lookahead(self, indices, fields, &reader.engine, session)
+        gather::lookahead(self, indices, fields, &reader.engine, session)
     }
 }
 
@@ -480,25 +481,6 @@ impl Dataset {
     pub(crate) fn end_lookahead(&self, session: u64) {
         self.engine.backend.end_lookahead(session);
     }
-}
-
-/// [`read::gather`] with the fields' fixed shapes attached, so [`Batch::typed`] checks them:
-/// every batch a dataset or snapshot hands out is made here.
-fn gather(snap: &Snapshot, indices: &[u64], fields: &[usize], engine: &Engine) -> Result<Batch> {
-    let batch = read::gather(snap, indices, fields, engine)?;
-    let shapes = fields
-        .iter()
-        .map(|&f| {
-            snap.meta
-                .fields
-                .get(f)
-                .map(|m| m.shape.clone())
-                .ok_or_else(|| Error::UnknownField {
-                    field: format!("#{f}"),
-                })
-        })
-        .collect::<Result<_>>()?;
-    Ok(batch.with_shapes(shapes))
 }
 
 /// Turns the error of opening something that is not a dataset at all (no such path, not a

@@ -3,9 +3,11 @@
 
 pub mod collection;
 pub mod dataset;
+pub(crate) mod gather;
 pub mod location;
 pub(crate) mod paged;
 pub mod read;
+pub(crate) mod resolve;
 pub mod scan;
 pub mod schema;
 pub mod snapshot;

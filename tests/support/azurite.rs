@@ -54,6 +54,14 @@ fn script() -> PathBuf {
     static INSTALL: Mutex<()> = Mutex::new(());
     let _one = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = prefix();
+    // One install across processes too (nextest runs each test in its own): an exclusive lock
+    // on a file beside the directory, held until this function returns.
+    let lock_path = dir.with_extension("lock");
+    if let Some(parent) = lock_path.parent() {
+        std::fs::create_dir_all(parent).unwrap();
+    }
+    let lock = std::fs::File::create(&lock_path).unwrap();
+    lock.lock().unwrap();
     let bin = dir.join("node_modules/azurite/dist/src/blob/main.js");
     // Written last: a directory without it is an interrupted install, done again.
     let done = dir.join(format!("zrecord-installed-{AZURITE_VERSION}"));

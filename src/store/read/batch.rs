@@ -90,6 +90,14 @@ impl Values {
             .get(s.start..s.start + s.len)
     }
 
+    /// The bytes of `s` (empty for a span out of its owner, which the read engine never makes).
+    pub(crate) fn bytes_of(&self, s: Span) -> Bytes {
+        match self.owners.get(s.owner as usize) {
+            Some(o) if s.len > 0 && s.start + s.len <= o.len() => o.slice(s.start..s.start + s.len),
+            _ => Bytes::new(),
+        }
+    }
+
     fn bytes(&self, i: usize) -> Option<Bytes> {
         let s = self.spans.get(i)?;
         if s.len == 0 {
@@ -115,6 +123,11 @@ impl Batch {
     pub(crate) fn with_shapes(mut self, shapes: FieldShapes) -> Batch {
         self.shapes = shapes;
         self
+    }
+
+    /// The batch's parts: values, indices, fields and shapes (for a transform that rebuilds it).
+    pub(crate) fn into_parts(self) -> (Values, Vec<u64>, FieldNames, FieldShapes) {
+        (self.values, self.indices, self.fields, self.shapes)
     }
 
     /// Number of records.

@@ -17,7 +17,7 @@
 //! package (`bytes::Bytes::try_into_mut`), which is why each field has a buffer of its own.
 
 use super::finish::{checksum, run_parallel, Finisher, Task, DATA_BYTES};
-use super::resolve::{Resolved, Want};
+use super::resolved::{Resolved, Want};
 use crate::error::Result;
 use crate::format::dtype::StoredCodec;
 use crate::io::mmap::SharedMap;

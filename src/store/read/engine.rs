@@ -331,20 +331,6 @@ pub(crate) struct Engine {
     announced: std::sync::atomic::AtomicU64,
 }
 
-impl crate::store::snapshot::Snapshot {
-    /// The read engine for `config` on this snapshot: a snapshot of a dataset on an object
-    /// store reads with its remote backend unless `config` names a custom one. (Here, not in
-    /// `snapshot.rs`: the read engine depends on the snapshot, never the other way round.)
-    pub(crate) fn engine(&self, config: &ReadConfig) -> Result<Engine> {
-        match (&self.native, config.custom_backend()) {
-            (Some(native), None) => {
-                Engine::new(&config.clone().with_custom_backend(Arc::clone(native)))
-            }
-            _ => Engine::new(config),
-        }
-    }
-}
-
 impl Engine {
     /// This process's pools for the engine's budgets: a child of `fork()` gets its own on first
     /// use (worker, finishing and window threads of its own; the parent's are not in it).

@@ -2,7 +2,7 @@
 //! inflate or copy it into its slot of the slab. Big batches are cut into pieces that the
 //! calling thread and the finishing pool's helpers take in turn.
 
-use super::resolve::{Resolved, Want};
+use super::resolved::{Resolved, Want};
 use crate::error::{Error, Result};
 use crate::format::codec;
 use crate::format::dtype::StoredCodec;

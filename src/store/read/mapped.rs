@@ -6,7 +6,7 @@
 use super::columns::NONE;
 use super::finish::{run_parallel, Finisher, Task, DATA_BYTES};
 use super::plan::PerChunk;
-use super::resolve::{Resolved, Want};
+use super::resolved::{Resolved, Want};
 use crate::error::Result;
 use crate::io::mmap::SharedMap;
 use crate::store::read::batch::{slab, Span, Values, EMPTY, SLOT_ALIGN};

@@ -1,8 +1,11 @@
-//! The read engine: a batch of record indices becomes a [`Batch`] in caller order.
+//! The read engine: a batch's resolved values (checked offset entries in caller order) become
+//! the values of a [`Batch`](batch::Batch). The store splits a gather into parts, resolves
+//! each against the snapshot (`store/gather.rs`, `store/resolve.rs`) and calls down: [`read`]
+//! for a gather, [`probe`] and [`announce`] for lookahead. Nothing here names the snapshot.
 //!
 //! ```text
 //! batch.rs     Batch (the gathered records: slab, spans, field names) and Element
-//! resolve.rs   indices × fields → checked offset entries (table entries prefetched)
+//! resolved.rs  Resolved and Want: the checked entries, their parts, chunks and dictionaries
 //! mapped.rs    zero-copy from the chunks' mappings, when the backend's policy says so; or
 //! plan.rs      entries → coalesced, aligned reads and landing spots (pure)
 //! backend.rs   the ReadBackend trait: a backend executes the reads
@@ -14,7 +17,7 @@
 //! ```
 //!
 //! No two files import each other: `mod.rs` drives the others; `mapped` uses `finish` and
-//! `resolve`; `finish` uses `resolve`; `resolve` uses `chunks`; `engine` uses `backend`,
+//! `resolved`; `finish` uses `resolved`; `resolved` uses `chunks`; `engine` uses `backend`,
 //! `config`, `finish` and `window`; `window` uses `backend` and `plan`; `config` uses `backend`;
 //! `mod.rs`, `mapped` and `columns` use `batch`, which uses none of them.
 
@@ -27,7 +30,7 @@ mod engine;
 mod finish;
 mod mapped;
 mod plan;
-mod resolve;
+pub(crate) mod resolved;
 mod window;
 
 pub use backend::{ReadBackend, ZeroCopy};
@@ -39,104 +42,27 @@ pub use config::{
 pub(crate) use engine::Engine;
 pub use engine::{read_backend, uring_available};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::io::coalesce::Coalesce;
 use crate::io::job::ReadJob;
-use crate::store::read::batch::{slab, Batch, FieldNames, Span, Values, SLOT_ALIGN};
-use crate::store::snapshot::Snapshot;
+use crate::store::read::batch::{slab, Span, Values, SLOT_ALIGN};
 use bytes::Bytes;
 use finish::{run_parallel, Task};
 use plan::{Extent, DIRECT_ALIGN, OUT, STAGING};
-use resolve::Resolved;
-use std::sync::Arc;
+use resolved::Resolved;
 
-/// Values (indices × fields) a gather resolves, plans and finishes at once. A bigger gather runs
-/// in parts of this size whose results are joined, so what a gather holds beyond its result is
-/// bounded (about 200 bytes per value of a part, ~13 MiB) whatever the number of indices.
-pub(crate) const PART_VALUES: usize = 1 << 16;
-
-/// Reads `indices` × `fields` (snapshot field numbers) from `snap` in caller order, through
-/// `engine`. Every index is checked; every record's checksum is verified unless the engine's
-/// configuration turns it off. Big requests run in parts of [`PART_VALUES`] values, in order:
-/// the first failing record in caller order is the one reported.
-pub(crate) fn gather(
-    snap: &Snapshot,
-    indices: &[u64],
-    fields: &[usize],
-    engine: &Engine,
-) -> Result<Batch> {
-    let per_part = (PART_VALUES / fields.len().max(1)).max(1);
-    if indices.len() <= per_part {
-        let (values, names) = gather_part(snap, indices, fields, engine)?;
-        return Ok(Batch::new(values, indices.to_vec(), names));
-    }
-    let mut joined = Values::default();
-    let mut names = None;
-    for part in indices.chunks(per_part) {
-        let (values, n) = gather_part(snap, part, fields, engine)?;
-        joined.append(values);
-        names.get_or_insert(n);
-    }
-    let names = match names {
-        Some(n) => n,
-        None => resolve::resolve(snap, &[], fields)?.fields,
-    };
-    Ok(Batch::new(joined, indices.to_vec(), names))
-}
-
-/// One piece of a gather: its values and the batch's field names. A record found damaged in
-/// bytes the backend can fetch again (a cache entry) is read once more.
-fn gather_part(
-    snap: &Snapshot,
-    indices: &[u64],
-    fields: &[usize],
-    engine: &Engine,
-) -> Result<(Values, FieldNames)> {
-    let mut result = gather_part_once(snap, indices, fields, engine, true);
-    // Each retry follows a backend dropping the copy of a file not dropped before in this
-    // gather: damage that a retry meets again (bytes damaged on the store itself) ends it, so
-    // there are at most as many retries as damaged cached copies, never one per chunk.
-    let mut dropped: Vec<std::path::PathBuf> = Vec::new();
-    for _ in 0..snap.chunk_count() {
-        let path = match &result {
-            Err(Error::ChecksumMismatch { path, .. } | Error::Decompress { path, .. }) => path,
-            _ => break,
-        };
-        if dropped.contains(path) || !engine.backend.refetch(path) {
-            break;
-        }
-        snap.copy_dropped(path);
-        dropped.push(path.clone());
-        if let Err(e) = &result {
-            tracing::warn!(error = %e, "a cached copy was damaged; reading it again");
-        }
-        result = gather_part_once(snap, indices, fields, engine, false);
-    }
-    result
-}
-
-/// `zero_copy: false` keeps the batch off the mappings (a retry after a damaged cache entry:
-/// the backend serves it from elsewhere).
-fn gather_part_once(
-    snap: &Snapshot,
-    indices: &[u64],
-    fields: &[usize],
-    engine: &Engine,
-    zero_copy: bool,
-) -> Result<(Values, FieldNames)> {
-    let res = {
-        let _span = tracing::trace_span!("zrecord.resolve", records = indices.len()).entered();
-        // Tables read on demand: the batch's missing pages in one step, before resolving.
-        snap.load_pages(indices, fields)?;
-        resolve::resolve(snap, indices, fields)?
-    };
+/// Reads the resolved values `res` through `engine`: from the chunks' mappings when the
+/// backend's zero-copy policy says so (and `may_map`: `false` after a damaged cache entry, so
+/// the backend serves the values from elsewhere), else through the backend's reads. Every
+/// record's checksum is verified unless the engine's configuration turns it off.
+pub(crate) fn read(res: &Resolved<'_>, engine: &Engine, may_map: bool) -> Result<Values> {
     let verify = engine.verify_checksums;
-    let mapped = zero_copy
+    let mapped = may_map
         && !engine.direct_io
         && match engine.backend.zero_copy() {
             ZeroCopy::Always => true,
             ZeroCopy::WhenResident => {
-                let resident = mapped::resident(&res)?;
+                let resident = mapped::resident(res)?;
                 if !resident {
                     // The read window probes every announced batch again.
                     engine.probed(false);
@@ -148,12 +74,12 @@ fn gather_part_once(
     let zero_copy = match mapped {
         true => {
             let _span = tracing::trace_span!("zrecord.mapped", values = res.wants.len()).entered();
-            mapped::gather(&res, &engine.pools().finish, verify, engine.columns)?
+            mapped::gather(res, &engine.pools().finish, verify, engine.columns)?
         }
         false => None,
     };
-    let values = match zero_copy {
-        Some(v) => v,
+    match zero_copy {
+        Some(v) => Ok(v),
         None => {
             let _span = tracing::trace_span!(
                 "zrecord.read",
@@ -161,10 +87,9 @@ fn gather_part_once(
                 values = res.wants.len()
             )
             .entered();
-            gather_io(&res, engine)?
+            gather_io(res, engine)
         }
-    };
-    Ok((values, Arc::clone(&res.fields)))
+    }
 }
 
 /// The plan's ops in jobs of at most `max_job_files` files (each (chunk, mode) is one run of
@@ -273,63 +198,34 @@ fn extents(res: &Resolved<'_>, engine: &Engine, starts: &[usize]) -> Result<Vec<
     Ok(extents)
 }
 
-/// Records of an announced batch probed for residency before its reads are planned.
-const LOOKAHEAD_PROBES: usize = 2;
+/// Whether the sample `res` of an announced batch is resident (its stored bytes in the page
+/// cache), recorded for [`Engine::probe_lookahead`]: a resident batch has nothing to announce.
+pub(crate) fn probe(res: &Resolved<'_>, engine: &Engine) -> Result<bool> {
+    let resident = mapped::resident(res)?;
+    engine.probed(resident);
+    Ok(resident)
+}
 
-/// Announces the reads a gather of `indices` × `fields` will make to a backend that wants
-/// them ([`ReadBackend::lookahead`]): the same resolution, plan and jobs as [`gather`], no
-/// buffers, no reads.
-pub(crate) fn lookahead(
-    snap: &Snapshot,
-    indices: &[u64],
-    fields: &[usize],
-    engine: &Engine,
-    session: u64,
-) -> Result<()> {
-    // A custom backend (an object store's) has nothing to hide for local chunks (a remote
-    // dataset's cached ones included); zrecord's own backends have the read window.
+/// Announces the reads a gather of the resolved values `res` will make to `engine`'s backend
+/// ([`ReadBackend::lookahead`]): the same plan and jobs as [`read`], no buffers, no reads.
+pub(crate) fn announce(res: &Resolved<'_>, engine: &Engine, session: u64) -> Result<()> {
     let local_window = engine.effective.is_some();
-    if !engine.backend.wants_lookahead() || !(local_window || snap.any_object()) {
-        return Ok(());
-    }
-    let per_part = (PART_VALUES / fields.len().max(1)).max(1);
-    for part in indices.chunks(per_part) {
-        // Warm data has nothing to hide: a batch whose first and middle records are resident
-        // is left alone, for the price of resolving those two and one `mincore` each (8
-        // probes, as `auto`'s zero-copy choice makes, cost warm 1 KiB loaders ~13% more CPU).
-        // A wrong guess costs either a readahead of resident pages or a batch read as without
-        // lookahead.
-        // After a run of warm batches only some are probed (`Engine::probe_lookahead`).
-        if local_window && !engine.direct_io {
-            if !engine.probe_lookahead() {
-                continue;
-            }
-            let step = part.len().div_ceil(LOOKAHEAD_PROBES).max(1);
-            let sample: Vec<u64> = part.iter().step_by(step).copied().collect();
-            let resident = mapped::resident(&resolve::resolve(snap, &sample, fields)?)?;
-            engine.probed(resident);
-            if resident {
-                continue;
-            }
-        }
-        let res = resolve::resolve(snap, part, fields)?;
-        // Slots change where bytes land, not which reads are made.
-        let plan = plan::plan(&extents(&res, engine, &[])?);
-        for (range, files) in job_ranges(&plan.ops) {
-            // For the read window, the job's descriptors count like a gather's while it is
-            // announced (the window bounds what it keeps on its own); none free now: the batch
-            // is not announced. A custom backend's (an object store's) objects hold none.
-            let _permit = match !local_window {
-                true => None,
-                false => match chunks::try_job_permit(files) {
-                    Some(p) => Some(p),
-                    None => continue,
-                },
-            };
-            engine
-                .backend
-                .lookahead(session, &build_job(&res, &plan, range, Vec::new())?);
-        }
+    // Slots change where bytes land, not which reads are made.
+    let plan = plan::plan(&extents(res, engine, &[])?);
+    for (range, files) in job_ranges(&plan.ops) {
+        // For the read window, the job's descriptors count like a gather's while it is
+        // announced (the window bounds what it keeps on its own); none free now: the batch
+        // is not announced. A custom backend's (an object store's) objects hold none.
+        let _permit = match !local_window {
+            true => None,
+            false => match chunks::try_job_permit(files) {
+                Some(p) => Some(p),
+                None => continue,
+            },
+        };
+        engine
+            .backend
+            .lookahead(session, &build_job(res, &plan, range, Vec::new())?);
     }
     Ok(())
 }

@@ -5,6 +5,7 @@ mod loader;
 mod make;
 mod open;
 mod sampler;
+mod transform;
 
 use crate::Res;
 use clap::Subcommand;
@@ -14,6 +15,7 @@ use make::{make, MakeArgs};
 use open::{open, OpenArgs};
 use sampler::{sampler, SamplerArgs};
 use std::path::{Path, PathBuf};
+use transform::{transform, TransformArgs};
 
 #[derive(Subcommand)]
 pub enum BenchCmd {
@@ -29,6 +31,9 @@ pub enum BenchCmd {
     Open(OpenArgs),
     /// One full epoch of the shuffled sampler over `--len` indices on one thread, as JSON.
     Sampler(SamplerArgs),
+    /// The transform stage's limit on one core: decode, random resized crop and flip of every
+    /// image of a dataset in a tight loop on this thread, as JSON.
+    Transform(TransformArgs),
 }
 
 /// Runs one bench subcommand.
@@ -39,6 +44,7 @@ pub fn run(cmd: &BenchCmd) -> Res {
         BenchCmd::Loader(a) => loader(a),
         BenchCmd::Open(a) => open(a),
         BenchCmd::Sampler(a) => sampler(a),
+        BenchCmd::Transform(a) => transform(a),
     }
 }
 

@@ -1,137 +1,30 @@
-//! Resolving a batch: every (index, field) of the request becomes a checked offset entry, with
-//! what later stages need to name it in an error (its field, its chunk), so planning and
-//! finishing never go back to the snapshot.
+//! Resolving a batch against a snapshot: every (index, field) of the request becomes a checked
+//! offset entry, read from the snapshot's tables (the table entries prefetched a window at a
+//! time), with the parts, chunks and dictionaries the read engine needs to read and finish it
+//! ([`Resolved`]), so `read/` never goes back to the snapshot.
 
-use super::chunks::{ChunkHandle, ChunkSet};
-use super::plan::ChunkKey;
 use crate::error::{Error, Result};
 use crate::format::codec::Dictionary;
-use crate::format::dtype::{DType, StoredCodec};
-use crate::format::entry::Entry;
-use crate::store::snapshot::{FieldTable, Snapshot};
+use crate::store::read::resolved::{Dictionaries, PartRes, Resolved, Want};
+use crate::store::snapshot::Snapshot;
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Records whose table entries are prefetched in one burst before any of them is decoded.
 const ENTRY_WINDOW: usize = 256;
 
-/// One value to produce: record `index` (global), field `field` (a position in
-/// [`Resolved::fields`]), whose entry is in part `part` (a position in [`Resolved::parts`]).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Want {
-    pub(crate) field: usize,
-    pub(crate) index: u64,
-    pub(crate) part: u32,
-    pub(crate) e: Entry,
-}
-
-impl Want {
-    /// The chunk holding the value's stored bytes, as the plan names it.
-    pub(crate) fn key(&self) -> ChunkKey {
-        ChunkKey {
-            part: self.part,
-            chunk: self.e.chunk,
-        }
+/// A snapshot's dictionaries are its tables'.
+impl Dictionaries for Snapshot {
+    fn dictionary(&self, field: usize, n: u8) -> Option<&Arc<Dictionary>> {
+        self.tables.get(field)?.dictionary(n)
     }
 }
 
-/// What a batch reads of one part (of a collection; a plain dataset is its own one part): its
-/// chunks, and its tables (by snapshot field number, [`Resolved::field_ids`]).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct PartRes<'a> {
-    pub(crate) chunks: &'a ChunkSet,
-    pub(crate) tables: &'a [FieldTable],
-}
-
-impl<'a> PartRes<'a> {
-    fn of(snap: &'a Snapshot) -> PartRes<'a> {
-        PartRes {
-            chunks: &snap.chunks,
-            tables: &snap.tables,
-        }
-    }
-}
-
-/// A batch's values in caller order (record-major, then field), checked against the snapshot.
-#[derive(Debug)]
-pub(crate) struct Resolved<'a> {
-    pub(crate) wants: Vec<Want>,
-    /// The batch's fields: name and dtype, by position.
-    pub(crate) fields: Arc<[(String, DType)]>,
-    /// The parts the batch's records are in, in order of first use: one for a plain dataset.
-    pub(crate) parts: Vec<PartRes<'a>>,
-    /// The batch's fields' snapshot field numbers, by position.
-    pub(crate) field_ids: Vec<usize>,
-}
-
-impl Resolved<'_> {
-    /// The chunk `key` names (resolving checked that the commit names it).
-    pub(crate) fn chunk_at(&self, key: ChunkKey) -> Option<&Arc<ChunkHandle>> {
-        self.parts
-            .get(key.part as usize)
-            .and_then(|p| p.chunks.get(key.chunk))
-    }
-
-    /// The chunk holding `w`'s stored bytes (resolving checked that the commit names it).
-    pub(crate) fn chunk(&self, w: &Want) -> Result<&Arc<ChunkHandle>> {
-        self.chunk_at(w.key()).ok_or_else(|| {
-            Error::internal(format!(
-                "record {} names chunk {}, which resolving found",
-                w.index, w.e.chunk
-            ))
-        })
-    }
-
-    /// The zstd dictionary `w`'s entry names (resolving checked the commit holds it).
-    pub(crate) fn dictionary(&self, w: &Want) -> Result<Option<&Arc<Dictionary>>> {
-        let StoredCodec::ZstdDict(n) = w.e.codec else {
-            return Ok(None);
-        };
-        self.parts
-            .get(w.part as usize)
-            .and_then(|p| p.tables.get(*self.field_ids.get(w.field)?))
-            .and_then(|t| t.dictionary(n))
-            .map(Some)
-            .ok_or_else(|| {
-                Error::internal(format!(
-                    "record {} names dictionary {n}, which resolving found",
-                    w.index
-                ))
-            })
-    }
-
-    /// The name of `w`'s field.
-    pub(crate) fn field_name(&self, w: &Want) -> String {
-        self.fields
-            .get(w.field)
-            .map(|(n, _)| n.clone())
-            .unwrap_or_default()
-    }
-
-    /// The item size of `w`'s field's dtype.
-    pub(crate) fn item_bytes(&self, w: &Want) -> usize {
-        self.fields
-            .get(w.field)
-            .map_or(1, |(_, d)| d.item_bytes() as usize)
-    }
-
-    /// The path of `w`'s chunk.
-    pub(crate) fn chunk_path(&self, w: &Want) -> PathBuf {
-        self.parts
-            .get(w.part as usize)
-            .map(|p| p.chunks.path(w.e.chunk))
-            .unwrap_or_default()
-    }
-
-    /// The error for a slot or slice that does not fit where planning put it: a bug, never
-    /// the data's fault (every length was checked against the chunk when resolving).
-    pub(crate) fn misplaced(&self, w: &Want, what: &str) -> Error {
-        Error::internal(format!(
-            "record {} of field {:?}: {what} does not fit where it was planned",
-            w.index,
-            self.field_name(w)
-        ))
+/// What a batch reads of `snap` (a plain dataset, or one part of a collection).
+fn part_res(snap: &Snapshot) -> PartRes<'_> {
+    PartRes {
+        chunks: &snap.chunks,
+        dictionaries: snap,
     }
 }
 
@@ -169,7 +62,7 @@ pub(crate) fn resolve<'a>(
             for &f in fields {
                 snap.table(f)?;
             }
-            parts.push(PartRes::of(snap));
+            parts.push(part_res(snap));
             resolve_in(indices, fields, |_| Ok((0, snap, None)), &mut wants)?;
         }
         Some(all) => {
@@ -198,7 +91,7 @@ pub(crate) fn resolve<'a>(
                                 .ok()
                                 .filter(|&s| s != NONE)
                                 .ok_or_else(|| Error::internal("a batch over 2^32 parts".into()))?;
-                            parts.push(PartRes::of(part));
+                            parts.push(part_res(part));
                             match slot_of.get_mut(k) {
                                 Some(x) => *x = s,
                                 None => {
