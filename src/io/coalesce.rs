@@ -2,7 +2,8 @@
 //! files (touching reads only, [`Coalesce::LOCAL`]) and objects on a store (reads up to a gap
 //! apart, under the request limit: [`Coalesce::objects`]). The read plan
 //! (`store/read/plan.rs`) applies it once per batch; a backend executes the ops it gives, one
-//! read (or range request) each, and merges nothing again. Pure: no I/O.
+//! read (or range request) each, and merges nothing again. Offset table pages fetched on
+//! demand (`store/paged.rs`) follow it too ([`Coalesce::pages`]). Pure: no I/O.
 
 use std::ops::Range;
 
@@ -57,6 +58,16 @@ impl Coalesce {
         max_pieces: 256,
     };
 
+    /// Pages of an offset table (`store/paged.rs`): touching reads share one of at most
+    /// `max_bytes` (a source's largest read), landing in one buffer.
+    pub(crate) fn pages(max_bytes: u64) -> Coalesce {
+        Coalesce {
+            gap_bytes: 0,
+            max_bytes: max_bytes.max(1),
+            max_pieces: usize::MAX,
+        }
+    }
+
     /// Objects on a store: reads up to `gap_bytes` apart share a range request of at most
     /// `max_bytes` (`RemoteConfig::coalesce_gap`, `RemoteConfig::max_request`); a request
     /// scatters into any number of destinations.
@@ -76,9 +87,10 @@ impl Coalesce {
     /// stays within `max_bytes` (and `max_pieces`); else it starts a run. A read longer than
     /// `max_bytes` is split into parts of `max_bytes` first. Empty reads get no part.
     ///
-    /// `scatter`: each read lands in a destination of its own, so overlapping reads (a record
-    /// asked for twice) never share a run, and a gap is a destination too. Otherwise a run
-    /// lands in one contiguous destination, and overlapping reads share it.
+    /// `scatter`: each read lands in a destination of its own, so overlapping reads never share
+    /// a run (each would cost a request of its own: the read plan hands a record asked for
+    /// twice over once), and a gap is a destination too. Otherwise a run lands in one
+    /// contiguous destination, and overlapping reads share it.
     ///
     /// Appends to `out`; the runs already there are never extended.
     pub(crate) fn runs(&self, reads: &[Range<u64>], scatter: bool, out: &mut Runs) {

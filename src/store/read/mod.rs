@@ -274,8 +274,9 @@ fn gather_io(res: &Resolved<'_>, engine: &Engine) -> Result<Values> {
     // Check in place what landed in its slot; then check, inflate or copy out of staging.
     if verify {
         let mut in_place = Vec::new();
-        for (w, &l) in wants.iter().zip(&plan.landing) {
-            let Some((OUT, at)) = landed(l) else {
+        for ((w, &l), &slot) in wants.iter().zip(&plan.landing).zip(&starts) {
+            // A repeat landed in its first copy's slot, checked once there.
+            let Some((OUT, at)) = landed(l).filter(|&(_, at)| at == slot) else {
                 continue;
             };
             let stored = out
@@ -288,6 +289,17 @@ fn gather_io(res: &Resolved<'_>, engine: &Engine) -> Result<Values> {
             });
         }
         run_parallel(&engine.pools().finish, res, &in_place, &mut [], true)?;
+    }
+    // A raw record asked for again was read once, into its first copy's slot.
+    for ((w, &l), &slot) in wants.iter().zip(&plan.landing).zip(&starts) {
+        let Some((OUT, at)) = landed(l).filter(|&(_, at)| at != slot) else {
+            continue;
+        };
+        let len = w.e.physical_len as usize;
+        if at.max(slot) + len > out.len() {
+            return Err(res.misplaced(w, "its repeated bytes"));
+        }
+        out.copy_within(at..at + len, slot);
     }
     let mut staged = Vec::new();
     for ((w, &l), &slot) in wants.iter().zip(&plan.landing).zip(&starts) {
