@@ -111,7 +111,13 @@ pub(crate) struct ReadOp {
     pub(crate) pieces: Range<usize>,
 }
 
-/// A destination: `len` bytes at `at` in buffer `buf` of the job.
+/// The buffer of a piece whose bytes are read and dropped: a gap the coalescing rule read
+/// across (`io/coalesce.rs`; only for objects on a store, whose backend delivers through
+/// [`ReadJob::fill`]). No buffer has this index, so [`ReadJob::validate`] refuses a job with
+/// one: no such piece reaches the kernel.
+pub(crate) const SKIP: usize = usize::MAX;
+
+/// A destination: `len` bytes at `at` in buffer `buf` of the job ([`SKIP`]: dropped).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Piece {
     /// Index into [`ReadJob::bufs`].
@@ -188,7 +194,8 @@ impl ReadJob {
     }
 
     /// Delivers the bytes of read `op`: `data` must hold at least its `need` bytes and at most
-    /// its `len`; they are scattered into the op's destinations.
+    /// its `len`; they are scattered into the op's destinations (the bytes of a gap the read
+    /// was coalesced across are dropped).
     pub fn fill(&mut self, op: usize, data: &[u8]) -> std::io::Result<()> {
         let bad = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, m);
         let o = self
@@ -207,6 +214,10 @@ impl ReadJob {
         for p in self.pieces.get(o.pieces.clone()).unwrap_or_default() {
             let n = p.len.min(rest.len());
             let (head, tail) = rest.split_at(n);
+            if p.buf == SKIP {
+                rest = tail;
+                continue;
+            }
             let dst = self
                 .bufs
                 .get_mut(p.buf)
@@ -218,14 +229,28 @@ impl ReadJob {
         Ok(())
     }
 
-    /// The bytes read `op` has delivered so far (its whole `len`), copied out.
+    /// The bytes read `op` has delivered so far (its whole `len`, a coalesced gap as zeros),
+    /// copied out.
     pub fn read_back(&self, op: usize) -> Option<Vec<u8>> {
         let o = self.ops.get(op)?;
         let mut out = Vec::with_capacity(self.op_len(o));
         for p in self.pieces.get(o.pieces.clone())? {
-            out.extend_from_slice(self.bufs.get(p.buf)?.get(p.at..p.at + p.len)?);
+            match p.buf {
+                SKIP => out.resize(out.len() + p.len, 0),
+                b => out.extend_from_slice(self.bufs.get(b)?.get(p.at..p.at + p.len)?),
+            }
         }
         Some(out)
+    }
+
+    /// Bytes of read `op` its caller wants: its length less the gaps it reads across.
+    #[cfg(feature = "remote")]
+    pub(crate) fn wanted(&self, op: usize) -> usize {
+        self.ops.get(op).map_or(0, |o| {
+            self.pieces.get(o.pieces.clone()).map_or(0, |p| {
+                p.iter().filter(|p| p.buf != SKIP).map(|p| p.len).sum()
+            })
+        })
     }
 
     /// Total bytes of an op's pieces.

@@ -1,6 +1,7 @@
 //! The I/O layer: the only place `unsafe` lives.
 //!
 //! - `job`: a batch of positioned reads (`ReadJob`) that owns every byte its reads touch.
+//! - `coalesce`: the one rule that merges a file's reads into fewer, larger ones (pure).
 //! - `uring`: the io_uring ring thread.
 //! - `psync`: the `preadv` thread-pool fallback.
 //! - `mmap`: read-only mappings of committed file prefixes (offset tables, and chunks for the
@@ -19,6 +20,7 @@
 //!
 //! Which of these serves a read is the read engine's business (`store/read/`).
 
+pub(crate) mod coalesce;
 pub(crate) mod fork;
 pub(crate) mod fs;
 pub(crate) mod job;

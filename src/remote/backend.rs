@@ -1,4 +1,5 @@
-//! The remote read backend: a batch's reads become coalesced, concurrent range requests.
+//! The remote read backend: a batch's reads, coalesced by the read plan, become concurrent
+//! range requests, one per read.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -245,56 +246,38 @@ impl RemoteBackend {
         })
     }
 
-    /// The requests for `job`'s reads: per object, in offset order, reads closer than the
-    /// coalescing gap share a request, and no request is larger than the request limit (a read
-    /// larger than that is split).
+    /// The requests for `job`'s reads on objects: one per read, as the plan coalesced them by
+    /// the dataset's rule (`RemoteConfig::object_reads`: reads closer than the coalescing gap
+    /// share a read, none larger than the request limit). Nothing is merged here. A read
+    /// planned by another rule (a cached copy found damaged, read from its object instead) that
+    /// is larger than the limit is split.
     fn plan(
         &self,
         job: &ReadJob,
         remote: &[usize],
         keys: &[String],
     ) -> Result<(Vec<Request>, Vec<Segments>)> {
-        let mut reads = Vec::with_capacity(remote.len());
+        let max = self.config.max_request.max(1);
+        let mut requests: Vec<Request> = Vec::with_capacity(remote.len());
+        let mut segments: Vec<Segments> = vec![Vec::new(); job.len()];
         for &op in remote {
             let r = job.range(op).ok_or_else(|| Error::Internal {
                 reason: format!("read {op} of {} has no range", job.len()),
             })?;
             let key = keys.get(op).cloned().unwrap_or_default();
-            reads.push((key, r.offset, r.len as u64, op));
-        }
-        reads.sort_unstable_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
-        let gap = self.config.coalesce_gap;
-        let max = self.config.max_request.max(1);
-        let mut requests: Vec<Request> = Vec::new();
-        let mut segments: Vec<Segments> = vec![Vec::new(); job.len()];
-        for (key, offset, len, op) in reads {
-            let mut at = offset;
-            let end = offset.saturating_add(len);
+            let end = r.offset.saturating_add(r.len as u64);
+            let mut at = r.offset;
             while at < end {
-                let joins = requests.last().is_some_and(|r| {
-                    r.key == key
-                        && at >= r.start
-                        && at <= r.end.saturating_add(gap)
-                        && end.min(at.saturating_add(max)).saturating_sub(r.start) <= max
-                });
-                if !joins {
-                    requests.push(Request {
-                        key: key.clone(),
-                        start: at,
-                        end: at,
-                    });
-                }
-                let i = requests.len().saturating_sub(1);
-                let Some(r) = requests.last_mut() else {
-                    break;
-                };
-                let piece_end = end.min(r.start.saturating_add(max));
-                r.end = r.end.max(piece_end);
-                let (from, n) = (at - r.start, piece_end - at);
+                let to = end.min(at.saturating_add(max));
                 if let Some(s) = segments.get_mut(op) {
-                    s.push((i, from as usize, n as usize));
+                    s.push((requests.len(), 0, (to - at) as usize));
                 }
-                at = piece_end;
+                requests.push(Request {
+                    key: key.clone(),
+                    start: at,
+                    end: to,
+                });
+                at = to;
             }
         }
         Ok((requests, segments))
@@ -532,8 +515,7 @@ impl ReadBackend for RemoteBackend {
             filled.map_err(|e| Error::Internal {
                 reason: format!("delivering read {op}: {e}"),
             })?;
-            let n: usize = segs.iter().map(|s| s.2).sum();
-            USEFUL.fetch_add(n as u64, Ordering::Relaxed);
+            USEFUL.fetch_add(job.wanted(op) as u64, Ordering::Relaxed);
         }
         Ok(job)
     }

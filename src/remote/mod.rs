@@ -190,6 +190,12 @@ impl RemoteConfig {
         self
     }
 
+    /// How the read plan coalesces reads of this dataset's objects into range requests:
+    /// reads up to `coalesce_gap` apart share one, of at most `max_request` bytes.
+    pub(crate) fn object_reads(&self) -> crate::io::coalesce::Coalesce {
+        crate::io::coalesce::Coalesce::objects(self.coalesce_gap, self.max_request)
+    }
+
     /// The cache directory in use.
     pub fn cache_root(&self) -> PathBuf {
         if let Some(d) = &self.cache_dir {

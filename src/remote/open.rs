@@ -228,14 +228,16 @@ impl Remote {
                 )))
             };
         let native: Arc<dyn ReadBackend> = self.backend();
-        Snapshot::assemble_paged(
+        let mut snap = Snapshot::assemble_paged(
             store.url(),
             manifest.meta.as_bytes(),
             table,
             pages,
             chunk,
             Some(native),
-        )
+        )?;
+        snap.chunks.object_reads = self.config.object_reads();
+        Ok(snap)
     }
 
     /// Puts object `o` at `path`, unless it is there with its size and checksum.

@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use crate::error::{Error, Result};
 use crate::format::entry::{Entry, ENTRY_BYTES};
+use crate::io::coalesce::{Coalesce, Runs};
 use crate::io::fork::{take_unlocked, ForkLocal};
 use crate::store::read::chunks::{
     enlist_file, release_descriptor, reserve_descriptor, BudgetedFile,
@@ -408,30 +409,29 @@ pub(crate) fn load(wanted: &[(&PagedTable, u64)]) -> Result<()> {
         let Some((_, (reads, covers))) = by_source.get_mut(at) else {
             continue;
         };
-        let max = t.source.max_read().max(ENTRY_BYTES as u64);
-        for p in missing {
-            let r = PagedTable::bytes(&t.entries(p));
-            let joins = covers
-                .last()
-                .zip(reads.last())
-                .is_some_and(|((lt, lp), lr)| {
-                    std::ptr::eq(*lt, t)
-                        && lp.last().is_some_and(|&q| q.checked_add(1) == Some(p))
-                        && r.end.saturating_sub(lr.range.start) <= max
-                });
-            match (joins, reads.last_mut(), covers.last_mut()) {
-                (true, Some(lr), Some((_, lp))) => {
-                    lr.range.end = r.end;
-                    lp.push(p);
-                }
-                _ => {
-                    reads.push(PageRead {
-                        object: t.object.clone(),
-                        range: r,
-                    });
-                    covers.push((t, vec![p]));
-                }
-            }
+        // The one coalescing rule (`io/coalesce.rs`): adjacent pages share a read up to the
+        // source's largest, a page never split.
+        let spans: Vec<Range<u64>> = missing
+            .iter()
+            .map(|&p| PagedTable::bytes(&t.entries(p)))
+            .collect();
+        let page_bytes = spans.iter().map(|r| r.end - r.start).max().unwrap_or(0);
+        let max = t.source.max_read().max(ENTRY_BYTES as u64).max(page_bytes);
+        let mut runs = Runs::default();
+        Coalesce::pages(max).runs(&spans, false, &mut runs);
+        for run in runs.runs {
+            let parts = runs.parts.get(run.parts).unwrap_or_default();
+            reads.push(PageRead {
+                object: t.object.clone(),
+                range: run.range,
+            });
+            covers.push((
+                t,
+                parts
+                    .iter()
+                    .filter_map(|part| missing.get(part.read).copied())
+                    .collect(),
+            ));
         }
     }
     for (_, (reads, covers)) in by_source {

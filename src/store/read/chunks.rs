@@ -9,10 +9,10 @@
 //! the snapshot was loaded. Every later open checks it: a chunk that a rebalance removed, or
 //! whose id a later chunk reuses, is an error ([`Error::ChunkGone`]), never another file's bytes.
 
-use super::plan::ChunkKey;
 use crate::error::{Error, Result};
 use crate::format::layout;
 use crate::format::meta::Meta;
+use crate::io::coalesce::Coalesce;
 use crate::io::fork::{take_unlocked, ForkLocal};
 use crate::io::fs;
 use crate::io::job::{FileId, ReadFile};
@@ -485,6 +485,11 @@ impl ChunkHandle {
         &self.path
     }
 
+    /// True if the chunk is read from an object (not a local file, or a cached copy in place).
+    pub(crate) fn is_object(&self) -> bool {
+        self.object.is_some() || (self.fallback.is_some() && self.evicted.load(Ordering::Acquire))
+    }
+
     /// Committed size in bytes.
     pub(crate) fn size(&self) -> u64 {
         self.size
@@ -769,6 +774,8 @@ pub enum ChunkAt {
 #[derive(Debug, Default)]
 pub(crate) struct ChunkSet {
     by_id: Vec<Option<Arc<ChunkHandle>>>,
+    /// How reads of its objects coalesce (`RemoteConfig::object_reads`; default LOCAL).
+    pub(crate) object_reads: Coalesce,
 }
 
 impl ChunkSet {
@@ -852,7 +859,10 @@ impl ChunkSet {
                 *slot = Some(h);
             }
         }
-        Ok(ChunkSet { by_id })
+        Ok(ChunkSet {
+            by_id,
+            object_reads: Coalesce::LOCAL,
+        })
     }
 
     /// The handle of chunk `c` at `path`, checked to exist with at least its committed size,
@@ -915,36 +925,6 @@ impl ChunkSet {
     /// The path of chunk `id` (for error messages), empty if the commit does not name it.
     pub(crate) fn path(&self, id: u16) -> PathBuf {
         self.get(id).map(|c| c.path.clone()).unwrap_or_default()
-    }
-}
-
-/// A per-batch memo of one value per chunk: 64 slots addressed by the key's low bits (the
-/// chunk id's, mixed with the part's). A batch over few chunks asks the handles once per chunk;
-/// one over many chunks (or many parts) pays a compare per record and asks again only when two
-/// of its chunks share a slot.
-pub(crate) struct PerChunk<T> {
-    slots: [Option<(ChunkKey, T)>; 64],
-}
-
-impl<T: Copy> PerChunk<T> {
-    pub(crate) fn new() -> Self {
-        PerChunk { slots: [None; 64] }
-    }
-
-    /// The value for chunk `key`, computed by `f` on a miss.
-    pub(crate) fn get(&mut self, key: ChunkKey, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        let at = (usize::from(key.chunk) ^ (key.part as usize).wrapping_mul(7)) % 64;
-        let Some(slot) = self.slots.get_mut(at) else {
-            return f();
-        };
-        match slot {
-            Some((c, v)) if *c == key => Ok(*v),
-            _ => {
-                let v = f()?;
-                *slot = Some((key, v));
-                Ok(v)
-            }
-        }
     }
 }
 

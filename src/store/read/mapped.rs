@@ -3,9 +3,9 @@
 //!
 //! [`ZeroCopy`]: super::backend::ZeroCopy
 
-use super::chunks::PerChunk;
 use super::columns::NONE;
 use super::finish::{run_parallel, Finisher, Task, DATA_BYTES};
+use super::plan::PerChunk;
 use super::resolved::{Resolved, Want};
 use crate::error::Result;
 use crate::io::mmap::SharedMap;

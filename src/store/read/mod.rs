@@ -43,6 +43,7 @@ pub(crate) use engine::Engine;
 pub use engine::{read_backend, uring_available};
 
 use crate::error::Result;
+use crate::io::coalesce::Coalesce;
 use crate::io::job::ReadJob;
 use crate::store::read::batch::{slab, Span, Values, SLOT_ALIGN};
 use bytes::Bytes;
@@ -161,7 +162,8 @@ fn build_job(
 /// The extents of `res`'s records with their slots (`starts`): which read with `O_DIRECT`,
 /// which land in staging.
 fn extents(res: &Resolved<'_>, engine: &Engine, starts: &[usize]) -> Result<Vec<Extent>> {
-    let mut direct_of = chunks::PerChunk::<bool>::new();
+    let mut direct_of = plan::PerChunk::<bool>::new();
+    let mut rule_of = plan::PerChunk::<Coalesce>::new();
     let mut extents = Vec::with_capacity(res.wants.len());
     for (w, &slot) in res
         .wants
@@ -178,6 +180,19 @@ fn extents(res: &Resolved<'_>, engine: &Engine, starts: &[usize]) -> Result<Vec<
             staged: w.e.codec.compressed(),
             direct,
             slot,
+            // An empty record reads nothing (its chunk may be gone): no chunk asked.
+            rule: match w.e.physical_len == 0 {
+                true => Coalesce::LOCAL,
+                false => rule_of.get(w.key(), || {
+                    Ok(match res.chunk(w)?.is_object() {
+                        true => res
+                            .parts
+                            .get(w.key().part as usize)
+                            .map_or(Coalesce::LOCAL, |p| p.chunks.object_reads),
+                        false => Coalesce::LOCAL,
+                    })
+                })?,
+            },
         });
     }
     Ok(extents)
@@ -259,8 +274,9 @@ fn gather_io(res: &Resolved<'_>, engine: &Engine) -> Result<Values> {
     // Check in place what landed in its slot; then check, inflate or copy out of staging.
     if verify {
         let mut in_place = Vec::new();
-        for (w, &l) in wants.iter().zip(&plan.landing) {
-            let Some((OUT, at)) = landed(l) else {
+        for ((w, &l), &slot) in wants.iter().zip(&plan.landing).zip(&starts) {
+            // A repeat landed in its first copy's slot, checked once there.
+            let Some((OUT, at)) = landed(l).filter(|&(_, at)| at == slot) else {
                 continue;
             };
             let stored = out
@@ -273,6 +289,17 @@ fn gather_io(res: &Resolved<'_>, engine: &Engine) -> Result<Values> {
             });
         }
         run_parallel(&engine.pools().finish, res, &in_place, &mut [], true)?;
+    }
+    // A raw record asked for again was read once, into its first copy's slot.
+    for ((w, &l), &slot) in wants.iter().zip(&plan.landing).zip(&starts) {
+        let Some((OUT, at)) = landed(l).filter(|&(_, at)| at != slot) else {
+            continue;
+        };
+        let len = w.e.physical_len as usize;
+        if at.max(slot) + len > out.len() {
+            return Err(res.misplaced(w, "its repeated bytes"));
+        }
+        out.copy_within(at..at + len, slot);
     }
     let mut staged = Vec::new();
     for ((w, &l), &slot) in wants.iter().zip(&plan.landing).zip(&starts) {

@@ -41,6 +41,10 @@ pub struct GatherArgs {
     /// Seed of the random indices.
     #[arg(long, default_value_t = 1)]
     pub(super) seed: u64,
+    /// Each batch is `--batch` consecutive records from a random first one (a sequential
+    /// scan), instead of `--batch` random records.
+    #[arg(long)]
+    pub(super) sequential: bool,
     /// Lay each field of every batch out end to end in memory of its own, as the Python
     /// package's batches are (`ReadConfig::with_columns`): one copy per record, in the pass
     /// that checks it, instead of views of the chunk mappings.
@@ -136,6 +140,7 @@ pub(super) fn gather_on(
                 pread_loop: a.pread_loop,
                 inflate_loop: a.inflate_loop,
                 range_get_loop: a.range_get_loop.then_some(a.requests),
+                sequential: a.sequential,
                 seed: a.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (t as u64 + 1),
             };
             std::thread::spawn(move || bench_thread(&ds, &job))
@@ -227,6 +232,8 @@ struct ThreadJob {
     inflate_loop: bool,
     /// The remote baseline, with its requests in flight.
     range_get_loop: Option<usize>,
+    /// Batches of consecutive records.
+    sequential: bool,
     seed: u64,
 }
 
@@ -255,8 +262,18 @@ fn bench_thread(
         std::sync::Arc<zrecord::diagnostics::Dictionary>,
     > = std::collections::HashMap::new();
     for _ in 0..job.batches {
-        for i in idx.iter_mut() {
-            *i = rng.next() % n;
+        match job.sequential {
+            true => {
+                let first = rng.next() % n;
+                for (k, i) in idx.iter_mut().enumerate() {
+                    *i = (first + k as u64) % n;
+                }
+            }
+            false => {
+                for i in idx.iter_mut() {
+                    *i = rng.next() % n;
+                }
+            }
         }
         if job.inflate_loop {
             // Untimed: the stored bytes of this batch, as the engine would have them in memory.

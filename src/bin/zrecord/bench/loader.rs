@@ -121,6 +121,7 @@ pub(super) fn loader(a: &LoaderArgs) -> Res {
         no_verify: false,
         consume: false,
         seed: a.seed,
+        sequential: false,
         columns: a.columns,
         pread_loop: false,
         inflate_loop: false,
