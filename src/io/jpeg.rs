@@ -8,9 +8,9 @@
 //! built with `-fexceptions`, the `unwinding` feature of `mozjpeg-sys`) to a `catch_unwind` in
 //! this module, where the message becomes an `Err`; the decompressor is destroyed on every path.
 //! A warning about corrupt data (a truncated file, a bad Huffman code) is an error too: the
-//! decoder would otherwise hand back grey blocks as if they were the image. Only
-//! `JWRN_EXTRANEOUS_DATA` (stray bytes between markers, common in real photographs and harmless to
-//! the pixels) is let through.
+//! decoder would otherwise hand back grey blocks as if they were the image. Only warnings about
+//! metadata (stray bytes between markers, common in real photographs, an unknown Adobe or JFIF
+//! code, a bad ICC profile) are let through.
 
 use std::ffi::{c_int, c_ulong};
 use std::marker::PhantomData;
@@ -91,15 +91,25 @@ extern "C-unwind" fn error_exit(cinfo: &mut ffi::jpeg_common_struct) {
     resume_unwind(Box::new(JpegFailure(text)));
 }
 
-/// libjpeg's warnings (level −1) and trace messages (level ≥ 0): a warning about corrupt data is
-/// an error here, trace messages are ignored.
+/// The warnings that say nothing about the pixels: stray bytes between markers, an unknown
+/// Adobe transform code or JFIF revision, a bad ICC profile (metadata zrecord does not use).
+const BENIGN: [c_int; 4] = [
+    ffi::JWRN_EXTRANEOUS_DATA,
+    ffi::JWRN_ADOBE_XFORM,
+    ffi::JWRN_JFIF_MAJOR,
+    ffi::JWRN_BOGUS_ICC,
+];
+
+/// libjpeg's warnings (level −1) and trace messages (level ≥ 0): a warning about the image data
+/// (a premature end, a bad Huffman or arithmetic code, a broken progression) is an error here,
+/// the [`BENIGN`] ones and trace messages are ignored.
 extern "C-unwind" fn emit_message(cinfo: &mut ffi::jpeg_common_struct, level: c_int) {
     if level >= 0 {
         return;
     }
     // SAFETY: as in `message`: `cinfo.err` is the boxed error manager, alive while decoding.
     let code = unsafe { cinfo.err.as_ref() }.map_or(-1, |e| e.msg_code);
-    if code == ffi::JWRN_EXTRANEOUS_DATA as c_int {
+    if BENIGN.contains(&code) {
         return;
     }
     let text = message(cinfo);
@@ -325,10 +335,11 @@ fn adobe_marker(bytes: &[u8]) -> bool {
         if marker == 0xda || marker == 0xd9 {
             return false; // start of scan, end of image
         }
-        let Some(len) = bytes.get(at + 2..at + 4) else {
+        let (Some(&hi), Some(&lo)) = (bytes.get(at + 2), bytes.get(at + 3)) else {
             return false;
         };
-        let len = usize::from(u16::from_be_bytes([len[0], len[1]]));
+        // Segment lengths are big-endian.
+        let len = usize::from(hi) << 8 | usize::from(lo);
         if marker == 0xee && bytes.get(at + 4..at + 9) == Some(b"Adobe".as_slice()) {
             return true;
         }
