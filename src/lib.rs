@@ -77,6 +77,7 @@ pub mod transform;
 // `testing::` (feature `testing`; the machinery is the `zrecord-testing` crate). docs/public-api.txt lists all of it; CI checks that the list is current.
 pub use error::{Error, Result};
 pub use format::dtype::{Codec, DType};
+pub use format::meta::{Attributes, MAX_ATTRIBUTES_BYTES, MAX_ATTRIBUTE_KEY_BYTES};
 pub use format::{MAX_CHUNKS, MAX_CHUNK_BYTES, MAX_RECORDS, MAX_RECORD_BYTES};
 pub use io::job::{ReadJob, ReadRange};
 pub use store::dataset::{Dataset, GatherFuture};

@@ -965,6 +965,7 @@ mod tests {
                 .iter()
                 .map(|&(id, size)| ChunkMeta { id, size })
                 .collect(),
+            attributes: Default::default(),
         }
     }
 
