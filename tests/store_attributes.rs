@@ -97,7 +97,8 @@ fn bad_attributes_are_refused_by_the_writer_and_corrupt_to_readers() {
     drop(w);
 
     // Checksummed but lying: an oversized value, an empty key, version 2 with attributes.
-    let lies: Vec<Box<dyn Fn(&mut Meta)>> = vec![
+    type Lie = Box<dyn Fn(&mut Meta)>;
+    let lies: Vec<Lie> = vec![
         Box::new(|m| {
             m.attributes
                 .insert("big".into(), json!("x".repeat(MAX_ATTRIBUTES_BYTES)));

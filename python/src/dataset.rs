@@ -213,7 +213,7 @@ impl PyDataset {
     #[getter]
     fn attributes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let text = serde_json::to_string(&self.inner.attributes())
-            .map_err(|e| crate::errors::config_error(&e.to_string()))?;
+            .map_err(|e| crate::errors::config_error(e.to_string()))?;
         py.import("json")?.call_method1("loads", (text,))
     }
 
@@ -435,5 +435,5 @@ pub(crate) fn json_of(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<serd
         .import("json")?
         .call_method1("dumps", (value,))?
         .extract()?;
-    serde_json::from_str(&text).map_err(|e| crate::errors::config_error(&e.to_string()))
+    serde_json::from_str(&text).map_err(|e| crate::errors::config_error(e.to_string()))
 }
