@@ -50,7 +50,7 @@ const DEFAULT_QUALITY: u8 = 90;
 /// assert_eq!(report.rows, 2);
 /// let ds = Dataset::open(&out)?;
 /// assert_eq!(ds.attributes()["classes"], serde_json::json!(["cat", "dog"]));
-/// assert_eq!(ds.gather_blocking(&[1])?.typed::<i64>(1, 0)?, &[1]);
+/// assert_eq!(ds.gather_blocking(&[1])?.typed::<i64>(0, 1)?, &[1]);
 /// # Ok(())
 /// # }
 /// ```

@@ -91,9 +91,6 @@ fn progress_of(w: &Writer, fingerprint: u64, dir: &Path) -> Result<(u64, u64)> {
         ),
     };
     let Some(p) = attrs.get(PROGRESS_KEY) else {
-        if w.is_empty() {
-            return Ok((0, 0));
-        }
         return Err(refuse(
             "a dataset this conversion did not start (or a finished one not yet renamed)",
         ));
@@ -126,12 +123,26 @@ pub(super) fn run(job: Job<'_>, source: &dyn Source) -> Result<Done> {
         num_writers: job.threads.clamp(1, crate::MAX_WRITERS),
         ..WriterConfig::default()
     };
-    let mut writer = if dir.exists() {
-        Writer::open(&dir, config)?
+    let existing = if dir.exists() {
+        let w = Writer::open(&dir, config.clone())?;
+        if w.is_empty() && !w.attributes().contains_key(PROGRESS_KEY) {
+            // Created, but killed before its first commit: empty, and of unknown options.
+            drop(w);
+            std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, "remove", e))?;
+            None
+        } else {
+            Some(w)
+        }
     } else {
-        Writer::create(&dir, &job.schema, config)?
+        None
     };
-    let (start, skipped) = progress_of(&writer, job.fingerprint, &dir)?;
+    let (mut writer, (start, skipped)) = match existing {
+        Some(w) => {
+            let at = progress_of(&w, job.fingerprint, &dir)?;
+            (w, at)
+        }
+        None => (Writer::create(&dir, &job.schema, config)?, (0, 0)),
+    };
     let total = source.len();
     if start > total {
         return Err(Error::InvalidConfig {
@@ -159,6 +170,8 @@ pub(super) fn run(job: Job<'_>, source: &dyn Source) -> Result<Done> {
             bytes_total: job.bytes_total,
         },
     };
+    // The first commit names the conversion, so a rerun knows the directory is its own.
+    state.commit()?;
     let fields = job.schema.fields.len();
     pipeline(&mut state, source, fields, job.threads)?;
     let skipped = state.skipped;
