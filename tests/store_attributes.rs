@@ -121,3 +121,23 @@ fn bad_attributes_are_refused_by_the_writer_and_corrupt_to_readers() {
     std::fs::write(dir.join("meta.json"), &good).unwrap();
     assert_eq!(Dataset::open(&dir).unwrap().attributes()["ok"], json!(1));
 }
+
+/// A collection shows its first part's attributes.
+#[test]
+fn a_collection_shows_its_first_parts_attributes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut parts = Vec::new();
+    for p in 0..2 {
+        let path = tmp.path().join(format!("part-{p}"));
+        let mut w = create(&path);
+        w.append(&[vec![p as u8; 10]]).unwrap();
+        w.set_attribute("part", json!(p)).unwrap();
+        w.commit().unwrap();
+        parts.push(path);
+    }
+    let root = tmp.path().join("c");
+    zrecord::collection::commit(&root, &parts, Default::default()).unwrap();
+    let ds = Dataset::open(&root).unwrap();
+    assert_eq!(ds.len(), 2);
+    assert_eq!(ds.attributes()["part"], json!(0));
+}
