@@ -101,3 +101,32 @@ fn an_interrupted_webdataset_conversion_resumes_to_the_same_dataset() {
     assert!(report.resumed >= 30 && report.resumed < 90, "{report:?}");
     assert_eq!(convert::records(&out), convert::records(&whole));
 }
+
+/// A build directory killed before its first commit (an empty dataset naming no conversion)
+/// is replaced; one holding another dataset is refused, and left alone.
+#[test]
+fn an_unnamed_build_directory_is_replaced_only_when_empty() {
+    use zrecord::{DType, Field, Schema, Writer, WriterConfig};
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("train");
+    convert::class_folders(&root, &["a"], 3);
+    let out = tmp.path().join("out.zr");
+    let build = tmp.path().join(".out.zr.zrecord-convert");
+    let schema = Schema::new().field(Field::new("other", DType::U8));
+    drop(Writer::create(&build, &schema, WriterConfig::default()).unwrap());
+    ImagesConvert::new(&root, &out).run().unwrap();
+    assert_eq!(
+        Dataset::open(&out).unwrap().schema().fields[0].name,
+        "image"
+    );
+
+    let out = tmp.path().join("out2.zr");
+    let build = tmp.path().join(".out2.zr.zrecord-convert");
+    let mut w = Writer::create(&build, &schema, WriterConfig::default()).unwrap();
+    w.append(&[b"x"]).unwrap();
+    w.commit().unwrap();
+    drop(w);
+    let e = ImagesConvert::new(&root, &out).run().unwrap_err();
+    assert!(matches!(e, zrecord::Error::InvalidConfig { .. }), "{e}");
+    assert_eq!(Dataset::open(&build).unwrap().len(), 1);
+}
