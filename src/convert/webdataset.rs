@@ -40,7 +40,10 @@ const MAX_INT_BYTES: u64 = 32;
 /// rest of its sample under [`WebDatasetConvert::skip_bad`].
 ///
 /// Every shard's member list is read first (headers only; `cls` members also read, to decide
-/// their dtype), so problems of structure are found before anything is written.
+/// their dtype), so problems of structure are found before anything is written. It is kept in
+/// memory: 16 bytes per member and 8 per sample (about 50 MB for ImageNet's 1.28 million
+/// two-member samples); the samples themselves are read with positioned reads, a few blocks of
+/// 32 per thread at a time.
 #[must_use = "a conversion does nothing until `run` is called"]
 pub struct WebDatasetConvert<'a> {
     shards: Vec<PathBuf>,
