@@ -253,6 +253,30 @@ pub enum Error {
         reason: String,
     },
 
+    /// An input of an image or WebDataset conversion is not an image zrecord reads: not JPEG or
+    /// PNG, or a header that does not decode. Names the file, and the tar member for a shard.
+    #[error("{path}{}: not an image zrecord can read: {reason}", member.as_ref().map(|m| format!(" (member {m})")).unwrap_or_default())]
+    NotAnImage {
+        /// The image file, or the shard.
+        path: PathBuf,
+        /// The member of the shard, for a WebDataset shard.
+        member: Option<String>,
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// A WebDataset shard cannot be converted: not a readable tar archive, or a member that
+    /// does not fit the dataset (a duplicate extension in one sample, a field name clash).
+    #[error("cannot convert shard {path}{}: {reason}", member.as_ref().map(|m| format!(" (member {m})")).unwrap_or_default())]
+    BadShard {
+        /// The shard.
+        path: PathBuf,
+        /// The member, when one is to blame.
+        member: Option<String>,
+        /// What is wrong.
+        reason: String,
+    },
+
     /// A NumPy `.npy` input cannot be converted: it is malformed or truncated, or holds a dtype
     /// zrecord does not store (object arrays, structured dtypes, strings, ...). The source names
     /// the byte offset of the problem.

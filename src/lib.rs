@@ -44,7 +44,7 @@
 //! The store is at the crate root; the loader pipeline at [`pipeline`]; the transform stage
 //! (per-record operations the loader's workers run: decode, crop, flip, your own) at
 //! [`transform`], its image operations with feature `images`; datasets on object stores at
-//! `remote` (feature `remote`: `features = ["remote"]`); `.npy` conversion at [`convert`]. Off by default: `remote`, `diagnostics` (feature `diagnostics`: bench and
+//! `remote` (feature `remote`: `features = ["remote"]`); `.npy` conversion, and (feature `images`) image folders and WebDataset shards, at [`convert`]. Off by default: `remote`, `diagnostics` (feature `diagnostics`: bench and
 //! diagnostic helpers, the format's decoders for fuzzing) and `testing` (feature `testing`:
 //! the writer's file-system seam, which the `zrecord-testing` crate's simulated and
 //! fault-injecting file systems plug into). Each public name has one path; `docs/public-api.txt` lists them all.
@@ -72,11 +72,12 @@ mod store;
 pub mod transform;
 
 // The public face: every name a user needs, once, at the root; the loader's at `pipeline::`,
-// the object store's at `remote::`, `.npy` conversion at `convert::`, bench and diagnostic
+// the object store's at `remote::`, conversion at `convert::`, bench and diagnostic
 // helpers at `diagnostics::` (feature `diagnostics`), the seams test machinery plugs into at
 // `testing::` (feature `testing`; the machinery is the `zrecord-testing` crate). docs/public-api.txt lists all of it; CI checks that the list is current.
 pub use error::{Error, Result};
 pub use format::dtype::{Codec, DType};
+pub use format::meta::{Attributes, MAX_ATTRIBUTES_BYTES, MAX_ATTRIBUTE_KEY_BYTES};
 pub use format::{MAX_CHUNKS, MAX_CHUNK_BYTES, MAX_RECORDS, MAX_RECORD_BYTES};
 pub use io::job::{ReadJob, ReadRange};
 pub use store::dataset::{Dataset, GatherFuture};

@@ -10,6 +10,9 @@ fn every_subcommand_has_help() {
     for cmd in [
         &[][..],
         &["convert"][..],
+        &["convert", "npy"][..],
+        &["convert", "images"][..],
+        &["convert", "webdataset"][..],
         &["info"][..],
         &["verify"][..],
         &["cat"][..],

@@ -146,11 +146,11 @@ fn unknown_format_version_is_refused_by_readers_and_the_writer() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("ds");
     drop(writer(&dir, 1 << 20));
-    // Rewrite meta.json as a well-formed envelope of version 3, newer than this build's.
+    // Rewrite meta.json as a well-formed envelope of version 4, newer than this build's.
     let text = std::fs::read_to_string(dir.join("meta.json")).unwrap();
     let body_start = text.find("{\"format\"").unwrap();
     let body_end = text.rfind(",\"crc32c\"").unwrap();
-    let body = text[body_start..body_end].replace("\"version\":1", "\"version\":3");
+    let body = text[body_start..body_end].replace("\"version\":1", "\"version\":4");
     let crc = zrecord::diagnostics::crc32c(body.as_bytes());
     std::fs::write(
         dir.join("meta.json"),
@@ -164,8 +164,8 @@ fn unknown_format_version_is_refused_by_readers_and_the_writer() {
         matches!(
             e,
             Error::UnsupportedVersion {
-                found: 3,
-                supported: 2,
+                found: 4,
+                supported: 3,
                 ..
             }
         ),
@@ -173,7 +173,7 @@ fn unknown_format_version_is_refused_by_readers_and_the_writer() {
     );
     let e = Writer::open(&dir, WriterConfig::default()).unwrap_err();
     assert!(
-        matches!(e, Error::UnsupportedVersion { found: 3, .. }),
+        matches!(e, Error::UnsupportedVersion { found: 4, .. }),
         "{e}"
     );
     assert_eq!(

@@ -208,6 +208,15 @@ impl PyDataset {
         self.location.clone()
     }
 
+    /// The dataset's user attributes (a new dict of JSON values), e.g. `classes` of a dataset
+    /// made by `convert_images`.
+    #[getter]
+    fn attributes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let text = serde_json::to_string(&self.inner.attributes())
+            .map_err(|e| crate::errors::config_error(e.to_string()))?;
+        py.import("json")?.call_method1("loads", (text,))
+    }
+
     /// The commit's generation number.
     #[getter]
     fn generation(&self) -> u64 {
@@ -418,4 +427,13 @@ pub(crate) fn path_str(obj: &Bound<'_, PyAny>) -> PyResult<String> {
     os.call_method1("fspath", (obj,))?
         .extract::<String>()
         .map_err(|_| config_error("a path must be a str or os.PathLike of str"))
+}
+
+/// A Python value as JSON, through `json.dumps` (a `TypeError` for what it cannot encode).
+pub(crate) fn json_of(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<serde_json::Value> {
+    let text: String = py
+        .import("json")?
+        .call_method1("dumps", (value,))?
+        .extract()?;
+    serde_json::from_str(&text).map_err(|e| crate::errors::config_error(e.to_string()))
 }

@@ -612,6 +612,23 @@ pub(crate) fn to_py(e: CoreError) -> PyErr {
             CoreError::Npy { path: p, .. } => {
                 (schema_error_type(py), vec![attr(py, "path", path(p))])
             }
+            CoreError::NotAnImage {
+                path: p,
+                member,
+                reason,
+            }
+            | CoreError::BadShard {
+                path: p,
+                member,
+                reason,
+            } => (
+                schema_error_type(py),
+                vec![
+                    attr(py, "path", path(p)),
+                    attr(py, "member", member.clone()),
+                    attr(py, "reason", reason.as_str()),
+                ],
+            ),
             CoreError::RowCountMismatch {
                 path: p,
                 rows,

@@ -93,6 +93,8 @@ fn _zrecord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(transfer::push, m)?)?;
     m.add_function(wrap_pyfunction!(transfer::pull, m)?)?;
     m.add_function(wrap_pyfunction!(transfer::convert_npy, m)?)?;
+    m.add_function(wrap_pyfunction!(transfer::convert_images, m)?)?;
+    m.add_function(wrap_pyfunction!(transfer::convert_webdataset, m)?)?;
     m.add_function(wrap_pyfunction!(collection::commit_collection, m)?)?;
     m.add_function(wrap_pyfunction!(collection::gc_collection, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

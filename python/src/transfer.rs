@@ -1,4 +1,5 @@
-//! `push`, `pull` and `convert_npy`: whole-dataset operations, with the GIL released.
+//! `push`, `pull`, `convert_npy`, `convert_images` and `convert_webdataset`: whole-dataset
+//! operations, with the GIL released.
 
 use crate::dataset::path_str;
 use crate::guard::without_gil;
@@ -101,4 +102,106 @@ pub(crate) fn convert_npy(
         let r = c.run()?;
         Ok((r.rows, r.bytes))
     })
+}
+
+/// A conversion's report as a dict.
+fn convert_report<'py>(
+    py: Python<'py>,
+    r: &zrecord::convert::ConvertReport,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("records", r.rows)?;
+    d.set_item("fields", r.fields)?;
+    d.set_item("bytes", r.bytes)?;
+    d.set_item("skipped", r.skipped)?;
+    d.set_item("resumed", r.resumed)?;
+    d.set_item("seconds", r.elapsed.as_secs_f64())?;
+    Ok(d)
+}
+
+/// Converts a folder of class folders of JPEG/PNG/WebP images (`dir/<class>/**/*.{jpg,jpeg,png,webp}`)
+/// into a new dataset at `out`: `image` bytes and `label` (the class's index), the class names
+/// stored as the attribute `classes`. Resumable: an interrupted run continues when called again
+/// with the same arguments. Returns a report dict.
+#[pyfunction]
+#[pyo3(signature = (dir, out, *, max_side=None, quality=90, skip_bad=false, shuffle_seed=None, codec="raw", chunk_size_bytes=None, num_threads=2, commit_every=None))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn convert_images<'py>(
+    py: Python<'py>,
+    dir: Bound<'py, PyAny>,
+    out: Bound<'py, PyAny>,
+    max_side: Option<u32>,
+    quality: u8,
+    skip_bad: bool,
+    shuffle_seed: Option<u64>,
+    codec: &str,
+    chunk_size_bytes: Option<u64>,
+    num_threads: usize,
+    commit_every: Option<u64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let dir = path_str(&dir)?;
+    let out = path_str(&out)?;
+    let codec = crate::schema::codec_of(codec)?;
+    let r = without_gil(py, move || {
+        let mut c = zrecord::convert::ImagesConvert::new(&dir, &out)
+            .codec(codec)
+            .quality(quality)
+            .skip_bad(skip_bad)
+            .num_threads(num_threads);
+        if let Some(s) = max_side {
+            c = c.max_side(s);
+        }
+        if let Some(s) = shuffle_seed {
+            c = c.shuffle(s);
+        }
+        if let Some(b) = chunk_size_bytes {
+            c = c.chunk_size_bytes(b);
+        }
+        if let Some(n) = commit_every {
+            c = c.commit_every(n);
+        }
+        c.run()
+    })?;
+    convert_report(py, &r)
+}
+
+/// Converts WebDataset tar shards (paths, in order: expand globs first) into a new dataset at
+/// `out`: one record per sample, one field per extension (`cls` as int64 when every one is an
+/// integer). Resumable like `convert_images`. Returns a report dict.
+#[pyfunction]
+#[pyo3(signature = (shards, out, *, max_side=None, quality=90, skip_bad=false, codec="raw", chunk_size_bytes=None, num_threads=2, commit_every=None))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn convert_webdataset<'py>(
+    py: Python<'py>,
+    shards: Vec<Bound<'py, PyAny>>,
+    out: Bound<'py, PyAny>,
+    max_side: Option<u32>,
+    quality: u8,
+    skip_bad: bool,
+    codec: &str,
+    chunk_size_bytes: Option<u64>,
+    num_threads: usize,
+    commit_every: Option<u64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let shards = shards.iter().map(path_str).collect::<PyResult<Vec<_>>>()?;
+    let out = path_str(&out)?;
+    let codec = crate::schema::codec_of(codec)?;
+    let r = without_gil(py, move || {
+        let mut c = zrecord::convert::WebDatasetConvert::new(shards.iter(), &out)
+            .codec(codec)
+            .quality(quality)
+            .skip_bad(skip_bad)
+            .num_threads(num_threads);
+        if let Some(s) = max_side {
+            c = c.max_side(s);
+        }
+        if let Some(b) = chunk_size_bytes {
+            c = c.chunk_size_bytes(b);
+        }
+        if let Some(n) = commit_every {
+            c = c.commit_every(n);
+        }
+        c.run()
+    })?;
+    convert_report(py, &r)
 }

@@ -467,6 +467,18 @@ impl PyWriter {
         self.run(py, |w| w.commit())
     }
 
+    /// Sets dataset attribute `key` to `value` (anything `json.dumps` takes), written by the
+    /// next commit. Keys are 1-256 bytes; all attributes together at most 1 MiB of JSON.
+    fn set_attribute(&self, py: Python<'_>, key: String, value: Bound<'_, PyAny>) -> PyResult<()> {
+        let value = crate::dataset::json_of(py, &value)?;
+        self.run(py, move |w| w.set_attribute(key, value))
+    }
+
+    /// Removes dataset attribute `key` at the next commit (nothing if it has none).
+    fn remove_attribute(&self, py: Python<'_>, key: String) -> PyResult<()> {
+        self.run(py, move |w| w.remove_attribute(&key).map(|_| ()))
+    }
+
     /// Number of records, committed or not.
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
         self.len(py).map(|n| n as usize)

@@ -42,7 +42,9 @@ __all__ = [
     "_py_op",
     "_reopen",
     "commit_collection",
+    "convert_images",
     "convert_npy",
+    "convert_webdataset",
     "gc_collection",
     "mix",
     "open",
@@ -88,6 +90,10 @@ class SchemaError(Error, ValueError):
     extra: list[str]
     duplicated: list[str]
     row: int
+    # An input of convert_images / convert_webdataset that is not a readable image, or a
+    # shard that cannot be converted: the file (or shard) and the tar member, if any.
+    path: str
+    member: str | None
 class ConfigError(Error):
     reason: str
     # A part given to a collection, where they apply:
@@ -244,6 +250,8 @@ class Dataset:
     @property
     def path(self) -> str: ...
     @property
+    def attributes(self) -> dict[str, Any]: ...
+    @property
     def generation(self) -> int: ...
     @property
     def fields(self) -> list[str]: ...
@@ -393,6 +401,8 @@ class Writer:
     def train_dictionary(self, field: str, samples: Sequence[bytes]) -> int: ...
     def rebalance(self, *, retrain_dictionaries: bool = False) -> dict[str, int]: ...
     def commit(self) -> int: ...
+    def set_attribute(self, key: str, value: Any) -> None: ...
+    def remove_attribute(self, key: str) -> None: ...
     def close(self) -> None: ...
     def __len__(self) -> int: ...
     @property
@@ -436,6 +446,31 @@ def gc_collection(
     than ``older_than`` seconds; returns ``removed``, ``kept``, ``bytes_freed``, ``leftovers``,
     ``manifests``."""
     ...
+def convert_images(
+    dir: _Path,
+    out: _Path,
+    *,
+    max_side: int | None = None,
+    quality: int = 90,
+    skip_bad: bool = False,
+    shuffle_seed: int | None = None,
+    codec: str = "raw",
+    chunk_size_bytes: int | None = None,
+    num_threads: int = 2,
+    commit_every: int | None = None,
+) -> dict[str, Any]: ...
+def convert_webdataset(
+    shards: Sequence[_Path],
+    out: _Path,
+    *,
+    max_side: int | None = None,
+    quality: int = 90,
+    skip_bad: bool = False,
+    codec: str = "raw",
+    chunk_size_bytes: int | None = None,
+    num_threads: int = 2,
+    commit_every: int | None = None,
+) -> dict[str, Any]: ...
 def convert_npy(
     inputs: Sequence[_Path],
     out: _Path,

@@ -3,11 +3,22 @@
 //! The file is one JSON object, the envelope `{"meta":{...},"crc32c":N}`, where `N` is the
 //! CRC32C of the exact bytes of the `meta` value as they appear in the file. The body carries the
 //! format version, the commit generation, the record count, the chunk list with committed sizes,
-//! and each field's schema and offset-table cursor. See `docs/FORMAT.md`.
+//! each field's schema and offset-table cursor, and the user's attributes (format version 3).
+//! See `docs/FORMAT.md`.
 
 use super::dtype::{Codec, DType};
 use super::{FORMAT_VERSION, MAX_CHUNKS, MAX_CHUNK_BYTES, MAX_RECORDS, MAX_TABLE_ENTRIES};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A dataset's user attributes: string keys to JSON values (`meta.json`'s `attributes`).
+pub type Attributes = BTreeMap<String, serde_json::Value>;
+
+/// The most bytes the attributes of a dataset take, encoded as the JSON object in `meta.json`.
+pub const MAX_ATTRIBUTES_BYTES: usize = 1 << 20;
+
+/// The longest attribute key, in bytes.
+pub const MAX_ATTRIBUTE_KEY_BYTES: usize = 256;
 
 /// The committed state of a dataset.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,6 +39,10 @@ pub struct Meta {
     /// Every chunk referenced by some live record (and possibly a few that are not), with the
     /// committed size: bytes past it are not part of the dataset.
     pub chunks: Vec<ChunkMeta>,
+    /// The user's attributes (format version 3), written only when there are some: string keys
+    /// (1–256 bytes) to JSON values, at most [`MAX_ATTRIBUTES_BYTES`] encoded.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attributes: Attributes,
 }
 
 /// A field's schema and the cursor of its offset table.
@@ -138,9 +153,12 @@ impl Meta {
         Ok(meta)
     }
 
-    /// The lowest format version that holds this meta: 2 if a field uses zstd or names a
-    /// dictionary, else 1. Every commit writes this version.
+    /// The lowest format version that holds this meta: 3 if it has attributes, else 2 if a
+    /// field uses zstd or names a dictionary, else 1. Every commit writes this version.
     pub fn required_version(&self) -> u32 {
+        if !self.attributes.is_empty() {
+            return 3;
+        }
         let v2 = self
             .fields
             .iter()
@@ -191,11 +209,17 @@ impl Meta {
         }
         if self.version < self.required_version() {
             return Err(format!(
-                "version {} cannot hold a zstd field (version {} can)",
+                "version {} cannot hold {} (version {} can)",
                 self.version,
+                if self.attributes.is_empty() {
+                    "a zstd field"
+                } else {
+                    "attributes"
+                },
                 self.required_version()
             ));
         }
+        validate_attributes(&self.attributes)?;
         for f in &self.fields {
             if !f.dictionaries.is_empty() && !matches!(f.codec, Codec::ZstdDict { .. }) {
                 return Err(format!(
@@ -246,6 +270,27 @@ impl Meta {
     pub fn field_index(&self, name: &str) -> Option<usize> {
         self.fields.iter().position(|f| f.name == name)
     }
+}
+
+/// Checks attributes: keys of 1–[`MAX_ATTRIBUTE_KEY_BYTES`] bytes, at most
+/// [`MAX_ATTRIBUTES_BYTES`] encoded.
+pub fn validate_attributes(attributes: &Attributes) -> Result<(), String> {
+    if let Some(k) = attributes
+        .keys()
+        .find(|k| k.is_empty() || k.len() > MAX_ATTRIBUTE_KEY_BYTES)
+    {
+        return Err(format!(
+            "attribute key of {} bytes (1 to {MAX_ATTRIBUTE_KEY_BYTES})",
+            k.len()
+        ));
+    }
+    let bytes = serde_json::to_vec(attributes).map_or(usize::MAX, |v| v.len());
+    if bytes > MAX_ATTRIBUTES_BYTES {
+        return Err(format!(
+            "attributes take {bytes} bytes, more than {MAX_ATTRIBUTES_BYTES}"
+        ));
+    }
+    Ok(())
 }
 
 /// Checks field names (unique, 1–64 of `[A-Za-z0-9_-]`) and shapes (no overflow).
@@ -307,7 +352,56 @@ mod tests {
                 dictionaries: Vec::new(),
             }],
             chunks: vec![ChunkMeta { id: 0, size: 100 }, ChunkMeta { id: 5, size: 7 }],
+            attributes: Attributes::new(),
         }
+    }
+
+    #[test]
+    fn attributes_need_version_3_and_a_bounded_size() {
+        let mut m = sample();
+        m.attributes
+            .insert("classes".into(), serde_json::json!(["cat", "dog"]));
+        assert_eq!(m.required_version(), 3);
+        // Versions 1 and 2 cannot hold them.
+        assert!(matches!(
+            Meta::decode(&m.encode()),
+            Err(MetaError::Corrupt(_))
+        ));
+        m.version = 3;
+        assert_eq!(Meta::decode(&m.encode()), Ok(m.clone()));
+        let text = String::from_utf8(m.encode()).unwrap();
+        assert!(
+            text.contains(r#""attributes":{"classes":["cat","dog"]}"#),
+            "{text}"
+        );
+        for bad in [String::new(), "k".repeat(MAX_ATTRIBUTE_KEY_BYTES + 1)] {
+            let mut b = m.clone();
+            b.attributes.insert(bad, serde_json::Value::Null);
+            assert!(matches!(
+                Meta::decode(&b.encode()),
+                Err(MetaError::Corrupt(_))
+            ));
+        }
+        let mut big = m.clone();
+        big.attributes.insert(
+            "big".into(),
+            serde_json::Value::String("x".repeat(MAX_ATTRIBUTES_BYTES)),
+        );
+        assert!(matches!(
+            Meta::decode(&big.encode()),
+            Err(MetaError::Corrupt(_))
+        ));
+        // Not an object: refused.
+        let text = String::from_utf8(m.encode()).unwrap();
+        let body_start = text.find('{').unwrap() + 1;
+        let body = &text[body_start..];
+        let body = &body[body.find('{').unwrap()..body.rfind(",\"crc32c\"").unwrap()];
+        let bad = body.replace(r#"{"classes":["cat","dog"]}"#, "[1]");
+        let sealed = crate::format::envelope::seal("meta", &bad);
+        assert!(matches!(Meta::decode(&sealed), Err(MetaError::Corrupt(_))));
+        // Without attributes there is no "attributes" key: byte-identical to older builds.
+        let text = String::from_utf8(sample().encode()).unwrap();
+        assert!(!text.contains("attributes"), "{text}");
     }
 
     #[test]

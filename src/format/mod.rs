@@ -20,10 +20,11 @@ pub mod npy;
 pub mod source;
 
 /// The newest format version this build reads and writes. A dataset is written at the lowest
-/// version that holds it ([`meta::Meta::required_version`]): 1 unless a field uses zstd, so a
-/// dataset without zstd stays readable by builds that know only version 1, and one with zstd is
-/// refused by them with an unsupported-version error instead of being misread.
-pub const FORMAT_VERSION: u32 = 2;
+/// version that holds it ([`meta::Meta::required_version`]): 1 unless a field uses zstd (2) or
+/// the dataset has user attributes (3), so a dataset without them stays readable by builds that
+/// know only version 1, and one with them is refused by older builds with an unsupported-version
+/// error instead of being misread.
+pub const FORMAT_VERSION: u32 = 3;
 
 /// The largest record, logical or stored, in bytes: the physical length is a u24.
 pub const MAX_RECORD_BYTES: u64 = (1 << 24) - 1;

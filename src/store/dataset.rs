@@ -190,6 +190,12 @@ impl Dataset {
         self.snapshot().schema()
     }
 
+    /// The user attributes of the current snapshot ([`Snapshot::attributes`]), e.g. the class
+    /// names `zrecord convert images` stores as `"classes"`.
+    pub fn attributes(&self) -> crate::Attributes {
+        self.snapshot().attributes().clone()
+    }
+
     /// The dataset directory (its URL for a dataset opened by URL): its location's
     /// [`path`](Location::path).
     pub fn path(&self) -> &Path {

@@ -567,6 +567,12 @@ impl Snapshot {
         &self.meta
     }
 
+    /// The dataset's user attributes at this commit ([`crate::Writer::set_attribute`]): empty
+    /// for a dataset that has none.
+    pub fn attributes(&self) -> &crate::Attributes {
+        &self.meta.attributes
+    }
+
     /// The schema of this commit: its fields (name, dtype, fixed shape, codec) and chunk size.
     pub fn schema(&self) -> Schema {
         let mut schema = Schema::new().chunk_size_bytes(self.meta.chunk_size_bytes);

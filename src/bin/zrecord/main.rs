@@ -31,7 +31,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Convert .npy files into a new dataset: one field per file, one record per row (axis 0).
+    /// Convert files into a new dataset: .npy arrays (`npy`, or no form name), class folders of
+    /// images (`images`), WebDataset tar shards (`webdataset`).
     Convert(convert::ConvertArgs),
     /// Print a dataset's length, fields, chunks, bytes, compression ratio and utilization.
     Info(info::InfoArgs),
@@ -127,6 +128,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Cmd::Convert(a) = &cli.cmd {
+        if let Some(line) = convert::usage_error(a) {
+            eprintln!("zrecord: {line} (see --help)");
+            return ExitCode::from(2);
+        }
+    }
     init_logging();
     let result = match &cli.cmd {
         Cmd::Convert(a) => convert::run(a),

@@ -120,6 +120,7 @@ pub(crate) fn snapshot_of(
     let mut parts = Vec::with_capacity(manifest.parts.len());
     let mut version = 1;
     let mut chunk_size_bytes = None;
+    let mut attributes = None;
     for p in &manifest.parts {
         let (dir, snap) = open_part(p)?;
         if snap.generation() != p.generation {
@@ -152,6 +153,8 @@ pub(crate) fn snapshot_of(
         }
         version = version.max(snap.meta().version);
         chunk_size_bytes.get_or_insert(snap.meta().chunk_size_bytes);
+        // A collection shows its first part's attributes.
+        attributes.get_or_insert_with(|| snap.meta().attributes.clone());
         parts.push((p.id.clone(), Arc::new(snap)));
     }
     let len = manifest.total_len();
@@ -178,6 +181,7 @@ pub(crate) fn snapshot_of(
             })
             .collect(),
         chunks: Vec::new(),
+        attributes: attributes.unwrap_or_default(),
     };
     Snapshot::collection(root.to_path_buf(), meta, meta_id, parts)
 }

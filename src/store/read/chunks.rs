@@ -945,6 +945,7 @@ mod tests {
                 .iter()
                 .map(|&(id, size)| ChunkMeta { id, size })
                 .collect(),
+            attributes: Default::default(),
         }
     }
 

@@ -110,6 +110,7 @@ impl Writer {
         let core = self.core();
         let book = self.shared.book();
         self.len != core.meta.len
+            || core.attributes != core.meta.attributes
             || core
                 .fields
                 .iter()
@@ -194,7 +195,9 @@ impl Core {
         for (fm, t) in meta.fields.iter_mut().zip(tables) {
             fm.table = *t;
         }
-        // The lowest version that holds it: a dataset without zstd stays version 1.
+        meta.attributes.clone_from(&self.attributes);
+        // The lowest version that holds it: a dataset without zstd or attributes stays
+        // version 1.
         meta.version = meta.required_version();
         vfs::replace_atomically(
             &*self.vfs,

@@ -6,6 +6,7 @@
 //! | file | job |
 //! |---|---|
 //! | `mod.rs` | [`Writer`]: the public calls, its state, poisoning |
+//! | `attributes.rs` | the user attributes the next commit writes |
 //! | `config.rs` | [`WriterConfig`]: options, defaults, bounds |
 //! | `open.rs` | creating a dataset, opening its writer, starting the append tasks |
 //! | `recover.rs` | cleaning what a crash left behind, at open |
@@ -40,6 +41,7 @@
 mod appender;
 #[cfg(feature = "arrow")]
 mod arrow;
+mod attributes;
 mod book;
 mod commit;
 mod config;

@@ -206,6 +206,7 @@ fn open_locked(
             vfs,
             dir,
             _lock: lock,
+            attributes: meta.attributes.clone(),
             meta,
             fields,
             force_compaction: false,
@@ -269,6 +270,7 @@ fn build_empty(vfs: &dyn Vfs, dir: &Path, schema: &Schema) -> Result<()> {
         chunk_size_bytes: schema.chunk_size_bytes,
         fields,
         chunks: Vec::new(),
+        attributes: Default::default(),
     };
     meta.version = meta.required_version();
     vfs.sync_dir(&layout::chunk_dir(dir))?;

@@ -66,6 +66,8 @@ pub(super) struct Core {
     pub(super) dir: PathBuf,
     pub(super) _lock: Box<dyn VfsLock>,
     pub(super) meta: Meta,
+    /// The attributes the next commit writes ([`super::Writer::set_attribute`]).
+    pub(super) attributes: crate::format::meta::Attributes,
     pub(super) fields: Vec<WriterField>,
     /// Compact every table at the next commit (tests).
     pub(super) force_compaction: bool,

@@ -25,11 +25,13 @@
 
 mod codec;
 mod geometry;
+mod prepare;
 
 use std::sync::Arc;
 
 pub(crate) use codec::Encoded;
 use geometry::Rect;
+pub(crate) use prepare::Prepare;
 
 use super::value::Repr;
 use super::{Image, Op, OpError, Rng, Tensor, Value};

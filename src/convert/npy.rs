@@ -1,7 +1,8 @@
-//! `.npy` files → a new dataset: one field per file, one record per row (axis 0).
+//! `.npy` files → a new dataset: [`NpyConvert`], the first of `zrecord convert`'s forms.
 //!
-//! The library side of `zrecord convert`, for programs that convert without the command-line
-//! tool. [`NpyConvert`] checks everything before writing anything, then streams the inputs
+//! One field per file, one record per row (axis 0).
+//!
+//! [`NpyConvert`] checks everything before writing anything, then streams the inputs
 //! through a bounded pipeline and commits once:
 //!
 //! ```text
@@ -67,45 +68,16 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Default stored bytes read per block (all inputs together), before decoding.
 pub const DEFAULT_BLOCK_BYTES: u64 = 8 << 20;
 /// Most rows in one block (for arrays of tiny or empty rows).
 const MAX_BLOCK_ROWS: u64 = 1 << 16;
 
-/// How far a conversion is, passed to the [`NpyConvert::on_progress`] callback after each block
-/// of rows is appended.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ConvertProgress {
-    /// Rows appended so far.
-    pub rows_done: u64,
-    /// Rows in every input.
-    pub rows_total: u64,
-    /// Decoded bytes appended so far (all fields).
-    pub bytes_done: u64,
-    /// Data bytes of every input together.
-    pub bytes_total: u64,
-}
-
-/// What a finished conversion wrote.
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub struct ConvertReport {
-    /// The dataset created.
-    pub out: PathBuf,
-    /// Records written (rows of each input).
-    pub rows: u64,
-    /// Fields (one per input).
-    pub fields: usize,
-    /// Data bytes of every input together.
-    pub bytes: u64,
-    /// Wall time from the first check to the rename into place.
-    pub elapsed: Duration,
-}
-
-type ProgressFn<'a> = Box<dyn FnMut(ConvertProgress) + Send + 'a>;
+use super::{
+    occupied, parent_dir, publish, staging_dir, ConvertProgress, ConvertReport, ProgressFn,
+};
 
 /// Converts `.npy` files into a new dataset. Built with [`NpyConvert::new`], configured with
 /// its setters, run with [`NpyConvert::run`].
@@ -350,6 +322,8 @@ impl<'a> NpyConvert<'a> {
             rows,
             fields,
             bytes: total_bytes,
+            skipped: 0,
+            resumed: 0,
             elapsed: start.elapsed(),
         })
     }
@@ -392,52 +366,6 @@ fn open_input(path: &Path) -> Result<Input> {
         path: path.to_path_buf(),
         reader,
     })
-}
-
-/// True if `path` exists and is not an empty directory.
-fn occupied(path: &Path) -> bool {
-    match std::fs::read_dir(path) {
-        Ok(mut rd) => rd.next().is_some(),
-        Err(_) => path.exists() || path.symlink_metadata().is_ok(),
-    }
-}
-
-/// A hidden sibling of `out` to build in, so the final rename is atomic (same file system).
-fn staging_dir(out: &Path) -> Result<PathBuf> {
-    let name = out
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .ok_or_else(|| Error::InvalidConfig {
-            reason: format!("output {} has no directory name", out.display()),
-        })?;
-    Ok(parent_dir(out).join(format!(".{name}.zrecord-convert-{}", std::process::id())))
-}
-
-/// The directory `out` is created in.
-fn parent_dir(out: &Path) -> PathBuf {
-    match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    }
-}
-
-/// Renames the committed dataset onto `out` (replacing an empty directory) and syncs the
-/// parent directory.
-fn publish(tmp: &Path, out: &Path) -> Result<()> {
-    std::fs::rename(tmp, out).map_err(|e| Error::Io {
-        path: out.to_path_buf(),
-        op: "rename the converted dataset into place",
-        source: e,
-    })?;
-    let parent = parent_dir(out);
-    File::open(&parent)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::Io {
-            path: parent,
-            op: "fsync directory",
-            source: e,
-        })?;
-    Ok(())
 }
 
 /// A block of rows of every input: stored bytes in, decoded bytes out. Recycled.
