@@ -4,15 +4,15 @@
 //! | converter | input | records |
 //! |---|---|---|
 //! | [`NpyConvert`] | `.npy` files, one per field | one per row (axis 0) |
-//! | [`ImagesConvert`] (feature `images`) | a folder of class folders of JPEG/PNG files | one per image: `image` bytes, `label` index; class names in attribute `classes` |
-//! | [`WebDatasetConvert`] (feature `images`) | WebDataset tar shards | one per sample: a field per extension |
+//! | `ImagesConvert` (feature `images`) | a folder of class folders of JPEG/PNG/WebP files | one per image: `image` bytes, `label` index; class names in attribute `classes` |
+//! | `WebDatasetConvert` (feature `images`) | WebDataset tar shards | one per sample: a field per extension |
 //!
 //! Each builds the dataset in a hidden sibling of the output and renames it into place after
 //! its last commit, so the output appears whole or not at all. The image and WebDataset
 //! converters are also resumable: they commit every few thousand records into a hidden
 //! directory named after the output (`.NAME.zrecord-convert`), each commit recording how far
 //! through the inputs it is, and a run with the same inputs and options continues from the last
-//! commit of an interrupted one (see [`ImagesConvert::run`]).
+//! commit of an interrupted one (see `ImagesConvert::run`).
 
 #[cfg(feature = "images")]
 mod images;
