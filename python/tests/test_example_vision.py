@@ -6,6 +6,7 @@ every record of the interrupted epoch the crop it would have had."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,9 @@ def test_train_vision_resumes_exactly(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=600,
+        # One BLAS thread: the weights of the resumed run must equal the uninterrupted run's
+        # bit for bit, and a threaded reduction need not sum in the same order twice.
+        env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
     )
     assert p.returncode == 0, p.stdout + p.stderr
     out = p.stdout
