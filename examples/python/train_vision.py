@@ -52,13 +52,13 @@ def draw_images(folder: Path, per_class: int = 96) -> None:
         (folder / f"class{k}").mkdir(parents=True, exist_ok=True)
         for i in range(per_class):
             w, h = int(rng.integers(80, 161)), int(rng.integers(60, 121))
-            noise = rng.integers(0, 120, size=(h, w, 3))
-            px = np.clip(noise + tints[k] * rng.uniform(0.6, 1.0), 0, 255).astype(np.uint8)
+            noise = rng.integers(0, 200, size=(h, w, 3))
+            px = np.clip(noise + tints[k] * rng.uniform(0.05, 0.3), 0, 255).astype(np.uint8)
             Image.fromarray(px).save(folder / f"class{k}" / f"{i:04d}.jpg", quality=90)
     (folder / "done").write_text("ok")
 
 
-def loader(ds, *, rank=0, ranks=1, resume_from=None, epochs=2) -> zrecord.Loader:
+def loader(ds, *, rank=0, ranks=1, state=None, resume_from=None, epochs=2) -> zrecord.Loader:
     transform = {
         "image": [T.decode(), T.random_resized_crop(SIZE), T.random_flip(), T.normalize()],
     }
@@ -71,6 +71,7 @@ def loader(ds, *, rank=0, ranks=1, resume_from=None, epochs=2) -> zrecord.Loader
         workers=2,
         transform=transform,
         shard=(rank, ranks),
+        state=state,
         resume_from=resume_from,
     )
 
@@ -199,7 +200,7 @@ def main() -> None:
     del it, first
     resumed_model = make()
     resumed_model.load(checkpoint["model"])
-    train(resumed_model, loader(ds, resume_from=checkpoint["loader"]), seen)
+    train(resumed_model, loader(ds, state=checkpoint["loader"]), seen)
     assert seen == seen_full, "the resumed run saw other crops than the uninterrupted one"
     if a.framework == "numpy":
         assert np.array_equal(resumed_model.state(), full_state), "the weights differ"
