@@ -14,7 +14,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use zrecord::pipeline::{
-    BucketConfig, Concat, DatasetSource, Exhausted, Loader, LoaderBatch, LoaderBuilder,
+    BucketConfig, Concat, DatasetSource, Exhausted, IndexBatch, Loader, LoaderBatch, LoaderBuilder,
     LoaderState, MergePolicy, MixConfig, OnError, PrefetchConfig, RetryPolicy, SamplerConfig,
     SamplerMode, ShardConfig, ShardMode, Source,
 };
@@ -127,15 +127,55 @@ fn sampler_mode(s: &str) -> PyResult<SamplerMode> {
     }
 }
 
-type OneLoader = Loader<DatasetSource, Columns>;
-type MixLoader = Loader<Concat<DatasetSource>, Columns>;
+type OneLoader = Loader<DatasetSource, Delivered>;
+type MixLoader = Loader<Concat<DatasetSource>, Delivered>;
+
+/// What a worker hands the consumer: the batch's columns, or, with `collate_in_workers`, what
+/// `collate` made of the batch on the worker.
+enum Delivered {
+    Columns(Columns),
+    Collated(Py<PyAny>),
+}
+
+/// `collate` run on the worker threads (`collate_in_workers=True`): each call holds the GIL
+/// while it runs, the gathers, checks and transforms of the other workers go on without it.
+struct WorkerCollate {
+    f: Py<PyAny>,
+    name: String,
+}
+
+impl WorkerCollate {
+    fn call(&self, columns: Columns, ib: &IndexBatch) -> zrecord::Result<Py<PyAny>> {
+        let fail = |reason: String| zrecord::Error::Transform {
+            field: "(the batch)".into(),
+            index: ib.samples.first().map_or(0, |s| s.index),
+            op: format!("collate {}", self.name),
+            reason,
+        };
+        let Some(_in) = crate::transform::InPython::enter() else {
+            return Err(fail("the Python interpreter is exiting".into()));
+        };
+        Python::attach(|py| -> Result<Py<PyAny>, String> {
+            let batch = PyBatch::new(columns).with_loader_info(ib.padded(), ib.epoch, ib.position);
+            let batch = Py::new(py, batch).map_err(|e| e.to_string())?;
+            self.f.call1(py, (batch,)).map_err(|e| {
+                let kind = e
+                    .get_type(py)
+                    .qualname()
+                    .map_or_else(|_| "Exception".to_string(), |q| q.to_string());
+                format!("{kind}: {}", e.value(py))
+            })
+        })
+        .map_err(fail)
+    }
+}
 
 enum AnyLoader {
     One(OneLoader),
     Mix(MixLoader),
 }
 
-type Item = zrecord::Result<LoaderBatch<Columns>>;
+type Item = zrecord::Result<LoaderBatch<Delivered>>;
 
 impl AnyLoader {
     fn poll_for(&mut self, parker: &Arc<Parker>, wait: Duration) -> Poll<Option<Item>> {
@@ -315,9 +355,17 @@ fn build<S: Source<Batch = zrecord::Batch>>(
     b: LoaderBuilder<S>,
     state: Option<LoaderState>,
     resume_from: Option<Vec<LoaderState>>,
-) -> zrecord::Result<Loader<S, Columns>> {
-    // The columns are laid out on the worker threads, in parallel and without the GIL.
-    let b = b.transform(|batch, _| Ok(Columns::of(batch)));
+    collate: Option<Arc<WorkerCollate>>,
+) -> zrecord::Result<Loader<S, Delivered>> {
+    // The columns are laid out on the worker threads, in parallel and without the GIL (and
+    // collated there, with it, when asked).
+    let b = b.transform(move |batch, ib| {
+        let columns = Columns::of(batch);
+        match &collate {
+            None => Ok(Delivered::Columns(columns)),
+            Some(c) => c.call(columns, ib).map(Delivered::Collated),
+        }
+    });
     match (state, resume_from) {
         (Some(s), None) => b.resume(&s),
         (None, Some(all)) => b.resume_elastic(&all),
@@ -333,7 +381,7 @@ fn build<S: Source<Batch = zrecord::Batch>>(
 /// A batch `next()` got but did not hand out (an interrupt came with it, or an adapter gave it
 /// back), and the checkpoint from before it.
 struct Kept {
-    batch: Py<PyBatch>,
+    batch: Py<PyAny>,
     before: LoaderState,
 }
 
@@ -391,7 +439,7 @@ impl PyLoader {
     /// The next batch and the checkpoint from before it: a kept one first, else the Rust
     /// loader's next, waiting without the GIL and looking for signals every 20 ms. A batch that
     /// arrives with an interrupt is kept for the next call.
-    fn next_batch(&self, py: Python<'_>) -> PyResult<Option<(Py<PyBatch>, LoaderState)>> {
+    fn next_batch(&self, py: Python<'_>) -> PyResult<Option<(Py<PyAny>, LoaderState)>> {
         self.loader()?;
         if let Some(kept) = lock(&self.stash).take() {
             return Ok(Some((kept.batch, kept.before)));
@@ -428,10 +476,14 @@ impl PyLoader {
                 Poll::Ready(Some(Ok(b))) => {
                     let is_pad = b.padded();
                     let (epoch, position) = (b.epoch(), b.position());
-                    let batch = Py::new(
-                        py,
-                        PyBatch::new(b.data).with_loader_info(is_pad, epoch, position),
-                    )?;
+                    let batch = match b.data {
+                        Delivered::Columns(c) => Py::new(
+                            py,
+                            PyBatch::new(c).with_loader_info(is_pad, epoch, position),
+                        )?
+                        .into_any(),
+                        Delivered::Collated(made) => made,
+                    };
                     let Some(before) = before else {
                         return Err(crate::errors::InternalError::new_err(
                             "a loader batch without the state before it",
@@ -459,7 +511,8 @@ impl PyLoader {
                         bucket=None, drop_last=false, lookahead=None, gathers_in_flight=None,
                         worker_queue_size=None, consumer_queue_size=None, retries=None,
                         retry_backoff=None, on_error="raise", fields=None, key_field=None,
-                        state=None, resume_from=None, collate=None, transform=None))]
+                        state=None, resume_from=None, collate=None, transform=None,
+                        collate_in_workers=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -492,6 +545,7 @@ impl PyLoader {
         resume_from: Option<Vec<Bound<'_, PyAny>>>,
         collate: Option<Py<PyAny>>,
         transform: Option<Bound<'_, PyAny>>,
+        collate_in_workers: bool,
     ) -> PyResult<Self> {
         // Integer options: a ValueError naming the option and its range, never an
         // OverflowError from the conversion.
@@ -539,6 +593,23 @@ impl PyLoader {
                 ));
             }
         }
+        if collate_in_workers && collate.is_none() {
+            return Err(config_error(
+                "collate_in_workers=True needs a collate callable",
+            ));
+        }
+        let (collate, worker_collate) = match collate {
+            Some(f) if collate_in_workers => {
+                let b = f.bind(py);
+                let name = b
+                    .getattr("__qualname__")
+                    .and_then(|n| n.extract::<String>())
+                    .or_else(|_| b.repr().map(|r| r.to_string()))
+                    .unwrap_or_else(|_| "(a callable)".into());
+                (None, Some(Arc::new(WorkerCollate { f, name })))
+            }
+            other => (other, None),
+        };
         let bucket = match bucket {
             None => None,
             Some(b) if b.is_none() => None,
@@ -601,7 +672,8 @@ impl PyLoader {
         let loader = if let Ok(ds) = source.cast::<PyDataset>() {
             let src = Arc::new(opts.source(ds.get())?);
             let b = opts.apply(LoaderBuilder::new(src))?;
-            AnyLoader::One(without_gil(py, move || build(b, state, resume_from))?)
+            let wc = worker_collate.clone();
+            AnyLoader::One(without_gil(py, move || build(b, state, resume_from, wc))?)
         } else if let Ok(m) = source.cast::<PyMix>() {
             let m = m.get();
             let parts = m
@@ -611,7 +683,8 @@ impl PyLoader {
                 .collect::<PyResult<Vec<_>>>()?;
             let src = Arc::new(Concat::new(parts).map_err(to_py)?);
             let b = opts.apply(LoaderBuilder::new(src))?.mix(m.config.clone());
-            AnyLoader::Mix(without_gil(py, move || build(b, state, resume_from))?)
+            let wc = worker_collate.clone();
+            AnyLoader::Mix(without_gil(py, move || build(b, state, resume_from, wc))?)
         } else {
             return Err(config_error(
                 "a Loader's source is a zrecord.Dataset or a zrecord.mix(...)",
@@ -688,7 +761,7 @@ impl PyLoader {
     /// Gives back the batch the last `next()` returned (unused): the next `next()` returns it
     /// again and `state_dict()` points at it. For adapters that stop at an epoch boundary
     /// (`zrecord.torch`).
-    fn _unget(&self, batch: Py<PyBatch>) -> PyResult<()> {
+    fn _unget(&self, batch: Py<PyAny>) -> PyResult<()> {
         self.loader()?;
         let mut stash = lock(&self.stash);
         if stash.is_some() {

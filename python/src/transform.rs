@@ -263,12 +263,12 @@ static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 static IDLE: (Mutex<()>, Condvar) = (Mutex::new(()), Condvar::new());
 
 /// One callable in progress (see [`CLOSING`]).
-struct InPython;
+pub(crate) struct InPython;
 
 impl InPython {
     /// `None` once the interpreter is finalizing. The count goes up before the flag is read,
     /// and `_at_exit` sets the flag before it reads the count: one of the two sees the other.
-    fn enter() -> Option<InPython> {
+    pub(crate) fn enter() -> Option<InPython> {
         ACTIVE.fetch_add(1, Ordering::SeqCst);
         if CLOSING.load(Ordering::SeqCst) {
             InPython::leave();

@@ -299,7 +299,9 @@ def mix(
 @final
 class Loader(Generic[_T]):
     """Batches of a dataset or a mix: ``next()`` returns a ``Batch``, or with ``collate`` what
-    ``collate`` returns (``Loader[Batch]`` or ``Loader[T]`` to a type checker)."""
+    ``collate`` returns (``Loader[Batch]`` or ``Loader[T]`` to a type checker). ``collate`` runs
+    on the thread calling ``next()``, or with ``collate_in_workers=True`` on the loader's worker
+    threads, in parallel across batches (each call holding the GIL while it runs)."""
     @overload
     def __new__(
         cls,
@@ -333,6 +335,7 @@ class Loader(Generic[_T]):
         resume_from: Sequence[dict[str, Any] | str] | None = None,
         collate: None = None,
         transform: _Transform | None = None,
+        collate_in_workers: bool = False,
     ) -> Loader[Batch]: ...
     @overload
     def __new__(
@@ -367,11 +370,12 @@ class Loader(Generic[_T]):
         resume_from: Sequence[dict[str, Any] | str] | None = None,
         collate: Callable[[Batch], _T],
         transform: _Transform | None = None,
+        collate_in_workers: bool = False,
     ) -> Loader[_T]: ...
     def __class_getitem__(cls, item: Any, /) -> types.GenericAlias: ...
     def __iter__(self) -> Self: ...
     def __next__(self) -> _T: ...
-    def _unget(self, batch: Batch) -> None: ...
+    def _unget(self, batch: _T) -> None: ...
     def state_dict(self) -> dict[str, Any]: ...
     def stats(self) -> dict[str, Any]: ...
     @property
