@@ -383,6 +383,9 @@ fn build<S: Source<Batch = zrecord::Batch>>(
 struct Kept {
     batch: Py<PyAny>,
     before: LoaderState,
+    /// Given back by `_unget`: what `next()` returned, collated already (never collated
+    /// twice).
+    returned: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -439,10 +442,11 @@ impl PyLoader {
     /// The next batch and the checkpoint from before it: a kept one first, else the Rust
     /// loader's next, waiting without the GIL and looking for signals every 20 ms. A batch that
     /// arrives with an interrupt is kept for the next call.
-    fn next_batch(&self, py: Python<'_>) -> PyResult<Option<(Py<PyAny>, LoaderState)>> {
+    /// The flag is true for a batch given back by `_unget`: `next()` returns it as it is.
+    fn next_batch(&self, py: Python<'_>) -> PyResult<Option<(Py<PyAny>, LoaderState, bool)>> {
         self.loader()?;
         if let Some(kept) = lock(&self.stash).take() {
-            return Ok(Some((kept.batch, kept.before)));
+            return Ok(Some((kept.batch, kept.before, kept.returned)));
         }
         let mut before: Option<LoaderState> = None;
         loop {
@@ -491,10 +495,14 @@ impl PyLoader {
                     };
                     if let Err(interrupt) = py.check_signals() {
                         // Keep it: the checkpoint must not move past a batch nobody got.
-                        *lock(&self.stash) = Some(Kept { batch, before });
+                        *lock(&self.stash) = Some(Kept {
+                            batch,
+                            before,
+                            returned: false,
+                        });
                         return Err(interrupt);
                     }
-                    return Ok(Some((batch, before)));
+                    return Ok(Some((batch, before, false)));
                 }
                 Poll::Pending => py.check_signals()?,
             }
@@ -728,12 +736,15 @@ impl PyLoader {
     /// arrives together with the interrupt is kept, `state_dict()` still points at it, and the
     /// next call returns it.
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        let Some((batch, before)) = self.next_batch(py)? else {
+        let Some((batch, before, returned)) = self.next_batch(py)? else {
             return Ok(None);
         };
-        let Some(collate) = &self.collate else {
-            *lock(&self.last_before) = Some(before);
-            return Ok(Some(batch.into_any()));
+        let collate = match &self.collate {
+            Some(c) if !returned => c,
+            _ => {
+                *lock(&self.last_before) = Some(before);
+                return Ok(Some(batch.into_any()));
+            }
         };
         match collate.call1(py, (batch.clone_ref(py),)) {
             Ok(out) => {
@@ -742,7 +753,11 @@ impl PyLoader {
             }
             Err(e) => {
                 // The batch stays the next one: the checkpoint does not move past it.
-                *lock(&self.stash) = Some(Kept { batch, before });
+                *lock(&self.stash) = Some(Kept {
+                    batch,
+                    before,
+                    returned: false,
+                });
                 if e.is_instance_of::<pyo3::exceptions::PyStopIteration>(py) {
                     // Leaving `__next__` with StopIteration would end the epoch silently (as a
                     // generator turns a StopIteration inside it into RuntimeError, PEP 479).
@@ -770,7 +785,11 @@ impl PyLoader {
         let before = lock(&self.last_before)
             .take()
             .ok_or_else(|| config_error("no batch to give back"))?;
-        *stash = Some(Kept { batch, before });
+        *stash = Some(Kept {
+            batch,
+            before,
+            returned: true,
+        });
         Ok(())
     }
 

@@ -79,3 +79,12 @@ def test_a_raising_collate_names_the_batch(seq_dataset):
 def test_needs_a_collate(seq_dataset):
     with pytest.raises(zrecord.ConfigError, match="collate_in_workers"):
         zrecord.Loader(zrecord.open(seq_dataset), collate_in_workers=True)
+
+
+def test_a_batch_given_back_is_not_collated_twice(seq_dataset):
+    ds = zrecord.open(seq_dataset)
+    loader = zrecord.Loader(ds, batch_size=100, shuffle=False, workers=1, collate=collate)
+    first = next(loader)
+    loader._unget(first)
+    assert next(loader) is first
+    assert next(loader)["indices"][0] == 100

@@ -19,6 +19,11 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
 use mozjpeg_sys as ffi;
 
+// libjpeg's errors reach Rust by unwinding out of C; with `panic = "abort"` every corrupt image
+// would end the process.
+#[cfg(panic = "abort")]
+compile_error!("feature `images` needs panic = \"unwind\": JPEG errors unwind out of libjpeg");
+
 /// More scans than this is an error: a progressive JPEG may hold thousands of tiny scans that
 /// each cost a pass over the image (libjpeg-turbo's own tools cap them at 500 the same way).
 const MAX_SCANS: c_int = 500;
@@ -46,21 +51,28 @@ pub(crate) struct Region {
 struct JpegFailure(String);
 
 /// A libjpeg decompressor reading `'a` bytes, destroyed on drop.
+///
+/// The decompressor and its error and progress managers are heap values owned through raw
+/// pointers (`Box::into_raw`, freed in `Drop`): libjpeg keeps pointers to the managers, and the
+/// progress hook reaches the decompressor through `client_data`, so nothing may move them or
+/// reborrow them through a `Box` while libjpeg holds those pointers.
 struct Decompress<'a> {
-    // Boxed so that the pointers libjpeg keeps to them (`cinfo.common.err`,
-    // `cinfo.common.progress`) stay valid while this value moves.
-    cinfo: Box<ffi::jpeg_decompress_struct>,
-    _err: Box<ffi::jpeg_error_mgr>,
-    _progress: Box<ffi::jpeg_progress_mgr>,
+    cinfo: *mut ffi::jpeg_decompress_struct,
+    err: *mut ffi::jpeg_error_mgr,
+    progress: *mut ffi::jpeg_progress_mgr,
     _input: PhantomData<&'a [u8]>,
 }
 
+/// libjpeg's `JMSG_LENGTH_MAX`: `format_message` writes up to this many bytes, NUL included.
+const MESSAGE_MAX: usize = 200;
+
 /// The message libjpeg formats for its current error or warning code.
 fn message(cinfo: &mut ffi::jpeg_common_struct) -> String {
-    // SAFETY: `cinfo.err` is the error manager `Decompress::new` installed (boxed, alive as long
-    // as the decompressor). `format_message` writes at most 80 bytes, NUL included, into the
-    // buffer; the binding declares the buffer `&[u8; 80]` although C writes to it, so it is
-    // called through the same function type with `&mut` (identical ABI: a pointer).
+    // SAFETY: `cinfo.err` is the error manager `Decompress::new` installed (alive as long as the
+    // decompressor). `format_message` writes at most `JMSG_LENGTH_MAX` (200) bytes, NUL
+    // included, into its buffer; the binding declares the buffer `&[u8; 80]` (a binding
+    // mistake) although C writes to it, so it is called through a function type taking a raw
+    // pointer to a 200-byte buffer (identical ABI: one pointer).
     unsafe {
         let Some(err) = cinfo.err.as_ref() else {
             return "libjpeg error (no error manager)".into();
@@ -68,14 +80,13 @@ fn message(cinfo: &mut ffi::jpeg_common_struct) -> String {
         let code = err.msg_code;
         match err.format_message {
             Some(format) => {
-                type Writes =
-                    unsafe extern "C-unwind" fn(&mut ffi::jpeg_common_struct, &mut [u8; 80]);
+                type Writes = unsafe extern "C-unwind" fn(&mut ffi::jpeg_common_struct, *mut u8);
                 let format: Writes = mem::transmute::<
                     unsafe extern "C-unwind" fn(&mut ffi::jpeg_common_struct, &[u8; 80]),
                     Writes,
                 >(format);
-                let mut buffer = [0u8; 80];
-                format(cinfo, &mut buffer);
+                let mut buffer = [0u8; MESSAGE_MAX];
+                format(cinfo, buffer.as_mut_ptr());
                 let text = buffer.split(|&c| c == 0).next().unwrap_or_default();
                 String::from_utf8_lossy(text).into_owned()
             }
@@ -118,15 +129,13 @@ extern "C-unwind" fn emit_message(cinfo: &mut ffi::jpeg_common_struct, level: c_
 
 /// Called by libjpeg as it works: refuses a progressive image with more than [`MAX_SCANS`] scans.
 extern "C-unwind" fn progress(cinfo: &mut ffi::jpeg_common_struct) {
-    if cinfo.is_decompressor == 0 {
+    let d = cinfo.client_data.cast::<ffi::jpeg_decompress_struct>();
+    if cinfo.is_decompressor == 0 || d.is_null() {
         return;
     }
-    // SAFETY: `is_decompressor` says `cinfo` is the `common` head of a
-    // `jpeg_decompress_struct` (both are `#[repr(C)]` with `common` first).
-    let scans = unsafe {
-        (*(cinfo as *mut ffi::jpeg_common_struct).cast::<ffi::jpeg_decompress_struct>())
-            .input_scan_number
-    };
+    // SAFETY: `client_data` is the decompressor's own address, set by `Decompress::new` from
+    // the pointer it owns (alive until `Drop`); one integer field is read.
+    let scans = unsafe { std::ptr::addr_of!((*d).input_scan_number).read() };
     if scans > MAX_SCANS {
         resume_unwind(Box::new(JpegFailure(format!(
             "corrupt JPEG data: more than {MAX_SCANS} scans"
@@ -142,75 +151,112 @@ fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     })
 }
 
+/// Memory libjpeg may allocate for one image (its whole-image coefficient buffer of a
+/// progressive file is the large part: 2 bytes a coefficient): past it the decode fails
+/// ("backing store not supported") instead of allocating.
+const MAX_MEMORY: std::ffi::c_long = 1 << 30;
+
 impl<'a> Decompress<'a> {
     /// A decompressor reading `bytes`, its header read.
     fn new(bytes: &'a [u8]) -> Result<Decompress<'a>, String> {
-        // SAFETY: an all-zero `jpeg_error_mgr`/`jpeg_progress_mgr` is what libjpeg's examples
-        // start from (every field is an integer, a pointer or an `Option` of a function);
-        // `jpeg_std_error` then fills in the error manager's defaults.
-        let mut err: Box<ffi::jpeg_error_mgr> = Box::new(unsafe { mem::zeroed() });
-        // SAFETY: `err` is a valid, exclusively borrowed error manager.
-        unsafe { ffi::jpeg_std_error(&mut err) };
-        err.error_exit = Some(error_exit);
-        err.emit_message = Some(emit_message);
-        // SAFETY: as above.
-        let mut prog: Box<ffi::jpeg_progress_mgr> = Box::new(unsafe { mem::zeroed() });
-        prog.progress_monitor = Some(progress);
-        // SAFETY: a zeroed `jpeg_decompress_struct` is what `jpeg_CreateDecompress` expects
-        // (it zeroes the struct itself, keeping only `err` and `client_data`).
-        let mut cinfo: Box<ffi::jpeg_decompress_struct> = Box::new(unsafe { mem::zeroed() });
-        cinfo.common.err = &mut *err;
-        guarded(|| {
-            // SAFETY: `cinfo` is zeroed with a valid error manager, as libjpeg requires.
-            unsafe { ffi::jpeg_create_decompress(&mut *cinfo) }
-        })?;
-        cinfo.common.progress = &mut *prog;
+        // SAFETY: an all-zero `jpeg_error_mgr`, `jpeg_progress_mgr` and
+        // `jpeg_decompress_struct` are what libjpeg's examples start from (every field is an
+        // integer, a pointer or an `Option` of a function; `jpeg_CreateDecompress` zeroes the
+        // decompressor itself but for `err` and `client_data`).
+        let (err, progress, cinfo) = unsafe {
+            (
+                Box::into_raw(Box::new(mem::zeroed::<ffi::jpeg_error_mgr>())),
+                Box::into_raw(Box::new(mem::zeroed::<ffi::jpeg_progress_mgr>())),
+                Box::into_raw(Box::new(mem::zeroed::<ffi::jpeg_decompress_struct>())),
+            )
+        };
+        // Owned from here: `Drop` frees all three (and destroying a never-created, zeroed
+        // decompressor does nothing: its memory manager is null).
         let mut d = Decompress {
             cinfo,
-            _err: err,
-            _progress: prog,
+            err,
+            progress,
             _input: PhantomData,
         };
+        // SAFETY: the three pointers are live, distinct allocations owned by `d`.
+        unsafe {
+            ffi::jpeg_std_error(&mut *err);
+            (*err).error_exit = Some(error_exit);
+            (*err).emit_message = Some(emit_message);
+            (*progress).progress_monitor = Some(progress_hook());
+            (*cinfo).common.err = err;
+        }
+        guarded(|| {
+            // SAFETY: `cinfo` is zeroed with a valid error manager, as libjpeg requires.
+            unsafe { ffi::jpeg_create_decompress(cinfo) }
+        })?;
         let len = c_ulong::try_from(bytes.len()).map_err(|_| "JPEG too large".to_string())?;
-        let cinfo = &mut *d.cinfo;
+        let c = d.cinfo();
+        c.common.progress = progress;
+        c.common.client_data = cinfo.cast();
+        // SAFETY: `jpeg_create_decompress` set up the memory manager.
+        if let Some(m) = unsafe { c.common.mem.as_mut() } {
+            m.max_memory_to_use = MAX_MEMORY;
+        }
         guarded(|| {
             // SAFETY: `bytes` outlives the decompressor (`'a`); libjpeg only reads it.
             unsafe {
-                ffi::jpeg_mem_src(cinfo, bytes.as_ptr(), len);
-                ffi::jpeg_read_header(cinfo, 1);
+                ffi::jpeg_mem_src(c, bytes.as_ptr(), len);
+                ffi::jpeg_read_header(c, 1);
             }
         })?;
         Ok(d)
     }
 
-    fn header(&self) -> JpegHeader {
+    /// The decompressor.
+    fn cinfo(&mut self) -> &mut ffi::jpeg_decompress_struct {
+        // SAFETY: `self.cinfo` is a live allocation owned by `self` until `Drop`; the returned
+        // borrow is tied to `&mut self`.
+        unsafe { &mut *self.cinfo }
+    }
+
+    fn header(&mut self) -> JpegHeader {
+        let c = self.cinfo();
         JpegHeader {
-            width: self.cinfo.image_width,
-            height: self.cinfo.image_height,
-            channels: if self.cinfo.num_components == 1 { 1 } else { 3 },
+            width: c.image_width,
+            height: c.image_height,
+            channels: if c.num_components == 1 { 1 } else { 3 },
         }
     }
 }
 
+/// The progress hook, as the binding's function type.
+fn progress_hook() -> unsafe extern "C-unwind" fn(&mut ffi::jpeg_common_struct) {
+    progress
+}
+
 impl Drop for Decompress<'_> {
     fn drop(&mut self) {
-        let cinfo = &mut *self.cinfo;
-        // SAFETY: `cinfo` was created by `jpeg_create_decompress` (a failed create returns
-        // before a `Decompress` exists); destroying is valid in any state, after an error too.
-        let _ = guarded(|| unsafe { ffi::jpeg_destroy_decompress(cinfo) });
+        let cinfo = self.cinfo;
+        // SAFETY: `cinfo` is live; destroying is valid in any state: after an error, and on a
+        // decompressor whose create failed or never ran (a null memory manager: nothing to do).
+        let _ = guarded(|| unsafe { ffi::jpeg_destroy_decompress(&mut *cinfo) });
+        // SAFETY: the three came from `Box::into_raw` in `new`, and libjpeg, destroyed, no
+        // longer holds them.
+        unsafe {
+            drop(Box::from_raw(self.cinfo));
+            drop(Box::from_raw(self.err));
+            drop(Box::from_raw(self.progress));
+        }
     }
 }
 
 /// Reads the header of the JPEG in `bytes`.
 pub(crate) fn header(bytes: &[u8]) -> Result<JpegHeader, String> {
-    Decompress::new(bytes).map(|d| d.header())
+    Decompress::new(bytes).map(|mut d| d.header())
 }
 
 /// Decodes the JPEG in `bytes` to `channels` (1: grey, 3: RGB, 4: RGBA with opaque alpha)
 /// per pixel: the whole image, or, with `crop` = (left, top, right, bottom), a region that
 /// contains those pixels (the rows exactly, the columns widened to iMCU boundaries). The
 /// image's sides must be at most `max_side`. The pixels are those a whole-image decode gives at
-/// the same places.
+/// the same places. A crop reads the file only down to its last row, so damage below it (a
+/// file cut short) fails the whole decode but not that crop.
 pub(crate) fn decode(
     bytes: &[u8],
     channels: u8,
@@ -218,14 +264,15 @@ pub(crate) fn decode(
     max_side: u32,
 ) -> Result<(Vec<u8>, Region), String> {
     let mut d = Decompress::new(bytes)?;
-    let (w, h) = (d.cinfo.image_width, d.cinfo.image_height);
+    let cinfo = d.cinfo();
+    let (w, h) = (cinfo.image_width, cinfo.image_height);
     if w == 0 || h == 0 || w > max_side || h > max_side {
         return Err(format!(
             "image of {w}x{h} pixels (sides must be 1 to {max_side})"
         ));
     }
     let cmyk = matches!(
-        d.cinfo.jpeg_color_space,
+        cinfo.jpeg_color_space,
         ffi::J_COLOR_SPACE::JCS_CMYK | ffi::J_COLOR_SPACE::JCS_YCCK
     );
     let (space, produced) = match (cmyk, channels) {
@@ -240,8 +287,11 @@ pub(crate) fn decode(
             "crop ({left}, {top})-({right}, {bottom}) is not inside the {w}x{h} image"
         ));
     }
-    let cinfo = &mut *d.cinfo;
     cinfo.out_color_space = space;
+    // Block smoothing (progressive files whose scans stop before the last refinement) treats a
+    // crop's first block column as the image's edge: off, so a crop's pixels are the whole
+    // decode's.
+    cinfo.do_block_smoothing = 0;
     // libjpeg upsamples chroma at a crop's left and right edges as at the image's (the sample
     // past the edge is repeated), so the edge pixels of a cropped decode can differ from the
     // whole decode's: widening by `EDGE` columns keeps those out of the pixels asked for.
@@ -327,9 +377,10 @@ fn cmyk_to(cmyk: &[u8], inverted: bool, channels: u8) -> Vec<u8> {
 /// inverted (libjpeg reads the same marker for the same purpose; its flag is not exported).
 fn adobe_marker(bytes: &[u8]) -> bool {
     let mut at = 2; // past SOI
-    while let (Some(&0xff), Some(&marker)) = (bytes.get(at), bytes.get(at + 1)) {
-        if marker == 0xff {
-            at += 1; // fill byte
+    while let (Some(&first), Some(&marker)) = (bytes.get(at), bytes.get(at + 1)) {
+        if first != 0xff || marker == 0xff {
+            // Stray bytes between segments (libjpeg skips them too), or a fill byte.
+            at += 1;
             continue;
         }
         if marker == 0xda || marker == 0xd9 {
