@@ -6,8 +6,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use bytes::Bytes;
 
 pub(crate) use crate::io::jpeg::Region;
-use zune_core::bytestream::ZCursor;
-use zune_core::options::DecoderOptions;
 
 /// The largest side an image may have: larger headers are refused before any pixel memory is
 /// allocated (a corrupt header must not ask for gigabytes).
@@ -44,11 +42,13 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, St
     })
 }
 
-fn options() -> DecoderOptions {
-    DecoderOptions::default()
-        .set_max_width(MAX_SIDE as usize)
-        .set_max_height(MAX_SIDE as usize)
-        .png_set_strip_to_8bit(true)
+/// A PNG reader over `bytes`, its header read: palettes and low bit depths expanded to 8-bit
+/// samples, 16-bit samples cut to 8, at most 1 GiB of decoder memory.
+fn png_reader(bytes: &[u8]) -> Result<png::Reader<std::io::Cursor<&[u8]>>, String> {
+    let mut d =
+        png::Decoder::new_with_limits(std::io::Cursor::new(bytes), png::Limits { bytes: 1 << 30 });
+    d.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+    d.read_info().map_err(|e| format!("bad PNG header: {e}"))
 }
 
 /// A WebP decoder over `bytes`, its header read (still images only: an animation is refused).
@@ -90,13 +90,10 @@ impl Encoded {
                 Ok((w, h, if d.has_alpha() { 4 } else { 3 }))
             })?,
             Format::Png => guarded("PNG", || {
-                let mut d =
-                    zune_png::PngDecoder::new_with_options(ZCursor::new(&bytes[..]), options());
-                d.decode_headers()
-                    .map_err(|e| format!("bad PNG header: {e:?}"))?;
-                let (w, h) = d.dimensions().ok_or("bad PNG header")?;
-                let own = d.colorspace().map_or(3, |c| c.num_components()) as u8;
-                Ok((w as u32, h as u32, own))
+                let r = png_reader(&bytes)?;
+                let info = r.info();
+                let own = r.output_color_type().0.samples() as u8;
+                Ok((info.width, info.height, own))
             })?,
         };
         if width == 0 || height == 0 || width > MAX_SIDE || height > MAX_SIDE {
@@ -143,14 +140,20 @@ impl Encoded {
                 ))
             }),
             Format::Png => guarded("PNG", || {
-                let mut d = zune_png::PngDecoder::new_with_options(
-                    ZCursor::new(&self.bytes[..]),
-                    options(),
-                );
-                d.decode_headers()
-                    .map_err(|e| format!("bad PNG header: {e:?}"))?;
-                let have = d.colorspace().map_or(3, |c| c.num_components());
-                let raw = d.decode_raw().map_err(|e| format!("bad PNG data: {e:?}"))?;
+                let mut r = png_reader(&self.bytes)?;
+                let (w, h) = (r.info().width, r.info().height);
+                if w > MAX_SIDE || h > MAX_SIDE {
+                    return Err(format!(
+                        "image of {w}x{h} pixels (sides must be 1 to {MAX_SIDE})"
+                    ));
+                }
+                let have = r.output_color_type().0.samples();
+                let size = r.output_buffer_size().ok_or("PNG too large")?;
+                let mut raw = vec![0u8; size];
+                let frame = r
+                    .next_frame(&mut raw)
+                    .map_err(|e| format!("bad PNG data: {e}"))?;
+                raw.truncate(frame.buffer_size());
                 Ok(super::geometry::convert_channels(
                     raw,
                     have,

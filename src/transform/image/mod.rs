@@ -5,7 +5,7 @@
 //! [`decode`] reads only the header; the pixels are decoded when the first operation needs
 //! them, and only the part it needs: a crop of a JPEG decodes its rows and the columns around
 //! it (libjpeg-turbo's decoder skips the rest), a resize of the whole image or a flip decodes
-//! everything. PNG decodes whole (zune-png).
+//! everything. PNG decodes whole (the png crate).
 //!
 //! The functions return the operations as `Arc<dyn Op>`, ready for [`super::Map::field`]:
 //!
